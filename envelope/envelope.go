@@ -1,0 +1,144 @@
+package envelope
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/zeebo/xxh3"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+)
+
+// ProtocolVersion is the only envelope protocol version this package writes
+// and accepts. Part of the wire contract.
+const ProtocolVersion = 1
+
+// checksumTag is the key byte of field 13 with wire type 1 (fixed64):
+// (13 << 3) | 1. Part of the wire contract; do not change.
+const checksumTag = 0x69
+
+// trailerLen is the tag byte plus the eight checksum bytes.
+const trailerLen = 9
+
+var marshalOpts = proto.MarshalOptions{Deterministic: true}
+
+// Encode validates e, computes its checksum and returns its wire form. On
+// success e.Checksum holds the checksum that was written.
+func Encode(e *pb.Envelope) ([]byte, error) {
+	return AppendEncode(nil, e)
+}
+
+// AppendEncode is Encode appending to dst, so hot paths can reuse buffers.
+func AppendEncode(dst []byte, e *pb.Envelope) ([]byte, error) {
+	if err := Validate(e); err != nil {
+		return nil, err
+	}
+	e.Checksum = 0 // proto3 omits a zero scalar: the prefix holds fields 1–12 only
+	start := len(dst)
+	out, err := marshalOpts.MarshalAppend(dst, e)
+	if err != nil {
+		return nil, fmt.Errorf("envelope: encode (source %q, commit LSN %s): %w",
+			e.GetSourceId(), FormatLSN(e.GetCommitLsn()), err)
+	}
+	sum := xxh3.Hash(out[start:])
+	out = append(out, checksumTag)
+	out = binary.LittleEndian.AppendUint64(out, sum)
+	e.Checksum = sum
+	return out, nil
+}
+
+// Decode verifies the checksum of b, parses it and validates the result.
+// Decode never panics, whatever b holds.
+func Decode(b []byte) (*pb.Envelope, error) {
+	e := new(pb.Envelope)
+	if err := DecodeInto(b, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// DecodeInto is Decode into a caller-owned message (reset first).
+func DecodeInto(b []byte, e *pb.Envelope) error {
+	if len(b) < trailerLen || b[len(b)-trailerLen] != checksumTag {
+		return fmt.Errorf("%w (%d bytes)", ErrTrailer, len(b))
+	}
+	prefix := b[:len(b)-trailerLen]
+	want := binary.LittleEndian.Uint64(b[len(b)-8:])
+	if got := xxh3.Hash(prefix); got != want {
+		return fmt.Errorf("%w: stored %016x, computed %016x over %d bytes", ErrChecksum, want, got, len(prefix))
+	}
+	e.Reset()
+	if err := proto.Unmarshal(prefix, e); err != nil {
+		return fmt.Errorf("envelope: decode %d bytes: %w", len(b), err)
+	}
+	if e.Checksum != 0 {
+		// A second field 13 inside the covered prefix: not something Encode
+		// writes, so the bytes did not come from a conforming writer.
+		return &InvalidError{SourceID: e.SourceId, CommitLSN: e.CommitLsn, Field: "checksum",
+			Reason: "checksum field appears inside the checksummed prefix"}
+	}
+	e.Checksum = want
+	return Validate(e)
+}
+
+// RelationFingerprint is the stable hash of the relation metadata pgoutput
+// sends. The canonical byte layout (all integers little-endian) is:
+//
+//	u32 len(schema) | schema | u32 len(name) | name | u8 replica_identity |
+//	u32 column count | per column: u32 len(name) | name | u32 type_oid |
+//	u32 type_modifier (two's complement) | u8 key (0 or 1)
+//
+// hashed with xxh3_64, seed 0. The relation OID is deliberately excluded: a
+// table restored by pg_dump keeps its shape and its fingerprint.
+// Part of the wire contract; do not change.
+func RelationFingerprint(r *pb.Relation) uint64 {
+	var buf [256]byte
+	b := buf[:0]
+	b = appendString(b, r.GetSchema())
+	b = appendString(b, r.GetName())
+	b = append(b, byte(r.GetReplicaIdentity()))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(r.GetColumns())))
+	for _, c := range r.GetColumns() {
+		b = appendString(b, c.GetName())
+		b = binary.LittleEndian.AppendUint32(b, c.GetTypeOid())
+		b = binary.LittleEndian.AppendUint32(b, uint32(c.GetTypeModifier()))
+		if c.GetKey() {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	return xxh3.Hash(b)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+// SchemaFingerprint is the envelope-level fingerprint: xxh3_64 over the
+// 8-byte little-endian fingerprints of rels, in order; 0 when rels is empty.
+func SchemaFingerprint(rels []*pb.Relation) uint64 {
+	if len(rels) == 0 {
+		return 0
+	}
+	b := make([]byte, 0, 8*len(rels))
+	for _, r := range rels {
+		b = binary.LittleEndian.AppendUint64(b, r.GetFingerprint())
+	}
+	return xxh3.Hash(b)
+}
+
+// Seal fills in the derived fields of e — each relation's fingerprint, the
+// schema fingerprint and the row count — so producers cannot get them wrong.
+func Seal(e *pb.Envelope) {
+	for _, r := range e.Relations {
+		r.Fingerprint = RelationFingerprint(r)
+	}
+	e.SchemaFingerprint = SchemaFingerprint(e.Relations)
+	e.RowCount = uint64(len(e.Rows))
+	if e.ProtocolVersion == 0 {
+		e.ProtocolVersion = ProtocolVersion
+	}
+}

@@ -1,0 +1,138 @@
+// Package cli is the trellara command tree: flags, output and exit codes.
+// It wires the data-path packages together and holds no pipeline logic of
+// its own.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Exit codes shared by every command (docs/CLI.md).
+const (
+	ExitOK       = 0 // success; CONVERGED; grade A/B
+	ExitFindings = 1 // DIVERGED; grade C/D/F; validation failed
+	ExitError    = 2 // could not run: bad input, unreachable server, not implemented
+)
+
+// Version and Commit are stamped at link time (-ldflags -X).
+var (
+	Version = "dev"
+	Commit  = ""
+)
+
+// Edition names the build: "default" or "full" (Kafka + Iceberg).
+var Edition = "default"
+
+// App returns the trellara command tree.
+func App() *cli.App {
+	app := &cli.App{
+		Name:    "trellara",
+		Usage:   "verified change-data infrastructure for PostgreSQL",
+		Version: versionString(),
+		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
+			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
+			"Operator and evidence tooling (chaos, semantics, schema, repair-plan, reseed, stream,\n" +
+			"pilot-scorecard, pilot-package) is hidden from this list; see docs/CLI.md.",
+		HideHelpCommand: true,
+		Commands: []*cli.Command{
+			initCommand(),
+			checkCommand(),
+			preflightCommand(),
+			runCommand(),
+			verifyCommand(),
+			statusCommand(),
+			notImplemented("fleet", "many sources operated as one object: init, report, scorecard", false, configFlag(), formatFlag()),
+			notImplemented("lake", "Iceberg fan-in: plan, epoch, fanin verify", false, configFlag(), formatFlag()),
+			configCommand(),
+
+			chaosCommand(),
+			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
+			notImplemented("schema", "schema contracts and DDL plans (ddl-plan)", true, configFlag(), formatFlag()),
+			notImplemented("repair-plan", "the recovery plan for a diverged or quarantined flow", true, configFlag(), formatFlag()),
+			notImplemented("reseed", "re-snapshot a consumer past retention with a visibility boundary", true, configFlag(), formatFlag()),
+			streamCommand(),
+			notImplemented("pilot-scorecard", "pilot scorecard: convergence, drills, contract tests", true, configFlag(), formatFlag()),
+			notImplemented("pilot-package", "exportable evidence package", true, configFlag(), formatFlag(),
+				&cli.StringFlag{Name: "output", Usage: "directory to write the package into"}),
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // Main decides the exit code
+	}
+	return app
+}
+
+// Main runs the CLI and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	app := App()
+	app.Writer, app.ErrWriter = stdout, stderr
+	err := app.Run(args)
+	if err == nil {
+		return ExitOK
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, msg)
+		}
+		return ec.ExitCode()
+	}
+	fmt.Fprintln(stderr, "trellara:", err)
+	return ExitError
+}
+
+func versionString() string {
+	v, c := Version, Commit
+	if c == "" {
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+					c = s.Value[:12]
+				}
+			}
+		}
+	}
+	if c == "" {
+		c = "unknown"
+	}
+	return fmt.Sprintf("%s (commit %s, %s edition)", v, c, Edition)
+}
+
+// notImplemented is a command whose feature has not landed: it says so and
+// exits 2, never a fake success.
+func notImplemented(name, usage string, hidden bool, flags ...cli.Flag) *cli.Command {
+	return &cli.Command{
+		Name:   name,
+		Usage:  usage + " (not implemented yet)",
+		Hidden: hidden,
+		Flags:  flags,
+		// Subcommands and arguments are accepted and ignored: whatever the
+		// user typed, the answer is the same honest one.
+		SkipFlagParsing: false,
+		Action: func(*cli.Context) error {
+			return cli.Exit("not implemented yet: "+name, ExitError)
+		},
+	}
+}
+
+func configFlag() cli.Flag {
+	return &cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "path to the flow config (schema v2)", Value: "trellara.yml"}
+}
+
+func formatFlag() cli.Flag {
+	return &cli.StringFlag{Name: "format", Usage: "output format: text or json", Value: "text"}
+}
+
+// outputFormat returns the validated --format value.
+func outputFormat(c *cli.Context) (string, error) {
+	switch f := c.String("format"); f {
+	case "text", "json":
+		return f, nil
+	default:
+		return "", cli.Exit(fmt.Sprintf("--format %q: must be text or json", f), ExitError)
+	}
+}
+

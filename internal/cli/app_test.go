@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(append([]string{"trellara"}, args...), &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// The public surface is exactly nine commands; everything else is hidden.
+func TestHelpListsExactlyNineCommands(t *testing.T) {
+	out, _, code := run(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help exit %d", code)
+	}
+	sec := out[strings.Index(out, "COMMANDS:"):strings.Index(out, "GLOBAL OPTIONS:")]
+	var got []string
+	for _, m := range regexp.MustCompile(`(?m)^\s{3}(\S+)\s`).FindAllStringSubmatch(sec, -1) {
+		got = append(got, m[1])
+	}
+	want := "init check preflight run verify status fleet lake config"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("--help lists %q, want %q", got, want)
+	}
+}
+
+func TestHiddenCommandsExist(t *testing.T) {
+	app := App()
+	for _, name := range []string{"chaos", "semantics", "schema", "repair-plan", "reseed", "stream", "pilot-scorecard", "pilot-package"} {
+		c := app.Command(name)
+		if c == nil {
+			t.Fatalf("hidden command %s missing", name)
+		}
+		if !c.Hidden {
+			t.Fatalf("%s should be hidden from --help", name)
+		}
+		if _, _, code := run(t, name, "--help"); code != 0 {
+			t.Fatalf("%s --help exit %d", name, code)
+		}
+	}
+}
+
+func TestEveryReportingCommandTakesFormat(t *testing.T) {
+	for _, c := range App().Commands {
+		if c.Name == "init" {
+			continue
+		}
+		found := false
+		for _, f := range c.Flags {
+			for _, n := range f.Names() {
+				found = found || n == "format"
+			}
+		}
+		for _, sub := range c.Subcommands {
+			for _, f := range sub.Flags {
+				for _, n := range f.Names() {
+					found = found || n == "format"
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s has no --format flag", c.Name)
+		}
+	}
+}
+
+func TestNotImplementedExitsTwo(t *testing.T) {
+	_, errOut, code := run(t, "fleet", "scorecard")
+	if code != ExitError || !strings.Contains(errOut, "not implemented yet: fleet") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build full
+
+package cli
+
+func init() { Edition = "full" }
