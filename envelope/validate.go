@@ -112,8 +112,17 @@ func validateBoundary(e *pb.Envelope, bad badFunc) error {
 		if b.Kind == pb.UnitKind_UNIT_KIND_SNAPSHOT_END && len(e.Rows) != 0 {
 			return bad("rows", "a snapshot end marker carries %d rows", len(e.Rows))
 		}
-	}
-	if b.ChunkIndex != 0 || b.ChunkCount > 1 {
+		// chunk_index numbers the relation's snapshot batches (and on the
+		// end marker counts them); a snapshot unit is never split further.
+		if b.ChunkCount != 0 {
+			return bad("boundary.chunk_count", "a snapshot unit is not chunked (chunk_count %d)", b.ChunkCount)
+		}
+		for i, r := range e.Rows {
+			if r.GetOp() != pb.Op_OP_INSERT {
+				return bad("rows.op", "snapshot row %d is %s, not an insert", i, r.GetOp())
+			}
+		}
+	} else if b.ChunkIndex != 0 || b.ChunkCount > 1 {
 		return bad("boundary", "a %s is not chunked (chunk %d of %d)", b.Kind, b.ChunkIndex, b.ChunkCount)
 	}
 	if b.TotalRows != 0 && b.TotalRows != e.RowCount {

@@ -823,6 +823,8 @@ type Boundary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Kind  UnitKind               `protobuf:"varint,1,opt,name=kind,proto3,enum=trellara.envelope.v1.UnitKind" json:"kind,omitempty"`
 	// For chunks: index of this chunk and how many make the transaction.
+	// For SNAPSHOT units: the batch number within the relation's snapshot,
+	// dense from 0; for SNAPSHOT_END: the number of batches.
 	ChunkIndex uint32 `protobuf:"varint,2,opt,name=chunk_index,json=chunkIndex,proto3" json:"chunk_index,omitempty"`
 	ChunkCount uint32 `protobuf:"varint,3,opt,name=chunk_count,json=chunkCount,proto3" json:"chunk_count,omitempty"`
 	// Total rows of the whole transaction across chunks.
