@@ -302,3 +302,26 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+func TestSnapshotUnits(t *testing.T) {
+	e := golden()
+	e.Rows = e.Rows[:1]
+	e.DdlEvents = nil
+	e.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_SNAPSHOT, ChunkIndex: 7, SnapshotRelation: "public.orders"}
+	envelope.Seal(e)
+	if _, err := envelope.Encode(e); err != nil {
+		t.Fatalf("snapshot batch 7 refused: %v", err)
+	}
+	end := golden()
+	end.Rows, end.DdlEvents = nil, nil
+	end.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_SNAPSHOT_END, ChunkIndex: 8, SnapshotRelation: "public.orders"}
+	envelope.Seal(end)
+	if _, err := envelope.Encode(end); err != nil {
+		t.Fatalf("snapshot end refused: %v", err)
+	}
+	e.Rows = golden().Rows[:2] // an UPDATE inside a snapshot
+	envelope.Seal(e)
+	if _, err := envelope.Encode(e); err == nil {
+		t.Fatal("a snapshot unit holding an update was accepted")
+	}
+}

@@ -122,8 +122,10 @@ func validateBoundary(e *pb.Envelope, bad badFunc) error {
 				return bad("rows.op", "snapshot row %d is %s, not an insert", i, r.GetOp())
 			}
 		}
-	} else if b.ChunkIndex != 0 || b.ChunkCount > 1 {
-		return bad("boundary", "a %s is not chunked (chunk %d of %d)", b.Kind, b.ChunkIndex, b.ChunkCount)
+	case pb.UnitKind_UNIT_KIND_TRANSACTION:
+		if b.ChunkIndex != 0 || b.ChunkCount > 1 {
+			return bad("boundary", "a %s is not chunked (chunk %d of %d)", b.Kind, b.ChunkIndex, b.ChunkCount)
+		}
 	}
 	if b.TotalRows != 0 && b.TotalRows != e.RowCount {
 		return bad("boundary.total_rows", "%d differs from row_count %d", b.TotalRows, e.RowCount)
