@@ -1,0 +1,589 @@
+package relay
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/relay/pgoutput"
+)
+
+// Pins remembers the fingerprint each relation was first captured with.
+// Implementations must make Pin durable before returning.
+type Pins interface {
+	Pinned(relation string) (uint64, bool)
+	Pin(relation string, fingerprint uint64) error
+}
+
+// AssemblerOptions bound and identify assembly.
+type AssemblerOptions struct {
+	SourceID string
+	// MemoryBytesMax bounds the row data held in memory across all open
+	// transactions; beyond it the transaction being appended to spills to a
+	// file in SpillDir.
+	MemoryBytesMax int64
+	// ChunkBytesMax is the largest row payload one envelope carries; a
+	// larger transaction is published as CHUNK units that a reader applies
+	// as one transaction.
+	ChunkBytesMax int64
+	SpillDir      string
+	Pins          Pins
+	// InspectCommand is named in schema drift errors.
+	InspectCommand string
+}
+
+// Emit receives assembled units in commit order. e is nil for a committed
+// transaction that produced no rows (nothing to publish, but its end LSN is
+// still acknowledgeable). final is true on the last unit of a transaction:
+// only after publishing it durably may the source be acknowledged at endLSN.
+type Emit func(e *pb.Envelope, endLSN uint64, final bool) error
+
+// Assembler turns the pgoutput message stream of one replication session
+// into one envelope per committed transaction (or a CHUNK sequence for a
+// large one). It holds no more than MemoryBytesMax of row data in memory.
+type Assembler struct {
+	opts AssemblerOptions
+	emit Emit
+
+	rels    map[pgoutput.OID]*relState
+	cur     *txnBuf                  // open Begin..Commit transaction
+	streams map[pgoutput.XID]*txnBuf // open streamed transactions
+	inBlock *txnBuf                  // target of changes inside a stream block
+	memUsed int64
+
+	stats AssemblerStats
+}
+
+// AssemblerStats are counters for status and tests.
+type AssemblerStats struct {
+	Transactions  uint64 // committed transactions emitted
+	Rows          uint64
+	Spilled       uint64 // transactions that spilled to disk
+	ChunkedTxns   uint64
+	AbortedStream uint64 // streamed transactions aborted whole
+	AbortedSubxid uint64 // subtransactions aborted inside streams
+	MemoryPeak    int64
+}
+
+type relState struct {
+	rel   *pb.Relation
+	name  string
+	drift *SchemaDriftError
+}
+
+// NewAssembler returns an Assembler emitting to emit.
+func NewAssembler(opts AssemblerOptions, emit Emit) *Assembler {
+	if opts.MemoryBytesMax <= 0 {
+		opts.MemoryBytesMax = 64 << 20
+	}
+	if opts.ChunkBytesMax <= 0 {
+		opts.ChunkBytesMax = 4 << 20
+	}
+	if opts.SpillDir == "" {
+		opts.SpillDir = os.TempDir()
+	}
+	return &Assembler{opts: opts, emit: emit, rels: map[pgoutput.OID]*relState{}, streams: map[pgoutput.XID]*txnBuf{}}
+}
+
+// Stats returns the counters so far.
+func (a *Assembler) Stats() AssemblerStats { return a.stats }
+
+// Idle reports whether no transaction is open: every change received so far
+// has been emitted, so the source may be acknowledged up to the server's
+// reported WAL end.
+func (a *Assembler) Idle() bool { return a.cur == nil && len(a.streams) == 0 }
+
+// Close discards open transactions and their spill files.
+func (a *Assembler) Close() {
+	if a.cur != nil {
+		a.cur.discard(a)
+	}
+	for _, t := range a.streams {
+		t.discard(a)
+	}
+	a.cur, a.inBlock, a.streams = nil, nil, map[pgoutput.XID]*txnBuf{}
+}
+
+// RelationFromPgoutput converts pgoutput's relation metadata into the
+// envelope's, with its fingerprint.
+func RelationFromPgoutput(m *pgoutput.Relation) *pb.Relation {
+	ns := m.Namespace
+	if ns == "" {
+		ns = "pg_catalog"
+	}
+	r := &pb.Relation{Oid: uint32(m.RelationID), Schema: ns, Name: m.Name, ReplicaIdentity: uint32(m.ReplicaIdentity)}
+	for _, c := range m.Columns {
+		r.Columns = append(r.Columns, &pb.RelationColumn{Name: c.Name, TypeOid: uint32(c.TypeOID), TypeModifier: c.TypeModifier, Key: c.Key})
+	}
+	r.Fingerprint = envelope.RelationFingerprint(r)
+	return r
+}
+
+// Handle consumes one decoded message. walStart is the WAL position of the
+// XLogData that carried it.
+func (a *Assembler) Handle(m pgoutput.Message, walStart pgoutput.LSN) error {
+	switch m := m.(type) {
+	case *pgoutput.Begin:
+		if a.cur != nil {
+			return fmt.Errorf("%w: Begin of xid %d at %s while xid %d is open", ErrProtocol, m.Xid, walStart, a.cur.xid)
+		}
+		a.cur = &txnBuf{xid: uint32(m.Xid), commitTime: m.CommitTime, finalLSN: uint64(m.FinalLSN)}
+	case *pgoutput.Commit:
+		if a.cur == nil {
+			return fmt.Errorf("%w: Commit at %s without Begin", ErrProtocol, walStart)
+		}
+		t := a.cur
+		a.cur = nil
+		return a.finish(t, uint64(m.CommitLSN), uint64(m.EndLSN), m.CommitTime)
+	case *pgoutput.Relation:
+		return a.relation(m, walStart)
+	case *pgoutput.StreamStart:
+		t := a.streams[m.Xid]
+		if t == nil {
+			t = &txnBuf{xid: uint32(m.Xid), aborted: map[uint32]bool{}}
+			a.streams[m.Xid] = t
+		}
+		a.inBlock = t
+	case *pgoutput.StreamStop:
+		a.inBlock = nil
+	case *pgoutput.StreamCommit:
+		t := a.streams[m.Xid]
+		if t == nil {
+			// A transaction streamed before a restart: its earlier blocks
+			// were never seen in this session. The server resends the whole
+			// transaction after restart, so this cannot happen; refuse to
+			// emit a partial transaction if it does.
+			return fmt.Errorf("%w: StreamCommit of xid %d at %s without its stream", ErrProtocol, m.Xid, walStart)
+		}
+		delete(a.streams, m.Xid)
+		t.commitTime = m.CommitTime
+		return a.finish(t, uint64(m.CommitLSN), uint64(m.EndLSN), m.CommitTime)
+	case *pgoutput.StreamAbort:
+		t := a.streams[m.Xid]
+		if t == nil {
+			return nil // aborted before any change of ours was streamed
+		}
+		if m.SubXid == m.Xid {
+			delete(a.streams, m.Xid)
+			t.discard(a)
+			a.stats.AbortedStream++
+			return nil
+		}
+		// A rolled-back subtransaction: its rows (and those of its own
+		// subtransactions, which the server aborts with their own
+		// StreamAbort) vanish at commit time.
+		t.aborted[uint32(m.SubXid)] = true
+		a.stats.AbortedSubxid++
+	case *pgoutput.Insert:
+		return a.change(m.Xid, m.RelationID, walStart, func(rel *pb.Relation) (*pb.Row, error) {
+			vals, err := values(m.New, rel, walStart, false)
+			return &pb.Row{Op: pb.Op_OP_INSERT, NewTuple: vals}, err
+		})
+	case *pgoutput.Update:
+		return a.change(m.Xid, m.RelationID, walStart, func(rel *pb.Relation) (*pb.Row, error) {
+			row := &pb.Row{Op: pb.Op_OP_UPDATE}
+			var err error
+			if row.NewTuple, err = values(m.New, rel, walStart, true); err != nil {
+				return nil, err
+			}
+			row.OldKind = oldKind(m.OldKind)
+			if row.OldKind != pb.OldTuple_OLD_TUPLE_NONE {
+				row.OldTuple, err = values(m.Old, rel, walStart, true)
+			}
+			return row, err
+		})
+	case *pgoutput.Delete:
+		return a.change(m.Xid, m.RelationID, walStart, func(rel *pb.Relation) (*pb.Row, error) {
+			vals, err := values(m.Old, rel, walStart, true)
+			return &pb.Row{Op: pb.Op_OP_DELETE, OldKind: oldKind(m.OldKind), OldTuple: vals}, err
+		})
+	case *pgoutput.Truncate:
+		var flags uint32
+		if m.Cascade {
+			flags |= 1
+		}
+		if m.RestartIdentity {
+			flags |= 2
+		}
+		for _, id := range m.RelationIDs {
+			if err := a.change(m.Xid, id, walStart, func(*pb.Relation) (*pb.Row, error) {
+				return &pb.Row{Op: pb.Op_OP_TRUNCATE, TruncateFlags: flags}, nil
+			}); err != nil {
+				return err
+			}
+		}
+	case *pgoutput.LogicalMessage:
+		if !m.Transactional {
+			return nil // not part of any transaction: nothing to carry
+		}
+		t, err := a.target(m.Xid, walStart)
+		if err != nil {
+			return err
+		}
+		return a.add(t, uint32(m.Xid), nil, &pb.Row{Op: pb.Op_OP_MESSAGE, MessagePrefix: m.Prefix,
+			MessageContent: append([]byte(nil), m.Content...)})
+	case *pgoutput.Origin, *pgoutput.Type:
+		// Origin is informational; Type precedes a Relation that already
+		// names the type by OID, which is what the fingerprint pins.
+	default:
+		return fmt.Errorf("%w: unexpected %T at %s", ErrProtocol, m, walStart)
+	}
+	return nil
+}
+
+func oldKind(k pgoutput.TupleKind) pb.OldTuple {
+	switch k {
+	case pgoutput.TupleKey:
+		return pb.OldTuple_OLD_TUPLE_KEY
+	case pgoutput.TupleOld:
+		return pb.OldTuple_OLD_TUPLE_FULL
+	}
+	return pb.OldTuple_OLD_TUPLE_NONE
+}
+
+func values(cols []pgoutput.Column, rel *pb.Relation, at pgoutput.LSN, toastOK bool) ([]*pb.Value, error) {
+	if len(cols) != len(rel.Columns) {
+		return nil, fmt.Errorf("%w: %s.%s change at %s has %d columns, its relation %d",
+			ErrProtocol, rel.Schema, rel.Name, at, len(cols), len(rel.Columns))
+	}
+	out := make([]*pb.Value, len(cols))
+	for i, c := range cols {
+		switch c.Kind {
+		case pgoutput.ColumnNull:
+			out[i] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_NULL}
+		case pgoutput.ColumnText:
+			// Copy: the decoder aliases the connection's receive buffer.
+			out[i] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: append(make([]byte, 0, len(c.Data)), c.Data...)}
+		case pgoutput.ColumnUnchangedToast:
+			if !toastOK {
+				return nil, fmt.Errorf("%w: %s.%s column %s: unchanged TOAST in an insert at %s",
+					ErrProtocol, rel.Schema, rel.Name, rel.Columns[i].Name, at)
+			}
+			out[i] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST}
+		default:
+			return nil, fmt.Errorf("%w: %s.%s column %s: value kind %q at %s (binary mode is never requested)",
+				ErrProtocol, rel.Schema, rel.Name, rel.Columns[i].Name, c.Kind, at)
+		}
+	}
+	return out, nil
+}
+
+func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
+	rel := RelationFromPgoutput(m)
+	st := &relState{rel: rel, name: rel.Schema + "." + rel.Name}
+	if a.opts.Pins != nil {
+		if pinned, ok := a.opts.Pins.Pinned(st.name); ok {
+			if pinned != rel.Fingerprint {
+				st.drift = &SchemaDriftError{Relation: st.name, Pinned: pinned, Live: rel.Fingerprint, LSN: uint64(at),
+					LiveColumns: describeColumns(rel), PinnedColumns: "see pins", InspectCommand: a.opts.InspectCommand}
+			}
+		} else if err := a.opts.Pins.Pin(st.name, rel.Fingerprint); err != nil {
+			return fmt.Errorf("relay: pin %s: %w", st.name, err)
+		}
+	}
+	a.rels[m.RelationID] = st
+	return nil
+}
+
+func describeColumns(r *pb.Relation) string {
+	s := ""
+	for i, c := range r.Columns {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s oid %d", c.Name, c.TypeOid)
+		if c.Key {
+			s += " key"
+		}
+	}
+	return s
+}
+
+// target finds the transaction a change belongs to.
+func (a *Assembler) target(xid pgoutput.XID, at pgoutput.LSN) (*txnBuf, error) {
+	if a.inBlock != nil {
+		return a.inBlock, nil
+	}
+	if a.cur != nil {
+		return a.cur, nil
+	}
+	return nil, fmt.Errorf("%w: change of xid %d at %s outside any transaction", ErrProtocol, xid, at)
+}
+
+func (a *Assembler) change(xid pgoutput.XID, relID pgoutput.OID, at pgoutput.LSN, build func(*pb.Relation) (*pb.Row, error)) error {
+	t, err := a.target(xid, at)
+	if err != nil {
+		return err
+	}
+	st := a.rels[relID]
+	if st == nil {
+		return fmt.Errorf("%w: change for relation OID %d at %s before its Relation message", ErrProtocol, relID, at)
+	}
+	if st.drift != nil {
+		return st.drift
+	}
+	row, err := build(st.rel)
+	if err != nil {
+		return err
+	}
+	return a.add(t, uint32(xid), st, row)
+}
+
+// add appends a row (rel nil for a logical message) to t, spilling when the
+// memory bound is passed.
+func (a *Assembler) add(t *txnBuf, subxid uint32, st *relState, row *pb.Row) error {
+	if st != nil {
+		row.RelationIndex = t.relIndex(st)
+	}
+	size := int64(proto.Size(row)) + 32
+	if t.spill != nil {
+		return t.writeSpill(subxid, row)
+	}
+	t.rows = append(t.rows, change{subxid: subxid, row: row})
+	t.memBytes += size
+	a.memUsed += size
+	if a.memUsed > a.stats.MemoryPeak {
+		a.stats.MemoryPeak = a.memUsed
+	}
+	if a.memUsed > a.opts.MemoryBytesMax {
+		if err := t.startSpill(a); err != nil {
+			return err
+		}
+		a.stats.Spilled++
+	}
+	return nil
+}
+
+// finish emits a committed transaction.
+func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgoutput.Timestamp) error {
+	defer t.discard(a)
+	head := &pb.Envelope{
+		ProtocolVersion:      envelope.ProtocolVersion,
+		SourceId:             a.opts.SourceID,
+		Xid:                  t.xid,
+		CommitLsn:            commitLSN,
+		EndLsn:               endLSN,
+		CommitTimeUnixMicros: commitTime.Time().UnixMicro(),
+		Relations:            t.relations(),
+	}
+	if t.spill == nil && t.memBytes <= a.opts.ChunkBytesMax {
+		var rows []*pb.Row
+		err := t.each(func(c change) error { rows = append(rows, c.row); return nil })
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return a.emit(nil, endLSN, true)
+		}
+		for i, r := range rows {
+			r.Seq = uint64(i)
+		}
+		head.Rows = rows
+		head.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_TRANSACTION, TotalRows: uint64(len(rows))}
+		envelope.Seal(head)
+		a.stats.Transactions++
+		a.stats.Rows += uint64(len(rows))
+		return a.emit(head, endLSN, true)
+	}
+
+	// Large: first pass sizes the chunks, second pass emits them, so no
+	// more than one chunk of rows is in memory at once.
+	var counts []uint64
+	var total, cur uint64
+	var curBytes int64
+	err := t.each(func(c change) error {
+		sz := int64(proto.Size(c.row)) + 8
+		if cur > 0 && curBytes+sz > a.opts.ChunkBytesMax {
+			counts = append(counts, cur)
+			cur, curBytes = 0, 0
+		}
+		cur++
+		curBytes += sz
+		total++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if cur > 0 {
+		counts = append(counts, cur)
+	}
+	if total == 0 {
+		return a.emit(nil, endLSN, true)
+	}
+	var (
+		idx  int
+		rows []*pb.Row
+		seq  uint64
+	)
+	flush := func() error {
+		e := proto.Clone(head).(*pb.Envelope)
+		e.Rows = rows
+		e.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_CHUNK, ChunkIndex: uint32(idx),
+			ChunkCount: uint32(len(counts)), TotalRows: total}
+		envelope.Seal(e)
+		final := idx == len(counts)-1
+		idx++
+		rows = nil
+		return a.emit(e, endLSN, final)
+	}
+	err = t.each(func(c change) error {
+		c.row.Seq = seq
+		seq++
+		rows = append(rows, c.row)
+		if uint64(len(rows)) == counts[idx] {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	a.stats.Transactions++
+	a.stats.ChunkedTxns++
+	a.stats.Rows += total
+	return nil
+}
+
+// change is one buffered row and the (sub)transaction that made it.
+type change struct {
+	subxid uint32
+	row    *pb.Row
+}
+
+// txnBuf buffers one open transaction: in memory until the memory bound is
+// passed, then entirely in a spill file.
+type txnBuf struct {
+	xid        uint32
+	finalLSN   uint64
+	commitTime pgoutput.Timestamp
+	rels       []*relState
+	relIdx     map[*relState]uint32
+	rows       []change
+	memBytes   int64
+	aborted    map[uint32]bool
+
+	spill  *os.File
+	spillW *bufio.Writer
+	buf    []byte
+}
+
+func (t *txnBuf) relIndex(st *relState) uint32 {
+	if t.relIdx == nil {
+		t.relIdx = map[*relState]uint32{}
+	}
+	if i, ok := t.relIdx[st]; ok {
+		return i
+	}
+	i := uint32(len(t.rels))
+	t.rels = append(t.rels, st)
+	t.relIdx[st] = i
+	return i
+}
+
+func (t *txnBuf) relations() []*pb.Relation {
+	out := make([]*pb.Relation, len(t.rels))
+	for i, st := range t.rels {
+		out[i] = st.rel
+	}
+	return out
+}
+
+// Spill record: u32 length of row bytes | u32 subxid | row (protobuf Row).
+func (t *txnBuf) startSpill(a *Assembler) error {
+	f, err := os.CreateTemp(a.opts.SpillDir, fmt.Sprintf("trellara-spill-%d-*", t.xid))
+	if err != nil {
+		return fmt.Errorf("relay: spill xid %d: %w", t.xid, err)
+	}
+	// Unlinked at once: a crash leaves nothing behind to clean up.
+	_ = os.Remove(f.Name())
+	t.spill, t.spillW = f, bufio.NewWriterSize(f, 1<<20)
+	for _, c := range t.rows {
+		if err := t.writeSpill(c.subxid, c.row); err != nil {
+			return err
+		}
+	}
+	a.memUsed -= t.memBytes
+	t.rows, t.memBytes = nil, 0
+	return nil
+}
+
+func (t *txnBuf) writeSpill(subxid uint32, row *pb.Row) error {
+	var err error
+	t.buf, err = proto.MarshalOptions{}.MarshalAppend(t.buf[:0], row)
+	if err != nil {
+		return fmt.Errorf("relay: spill xid %d: %w", t.xid, err)
+	}
+	var hdr [8]byte
+	binary.LittleEndian.PutUint32(hdr[0:], uint32(len(t.buf)))
+	binary.LittleEndian.PutUint32(hdr[4:], subxid)
+	if _, err := t.spillW.Write(hdr[:]); err != nil {
+		return fmt.Errorf("relay: spill xid %d: %w", t.xid, err)
+	}
+	if _, err := t.spillW.Write(t.buf); err != nil {
+		return fmt.Errorf("relay: spill xid %d: %w", t.xid, err)
+	}
+	return nil
+}
+
+// each visits the surviving rows in order, skipping those of aborted
+// subtransactions.
+func (t *txnBuf) each(fn func(change) error) error {
+	if t.spill == nil {
+		for _, c := range t.rows {
+			if t.aborted[c.subxid] {
+				continue
+			}
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := t.spillW.Flush(); err != nil {
+		return fmt.Errorf("relay: spill xid %d: %w", t.xid, err)
+	}
+	r := bufio.NewReaderSize(io.NewSectionReader(t.spill, 0, 1<<62), 1<<20)
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("relay: read spill xid %d: %w", t.xid, err)
+		}
+		n := binary.LittleEndian.Uint32(hdr[0:])
+		sub := binary.LittleEndian.Uint32(hdr[4:])
+		if cap(t.buf) < int(n) {
+			t.buf = make([]byte, n)
+		}
+		b := t.buf[:n]
+		if _, err := io.ReadFull(r, b); err != nil {
+			return fmt.Errorf("relay: read spill xid %d: %w", t.xid, err)
+		}
+		if t.aborted[sub] {
+			continue
+		}
+		row := new(pb.Row)
+		if err := proto.Unmarshal(b, row); err != nil {
+			return fmt.Errorf("relay: read spill xid %d: %w", t.xid, err)
+		}
+		if err := fn(change{subxid: sub, row: row}); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *txnBuf) discard(a *Assembler) {
+	a.memUsed -= t.memBytes
+	t.rows, t.memBytes = nil, 0
+	if t.spill != nil {
+		_ = t.spill.Close()
+		t.spill = nil
+	}
+}

@@ -1,0 +1,45 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/trellara/trellara/envelope"
+)
+
+// ErrProtocol is matched by errors caused by a message stream that breaks
+// pgoutput's sequencing (a change outside a transaction, a commit without a
+// begin). Capture stops: continuing would mis-assemble transactions.
+var ErrProtocol = errors.New("relay: protocol violation")
+
+// SchemaDriftError stops capture for a relation whose live shape no longer
+// matches the pinned one. No row is assembled under the new shape.
+type SchemaDriftError struct {
+	Relation       string // schema.name
+	Pinned, Live   uint64 // fingerprints
+	LSN            uint64 // where the new shape was seen
+	PinnedColumns  string
+	LiveColumns    string
+	InspectCommand string
+}
+
+func (e *SchemaDriftError) Error() string {
+	return fmt.Sprintf("relay: schema drift on %s at LSN %s: pinned fingerprint %016x (%s), live %016x (%s); "+
+		"capture stopped before any row was assembled under the new shape. Inspect with: %s",
+		e.Relation, envelope.FormatLSN(e.LSN), e.Pinned, e.PinnedColumns, e.Live, e.LiveColumns, e.InspectCommand)
+}
+
+// GapError refuses a resume that would skip committed transactions: the
+// slot's confirmed position is ahead of what the transport holds durably.
+type GapError struct {
+	Slot             string
+	SlotConfirmedLSN uint64
+	TransportDurable uint64
+	RecoveryCommand  string
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("relay: slot %s is confirmed at %s but the transport holds transactions only through %s: "+
+		"resuming would silently skip what lies between. Recover with: %s",
+		e.Slot, envelope.FormatLSN(e.SlotConfirmedLSN), envelope.FormatLSN(e.TransportDurable), e.RecoveryCommand)
+}

@@ -1,0 +1,310 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/relay/pgoutput"
+)
+
+// FencePrefix is the logical-message prefix of a fence: a transactional
+// pg_logical_emit_message Trellara writes to mark "everything committed
+// before this point". A fence travels the whole path as an ordinary
+// transaction, so a target checkpoint at or past it proves the target has
+// seen everything the source committed before it was written.
+const FencePrefix = "trellara.fence"
+
+// Transport is where the relay publishes. Publish returns only once the
+// payload is durable: that is the relay's licence to acknowledge the source.
+type Transport interface {
+	Publish(ctx context.Context, payload []byte) (offset uint64, err error)
+	// Last returns the newest durable payload, ok false when empty.
+	Last(ctx context.Context) (payload []byte, ok bool, err error)
+}
+
+// Config configures one relay session.
+type Config struct {
+	SourceID        string
+	Slot            string
+	Publication     string
+	ProtocolVersion int  // 2 (default) or 1
+	Streaming       bool // requires protocol version 2
+	// StatusInterval is how often a standby status update is sent even
+	// when the server does not ask; it also asks the server for a reply so
+	// an idle slot advances (see Run).
+	StatusInterval time.Duration
+	Assembler      AssemblerOptions
+	Logger         *slog.Logger
+	// OnFence is called after a fence transaction is durable.
+	OnFence func(token string, commitLSN uint64)
+	// OnDurable is called after every acknowledgeable position advance.
+	OnDurable func(endLSN uint64)
+	// Stop, when non-nil, is polled after each durable advance; Run
+	// returns nil once it reports true.
+	Stop func() bool
+}
+
+// Resume is where a relay session starts, derived from the transport.
+type Resume struct {
+	// DurableEnd is the end LSN of the newest complete transaction in the
+	// transport: the position acknowledged to the source.
+	DurableEnd uint64
+	// SkipThrough: transactions with commit LSN ≤ SkipThrough are already
+	// in the transport (or, with SkipEqual false, < SkipThrough).
+	SkipThrough uint64
+	SkipEqual   bool
+	Empty       bool
+}
+
+// ResumeFrom reads the transport's newest unit. A trailing incomplete chunk
+// sequence (a crash between chunks) means that transaction is not durable:
+// it will be published again, whole, and readers discard the partial copy.
+func ResumeFrom(ctx context.Context, tr Transport) (Resume, error) {
+	b, ok, err := tr.Last(ctx)
+	if err != nil {
+		return Resume{}, err
+	}
+	if !ok {
+		return Resume{Empty: true}, nil
+	}
+	e, err := envelope.Decode(b)
+	if err != nil {
+		return Resume{}, fmt.Errorf("relay: newest transport entry: %w", err)
+	}
+	b0 := e.GetBoundary()
+	switch {
+	case b0.GetKind() == pb.UnitKind_UNIT_KIND_CHUNK && b0.ChunkIndex+1 < b0.ChunkCount:
+		// Everything before this transaction is complete; it is not.
+		prev := e.CommitLsn - 1
+		return Resume{DurableEnd: prev, SkipThrough: e.CommitLsn, SkipEqual: false}, nil
+	case b0.GetKind() == pb.UnitKind_UNIT_KIND_SNAPSHOT || b0.GetKind() == pb.UnitKind_UNIT_KIND_SNAPSHOT_END:
+		// Snapshot units sit at the consistent point: nothing streamed yet.
+		return Resume{DurableEnd: e.CommitLsn, SkipThrough: e.CommitLsn, SkipEqual: true}, nil
+	default:
+		return Resume{DurableEnd: e.EndLsn, SkipThrough: e.CommitLsn, SkipEqual: true}, nil
+	}
+}
+
+// Stats are the session's counters.
+type Stats struct {
+	Published   uint64 // units made durable
+	Skipped     uint64 // transactions already in the transport
+	Bytes       uint64
+	DurableEnd  uint64 // last position acknowledged
+	ServerEnd   uint64 // last server WAL end seen
+	Assembler   AssemblerStats
+	LastCommit  time.Time
+	StartedFrom uint64
+}
+
+// Session is one replication session over a replication connection.
+type Session struct {
+	cfg   Config
+	conn  *pgconn.PgConn
+	tr    Transport
+	asm   *Assembler
+	dec   pgoutput.Decoder
+	res   Resume
+	stats Stats
+	log   *slog.Logger
+
+	ackable uint64 // highest position safe to acknowledge
+	sent    uint64 // last position sent to the server
+	buf     []byte
+	pending bool // a multi-unit transaction is partly published
+}
+
+// NewSession prepares a session; conn must be a replication=database
+// connection.
+func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Session {
+	if cfg.ProtocolVersion == 0 {
+		cfg.ProtocolVersion = 2
+	}
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Assembler.SourceID = cfg.SourceID
+	s := &Session{cfg: cfg, conn: conn, tr: tr, res: res, log: cfg.Logger, ackable: res.DurableEnd}
+	s.asm = NewAssembler(cfg.Assembler, s.emit)
+	s.stats.StartedFrom = res.DurableEnd
+	return s
+}
+
+// Stats returns a copy of the counters.
+func (s *Session) Stats() Stats {
+	st := s.stats
+	st.Assembler = s.asm.Stats()
+	st.DurableEnd = s.ackable
+	return st
+}
+
+func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
+	ctx := context.Background()
+	if e != nil {
+		if e.CommitLsn < s.res.SkipThrough || (s.res.SkipEqual && e.CommitLsn == s.res.SkipThrough) {
+			if final {
+				s.stats.Skipped++
+			}
+			return nil
+		}
+		var err error
+		s.buf, err = envelope.AppendEncode(s.buf[:0], e)
+		if err != nil {
+			return fmt.Errorf("relay: encode transaction xid %d at %s: %w", e.Xid, envelope.FormatLSN(e.CommitLsn), err)
+		}
+		if _, err := s.tr.Publish(ctx, s.buf); err != nil {
+			// Not acknowledged: the source will resend it.
+			return fmt.Errorf("relay: publish transaction xid %d at %s: %w", e.Xid, envelope.FormatLSN(e.CommitLsn), err)
+		}
+		s.stats.Published++
+		s.stats.Bytes += uint64(len(s.buf))
+		s.stats.LastCommit = time.UnixMicro(e.CommitTimeUnixMicros)
+	}
+	s.pending = !final
+	if final {
+		if endLSN > s.ackable {
+			s.ackable = endLSN
+		}
+		if e != nil && s.cfg.OnFence != nil {
+			for _, r := range e.Rows {
+				if r.Op == pb.Op_OP_MESSAGE && r.MessagePrefix == FencePrefix {
+					s.cfg.OnFence(string(r.MessageContent), e.CommitLsn)
+				}
+			}
+		}
+		if s.cfg.OnDurable != nil {
+			s.cfg.OnDurable(s.ackable)
+		}
+	}
+	return nil
+}
+
+// PluginArgs are the pgoutput options for cfg.
+func PluginArgs(cfg Config) []string {
+	args := []string{
+		fmt.Sprintf("proto_version '%d'", cfg.ProtocolVersion),
+		fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(quoteIdent(cfg.Publication), "'", "''")),
+		"messages 'true'",
+	}
+	if cfg.Streaming {
+		args = append(args, "streaming 'on'")
+	}
+	return args
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Run streams from the slot until ctx ends, Stop reports true, or an error.
+// The invariant it keeps: the flush position sent to the server never
+// passes a transaction that is not durable in the transport.
+func (s *Session) Run(ctx context.Context) error {
+	defer s.asm.Close()
+	start := pglogrepl.LSN(s.res.DurableEnd)
+	if err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		PluginArgs: PluginArgs(s.cfg)}); err != nil {
+		return fmt.Errorf("relay: START_REPLICATION slot %s at %s: %w", s.cfg.Slot, start, err)
+	}
+	s.log.Info("relay streaming", "slot", s.cfg.Slot, "from", start.String(), "proto_version", s.cfg.ProtocolVersion, "streaming", s.cfg.Streaming)
+	next := time.Now().Add(s.cfg.StatusInterval)
+	for {
+		if s.cfg.Stop != nil && s.cfg.Stop() {
+			return s.sendStatus(ctx, false)
+		}
+		if time.Now().After(next) {
+			// Ask for a reply: the server answers with a keepalive carrying
+			// its decoded position, which lets an idle slot advance.
+			if err := s.sendStatus(ctx, true); err != nil {
+				return err
+			}
+			next = time.Now().Add(s.cfg.StatusInterval)
+		}
+		rctx, cancel := context.WithDeadline(ctx, next)
+		raw, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = s.sendStatus(context.Background(), false)
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("relay: receive from slot %s: %w", s.cfg.Slot, err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handleCopyData(ctx, msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("relay: slot %s: %w", s.cfg.Slot, pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("relay: server ended replication on slot %s", s.cfg.Slot)
+		}
+	}
+}
+
+func (s *Session) handleCopyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("relay: empty CopyData on slot %s", s.cfg.Slot)
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("relay: keepalive: %w", err)
+		}
+		s.stats.ServerEnd = uint64(k.ServerWALEnd)
+		// Nothing open and nothing half-published: every change the server
+		// decoded up to its WAL end has been made durable, so confirming
+		// that position loses nothing and keeps an idle slot from holding
+		// WAL (the server resends anything not yet decoded).
+		if s.asm.Idle() && !s.pending && uint64(k.ServerWALEnd) > s.ackable {
+			s.ackable = uint64(k.ServerWALEnd)
+		}
+		if k.ReplyRequested {
+			return s.sendStatus(ctx, false)
+		}
+	case pglogrepl.XLogDataByteID:
+		x, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("relay: XLogData: %w", err)
+		}
+		m, err := s.dec.Decode(x.WALData, x.WALStart)
+		if err != nil {
+			return err
+		}
+		if err := s.asm.Handle(m, x.WALStart); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Session) sendStatus(ctx context.Context, reply bool) error {
+	pos := pglogrepl.LSN(s.ackable)
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos,
+		ClientTime: time.Now(), ReplyRequested: reply})
+	if err != nil {
+		return fmt.Errorf("relay: standby status to slot %s at %s: %w", s.cfg.Slot, pos, err)
+	}
+	s.sent = s.ackable
+	return nil
+}
+
+// Acknowledged is the last position sent to the server as flushed.
+func (s *Session) Acknowledged() uint64 { return s.sent }
+

@@ -1,0 +1,231 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+)
+
+// SnapshotOptions configure the initial copy of a new flow.
+type SnapshotOptions struct {
+	SourceID        string
+	Tables          []string // schema.name
+	SnapshotName    string   // exported by slot creation
+	ConsistentPoint uint64
+	BatchRows       int
+	BatchBytes      int
+	Pins            Pins
+	Progress        func(SnapshotProgress)
+}
+
+// SnapshotProgress is reported after each published batch.
+type SnapshotProgress struct {
+	Table         string  `json:"table"`
+	Rows          uint64  `json:"rows"`
+	Bytes         uint64  `json:"bytes"`
+	EstimatedRows uint64  `json:"estimated_rows"`
+	RowsPerSecond float64 `json:"rows_per_second"`
+	ETASeconds    float64 `json:"eta_seconds"`
+	Done          bool    `json:"done"`
+}
+
+// Snapshot copies every table as of the slot's consistent point into the
+// transport: SNAPSHOT batches, then a SNAPSHOT_END marker per table — the
+// table's visibility boundary. conn is an ordinary (non-replication)
+// connection; the whole copy runs in one transaction that imports the
+// exported snapshot, so every table is read at exactly the point the
+// stream continues from: no row missed, none twice.
+func Snapshot(ctx context.Context, conn *pgx.Conn, tr Transport, opts SnapshotOptions) error {
+	if opts.BatchRows <= 0 {
+		opts.BatchRows = 5000
+	}
+	if opts.BatchBytes <= 0 {
+		opts.BatchBytes = 4 << 20
+	}
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("relay: snapshot: begin: %w", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(opts.SnapshotName)); err != nil {
+		return fmt.Errorf("relay: snapshot: import snapshot %s: %w", opts.SnapshotName, err)
+	}
+	for _, table := range opts.Tables {
+		if err := snapshotTable(ctx, tx, tr, table, opts); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// RelationFromCatalog reads a relation's metadata the way pgoutput
+// describes it: published columns in attribute order (dropped and
+// generated columns excluded), the type OID and modifier, and the replica
+// identity key flag. Its fingerprint therefore equals the one computed from
+// the stream's Relation message for the same table.
+func RelationFromCatalog(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, table string) (*pb.Relation, error) {
+	rel := &pb.Relation{}
+	var ident string
+	err := q.QueryRow(ctx, `SELECT c.oid, n.nspname, c.relname, c.relreplident::text
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, table).
+		Scan(&rel.Oid, &rel.Schema, &rel.Name, &ident)
+	if err != nil {
+		return nil, fmt.Errorf("relay: table %s: %w", table, err)
+	}
+	rel.ReplicaIdentity = uint32(ident[0])
+	rows, err := q.Query(ctx, `
+		SELECT a.attname, a.atttypid, a.atttypmod,
+		       CASE c.relreplident
+		         WHEN 'f' THEN true
+		         WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY (i.indkey))
+		         WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY (i.indkey))
+		         ELSE false END
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		ORDER BY a.attnum`, rel.Oid)
+	if err != nil {
+		return nil, fmt.Errorf("relay: table %s columns: %w", table, err)
+	}
+	for rows.Next() {
+		c := &pb.RelationColumn{}
+		if err := rows.Scan(&c.Name, &c.TypeOid, &c.TypeModifier, &c.Key); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("relay: table %s columns: %w", table, err)
+		}
+		rel.Columns = append(rel.Columns, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("relay: table %s columns: %w", table, err)
+	}
+	rel.Fingerprint = envelope.RelationFingerprint(rel)
+	return rel, nil
+}
+
+func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table string, opts SnapshotOptions) error {
+	rel, err := RelationFromCatalog(ctx, tx, table)
+	if err != nil {
+		return err
+	}
+	name := rel.Schema + "." + rel.Name
+	if opts.Pins != nil {
+		if pinned, ok := opts.Pins.Pinned(name); ok && pinned != rel.Fingerprint {
+			return &SchemaDriftError{Relation: name, Pinned: pinned, Live: rel.Fingerprint, LSN: opts.ConsistentPoint,
+				LiveColumns: describeColumns(rel), PinnedColumns: "see pins", InspectCommand: "trellara status --view diagnostics"}
+		} else if !ok {
+			if err := opts.Pins.Pin(name, rel.Fingerprint); err != nil {
+				return err
+			}
+		}
+	}
+	var estimate float64
+	_ = tx.QueryRow(ctx, `SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1`, rel.Oid).Scan(&estimate)
+
+	cols := make([]string, len(rel.Columns))
+	for i, c := range rel.Columns {
+		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	copySQL := fmt.Sprintf("COPY %s (%s) TO STDOUT", pgx.Identifier{rel.Schema, rel.Name}.Sanitize(), strings.Join(cols, ", "))
+	pr, pw := io.Pipe()
+	copyErr := make(chan error, 1)
+	go func() {
+		_, err := tx.Conn().PgConn().CopyTo(ctx, pw, copySQL)
+		pw.CloseWithError(err)
+		copyErr <- err
+	}()
+	rd := newCopyTextReader(pr)
+
+	started := time.Now()
+	prog := SnapshotProgress{Table: name, EstimatedRows: uint64(estimate)}
+	var (
+		batch      uint32
+		rows       []*pb.Row
+		batchBytes int
+	)
+	publish := func(kind pb.UnitKind) error {
+		e := &pb.Envelope{
+			ProtocolVersion: envelope.ProtocolVersion, SourceId: opts.SourceID,
+			CommitLsn: opts.ConsistentPoint, EndLsn: opts.ConsistentPoint,
+			CommitTimeUnixMicros: time.Now().UnixMicro(),
+			Relations:            []*pb.Relation{rel}, Rows: rows,
+			Boundary: &pb.Boundary{Kind: kind, ChunkIndex: batch, SnapshotRelation: name},
+		}
+		envelope.Seal(e)
+		b, err := envelope.Encode(e)
+		if err != nil {
+			return fmt.Errorf("relay: snapshot %s batch %d: %w", name, batch, err)
+		}
+		if _, err := tr.Publish(ctx, b); err != nil {
+			return fmt.Errorf("relay: snapshot %s batch %d: publish: %w", name, batch, err)
+		}
+		if kind == pb.UnitKind_UNIT_KIND_SNAPSHOT {
+			batch++
+		}
+		rows, batchBytes = nil, 0
+		if opts.Progress != nil {
+			el := time.Since(started).Seconds()
+			if el > 0 {
+				prog.RowsPerSecond = float64(prog.Rows) / el
+			}
+			if prog.RowsPerSecond > 0 && prog.EstimatedRows > prog.Rows {
+				prog.ETASeconds = float64(prog.EstimatedRows-prog.Rows) / prog.RowsPerSecond
+			} else {
+				prog.ETASeconds = 0
+			}
+			prog.Done = kind == pb.UnitKind_UNIT_KIND_SNAPSHOT_END
+			opts.Progress(prog)
+		}
+		return nil
+	}
+	for {
+		vals, size, err := rd.next(len(rel.Columns))
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			pr.CloseWithError(err)
+			<-copyErr
+			return fmt.Errorf("relay: snapshot %s: %w", name, err)
+		}
+		row := &pb.Row{Seq: uint64(len(rows)), Op: pb.Op_OP_INSERT, NewTuple: make([]*pb.Value, len(vals))}
+		for i, v := range vals {
+			if v == nil {
+				row.NewTuple[i] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_NULL}
+			} else {
+				row.NewTuple[i] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: v}
+			}
+		}
+		rows = append(rows, row)
+		batchBytes += size
+		prog.Rows++
+		prog.Bytes += uint64(size)
+		if len(rows) >= opts.BatchRows || batchBytes >= opts.BatchBytes {
+			if err := publish(pb.UnitKind_UNIT_KIND_SNAPSHOT); err != nil {
+				pr.CloseWithError(err)
+				<-copyErr
+				return err
+			}
+		}
+	}
+	if err := <-copyErr; err != nil {
+		return fmt.Errorf("relay: snapshot %s: COPY: %w", name, err)
+	}
+	if len(rows) > 0 {
+		if err := publish(pb.UnitKind_UNIT_KIND_SNAPSHOT); err != nil {
+			return err
+		}
+	}
+	return publish(pb.UnitKind_UNIT_KIND_SNAPSHOT_END)
+}
