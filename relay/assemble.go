@@ -276,6 +276,11 @@ func values(cols []pgoutput.Column, rel *pb.Relation, at pgoutput.LSN, toastOK b
 
 func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 	rel := RelationFromPgoutput(m)
+	if old := a.rels[m.RelationID]; old != nil && old.drift == nil && old.rel.Fingerprint == rel.Fingerprint && old.rel.Oid == rel.Oid {
+		// The server re-describes a relation at every stream block and
+		// after cache invalidations; the same shape is the same relation.
+		return nil
+	}
 	st := &relState{rel: rel, name: rel.Schema + "." + rel.Name}
 	if a.opts.Pins != nil {
 		if pinned, ok := a.opts.Pins.Pinned(st.name); ok {
@@ -370,9 +375,29 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		CommitLsn:            commitLSN,
 		EndLsn:               endLSN,
 		CommitTimeUnixMicros: commitTime.Time().UnixMicro(),
-		Relations:            t.relations(),
 	}
-	if t.spill == nil && t.memBytes <= a.opts.ChunkBytesMax {
+	// Only relations that surviving rows reference: a rolled-back
+	// subtransaction must leave no trace, not even in the schema
+	// fingerprint.
+	remap := map[uint32]uint32{}
+	err := t.each(func(c change) error {
+		if c.row.Op != pb.Op_OP_MESSAGE {
+			if _, ok := remap[c.row.RelationIndex]; !ok {
+				remap[c.row.RelationIndex] = uint32(len(head.Relations))
+				head.Relations = append(head.Relations, t.rels[c.row.RelationIndex].rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fix := func(r *pb.Row) {
+		if r.Op != pb.Op_OP_MESSAGE {
+			r.RelationIndex = remap[r.RelationIndex]
+		}
+	}
+	whole := func() error {
 		var rows []*pb.Row
 		err := t.each(func(c change) error { rows = append(rows, c.row); return nil })
 		if err != nil {
@@ -383,6 +408,7 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		}
 		for i, r := range rows {
 			r.Seq = uint64(i)
+			fix(r)
 		}
 		head.Rows = rows
 		head.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_TRANSACTION, TotalRows: uint64(len(rows))}
@@ -391,13 +417,16 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		a.stats.Rows += uint64(len(rows))
 		return a.emit(head, endLSN, true)
 	}
+	if t.spill == nil && t.memBytes <= a.opts.ChunkBytesMax {
+		return whole()
+	}
 
 	// Large: first pass sizes the chunks, second pass emits them, so no
 	// more than one chunk of rows is in memory at once.
 	var counts []uint64
 	var total, cur uint64
 	var curBytes int64
-	err := t.each(func(c change) error {
+	err = t.each(func(c change) error {
 		sz := int64(proto.Size(c.row)) + 8
 		if cur > 0 && curBytes+sz > a.opts.ChunkBytesMax {
 			counts = append(counts, cur)
@@ -414,8 +443,9 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	if cur > 0 {
 		counts = append(counts, cur)
 	}
-	if total == 0 {
-		return a.emit(nil, endLSN, true)
+	if len(counts) <= 1 {
+		// Spilled, but what survived fits one envelope.
+		return whole()
 	}
 	var (
 		idx  int
@@ -435,6 +465,7 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	}
 	err = t.each(func(c change) error {
 		c.row.Seq = seq
+		fix(c.row)
 		seq++
 		rows = append(rows, c.row)
 		if uint64(len(rows)) == counts[idx] {
@@ -485,14 +516,6 @@ func (t *txnBuf) relIndex(st *relState) uint32 {
 	t.rels = append(t.rels, st)
 	t.relIdx[st] = i
 	return i
-}
-
-func (t *txnBuf) relations() []*pb.Relation {
-	out := make([]*pb.Relation, len(t.rels))
-	for i, st := range t.rels {
-		out[i] = st.rel
-	}
-	return out
 }
 
 // Spill record: u32 length of row bytes | u32 subxid | row (protobuf Row).

@@ -273,6 +273,9 @@ func (s *Session) handleCopyData(ctx context.Context, data []byte) error {
 		// WAL (the server resends anything not yet decoded).
 		if s.asm.Idle() && !s.pending && uint64(k.ServerWALEnd) > s.ackable {
 			s.ackable = uint64(k.ServerWALEnd)
+			if s.cfg.OnDurable != nil {
+				s.cfg.OnDurable(s.ackable)
+			}
 		}
 		if k.ReplyRequested {
 			return s.sendStatus(ctx, false)
