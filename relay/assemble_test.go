@@ -45,7 +45,9 @@ func (m memPins) Pin(r string, fp uint64) error  { m[r] = fp; return nil }
 var ordersRel = &pgoutput.Relation{RelationID: 16400, Namespace: "public", Name: "orders", ReplicaIdentity: 'd',
 	Columns: []pgoutput.RelationColumn{{Key: true, Name: "id", TypeOID: 20, TypeModifier: -1}, {Name: "note", TypeOID: 25, TypeModifier: -1}}}
 
-func txt(s string) pgoutput.Column { return pgoutput.Column{Kind: pgoutput.ColumnText, Data: []byte(s)} }
+func txt(s string) pgoutput.Column {
+	return pgoutput.Column{Kind: pgoutput.ColumnText, Data: []byte(s)}
+}
 
 // feed runs messages through a Decoder-free path: the assembler consumes
 // already-decoded messages, so round-trip each through the wire encoder and

@@ -310,4 +310,3 @@ func (s *Session) sendStatus(ctx context.Context, reply bool) error {
 
 // Acknowledged is the last position sent to the server as flushed.
 func (s *Session) Acknowledged() uint64 { return s.sent }
-
