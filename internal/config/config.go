@@ -1,0 +1,372 @@
+package config
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// SchemaVersion is the only configuration schema this package reads.
+const SchemaVersion = 2
+
+// Environment is the deployment tier. Production is a gate, not a label: see
+// Validate.
+type Environment string
+
+// Environments.
+const (
+	Development Environment = "development"
+	Staging     Environment = "staging"
+	Production  Environment = "production"
+)
+
+// Capture selects how changes leave the source database.
+type Capture string
+
+// Capture paths.
+const (
+	// CapturePgoutput is the default path: a logical slot read with pgoutput
+	// by the relay; nothing is installed in the source.
+	CapturePgoutput Capture = "pgoutput"
+	// CaptureExtension reads frames from the trellara extension's Unix
+	// socket (self-managed servers with shared_preload_libraries).
+	CaptureExtension Capture = "extension"
+)
+
+// Mode is the target apply mode.
+type Mode string
+
+// Target modes.
+const (
+	ModeStrict      Mode = "strict"
+	ModePartitioned Mode = "partitioned"
+)
+
+// UnknownTablePolicy decides what happens to a table that appears in the
+// stream but not in the configuration.
+type UnknownTablePolicy string
+
+// Unknown-table policies.
+const (
+	PolicyBlock           UnknownTablePolicy = "block"
+	PolicyAllowCompatible UnknownTablePolicy = "allow_compatible"
+)
+
+// KafkaProfile names the set of broker guarantees a Kafka transport is held
+// to. Only ProfileProduction enforces the production contract.
+type KafkaProfile string
+
+// Kafka profiles.
+const (
+	ProfileDevelopment KafkaProfile = "development"
+	ProfileProduction  KafkaProfile = "production"
+)
+
+// Acks is the producer acknowledgement level.
+type Acks string
+
+// Acknowledgement levels.
+const (
+	AcksAll    Acks = "all"    // every in-sync replica
+	AcksLeader Acks = "leader" // the partition leader only
+	AcksNone   Acks = "none"   // fire and forget
+)
+
+// SASLMechanism names a Kafka SASL mechanism.
+type SASLMechanism string
+
+// SASL mechanisms.
+const (
+	SASLPlain       SASLMechanism = "PLAIN"
+	SASLScramSHA256 SASLMechanism = "SCRAM-SHA-256"
+	SASLScramSHA512 SASLMechanism = "SCRAM-SHA-512"
+)
+
+// Defaults. Each is documented in docs/CONFIG.md.
+const (
+	DefaultEnvironment       = Development
+	DefaultProtocolVersion   = 2
+	DefaultMemoryBytesMax    = 64 * MiB
+	DefaultFsync             = "always"
+	DefaultSegmentBytesMax   = 128 * MiB
+	DefaultRetentionMaxBytes = 50 * GiB
+	DefaultRetentionMaxAge   = 7 * 24 * time.Hour
+	DefaultReplicationFactor = 3
+	DefaultMinInsyncReplicas = 2
+	DefaultTargetSchema      = "trellara"
+	DefaultRelayListen       = ":9401"
+	DefaultApplierListen     = ":9402"
+)
+
+// Config is a parsed configuration (schema v2). Field comments give the YAML
+// key; docs/CONFIG.md documents each.
+type Config struct {
+	Version     int         // version
+	Environment Environment // environment
+	Flow        string      // flow
+	Source      Source      // source
+	Transport   Transport   // transport
+	Target      *Target     // target; nil for a capture-only flow
+	Schema      SchemaPolicy
+	Run         Run
+
+	// meta is behind a pointer so printing a Config shows an address, not a
+	// map of line numbers.
+	meta *meta
+}
+
+type meta struct {
+	file  string          // path the configuration was loaded from
+	lines map[string]int  // key path → line
+	bad   map[string]bool // key paths that failed to decode; Validate stays quiet about them
+}
+
+// Source is the database changes are captured from.
+type Source struct {
+	ID              string      // id: stable name of this source (checkpoints, metrics)
+	DatabaseURL     SecretRef   // database_url
+	Capture         Capture     // capture
+	Socket          string      // socket: extension socket path (capture: extension)
+	Publication     string      // publication; default trellara_<flow>
+	Slot            string      // slot; default trellara_<flow>
+	Tables          []TableName // tables
+	OwnsSlot        bool        // owns_slot: Trellara creates (and may drop) publication and slot
+	ProtocolVersion int         // protocol_version: pgoutput proto_version
+	Streaming       bool        // streaming: pgoutput streaming of in-progress transactions
+	MemoryBytesMax  ByteSize    // memory_bytes_max: per-transaction memory before spilling to disk
+}
+
+// Transport is where envelopes are made durable. Exactly one of Local or
+// Kafka is set.
+type Transport struct {
+	Local *Local // transport.local
+	Kafka *Kafka // transport.kafka
+}
+
+// Local is the durable local segment log.
+type Local struct {
+	Dir                 string    // dir; relative paths are taken from the config file's directory
+	Fsync               string    // fsync: only "always"
+	SegmentBytesMax     ByteSize  // segment_bytes_max
+	Retention           Retention // retention
+	ExpirePastRetention bool      // expire_past_retention: drop segments a lagging cursor still needs
+}
+
+// Retention bounds the local log. Zero on one axis means no limit on that
+// axis; at least one must be set.
+type Retention struct {
+	MaxBytes ByteSize      // max_bytes
+	MaxAge   time.Duration // max_age
+}
+
+// Kafka is the broker transport.
+type Kafka struct {
+	Brokers           []string     // brokers: host:port
+	Topic             string       // topic; default trellara.<flow>
+	ConsumerGroup     string       // consumer_group; default trellara.<flow>
+	Profile           KafkaProfile // profile
+	TLS               *TLS         // tls; nil means plaintext
+	SASL              *SASL        // sasl; nil means no SASL
+	ReplicationFactor int          // replication_factor (topic creation and checks)
+	MinInsyncReplicas int          // min_insync_replicas
+	Acks              Acks         // acks
+	Idempotent        bool         // idempotent producer
+}
+
+// TLS configures broker TLS. Present (even empty) means TLS is on, verified
+// against the system roots unless CAFile is set. CertFile+KeyFile is mTLS.
+type TLS struct {
+	CAFile   string // ca_file
+	CertFile string // cert_file
+	KeyFile  string // key_file
+}
+
+// SASL configures broker authentication.
+type SASL struct {
+	Mechanism SASLMechanism // mechanism
+	Username  string        // username
+	Password  SecretRef     // password
+}
+
+// Target is the Postgres database changes are applied to.
+type Target struct {
+	DatabaseURL  SecretRef // database_url
+	Mode         Mode      // mode
+	Schema       string    // schema: Trellara-owned schema (checkpoints, quarantine)
+	CreateTables bool      // create_tables: create missing target tables from source definitions
+}
+
+// SchemaPolicy governs schema changes seen in the stream.
+type SchemaPolicy struct {
+	UnknownTablePolicy UnknownTablePolicy // unknown_table_policy
+}
+
+// Run holds process settings.
+type Run struct {
+	Evaluate bool   // evaluate: a bounded evaluation flow whose resources may be dropped
+	Listen   Listen // listen
+}
+
+// Listen holds the health and metrics listen addresses.
+type Listen struct {
+	Relay   string // relay
+	Applier string // applier
+}
+
+// Default returns a configuration holding every default. Flow, source and
+// transport still need values before it validates.
+func Default() *Config {
+	return &Config{
+		Version:     SchemaVersion,
+		Environment: DefaultEnvironment,
+		Source: Source{
+			Capture:         CapturePgoutput,
+			ProtocolVersion: DefaultProtocolVersion,
+			Streaming:       true,
+			MemoryBytesMax:  DefaultMemoryBytesMax,
+		},
+		Schema: SchemaPolicy{UnknownTablePolicy: PolicyBlock},
+		Run:    Run{Listen: Listen{Relay: DefaultRelayListen, Applier: DefaultApplierListen}},
+	}
+}
+
+// DefaultLocal returns a local transport with every default but Dir.
+func DefaultLocal() *Local {
+	return &Local{
+		Fsync:           DefaultFsync,
+		SegmentBytesMax: DefaultSegmentBytesMax,
+		Retention:       Retention{MaxBytes: DefaultRetentionMaxBytes, MaxAge: DefaultRetentionMaxAge},
+	}
+}
+
+// DefaultKafka returns a Kafka transport with every default but Brokers.
+// The defaults are the safe ones (RF 3, min ISR 2, acks all, idempotent);
+// a single-broker development setup lowers them explicitly.
+func DefaultKafka() *Kafka {
+	return &Kafka{
+		Profile:           ProfileDevelopment,
+		ReplicationFactor: DefaultReplicationFactor,
+		MinInsyncReplicas: DefaultMinInsyncReplicas,
+		Acks:              AcksAll,
+		Idempotent:        true,
+	}
+}
+
+// DefaultTarget returns a target with every default but DatabaseURL.
+func DefaultTarget() *Target {
+	return &Target{Mode: ModeStrict, Schema: DefaultTargetSchema}
+}
+
+// applyDerivedDefaults fills names derived from the flow name. It runs after
+// decoding, because YAML keys may come in any order.
+func (c *Config) applyDerivedDefaults() {
+	if !flowRE.MatchString(c.Flow) {
+		return // Validate reports the flow; derived names would only add noise
+	}
+	if c.Source.Publication == "" {
+		c.Source.Publication = "trellara_" + c.Flow
+	}
+	if c.Source.Slot == "" {
+		c.Source.Slot = "trellara_" + c.Flow
+	}
+	if k := c.Transport.Kafka; k != nil {
+		if k.Topic == "" {
+			k.Topic = "trellara." + c.Flow
+		}
+		if k.ConsumerGroup == "" {
+			k.ConsumerGroup = "trellara." + c.Flow
+		}
+	}
+}
+
+func (c *Config) file() string {
+	if c.meta == nil {
+		return ""
+	}
+	return c.meta.file
+}
+
+// line returns the line of path, or of its nearest ancestor present in the
+// file (a missing key is reported where its section starts), or 0.
+func (c *Config) line(path string) int {
+	if c.meta == nil {
+		return 0
+	}
+	for p := path; p != ""; p = parentPath(p) {
+		if l, ok := c.meta.lines[p]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+// maxConfigBytes bounds the configuration file. Real files are a few KiB;
+// the bound keeps a wrong path (a log, a dump) from being read whole.
+const maxConfigBytes = 1 << 20
+
+// Load reads, decodes and validates the configuration at path. Content
+// problems come back together as one *ValidationError naming each key and
+// line; file problems (missing, unreadable) as one error with the fix.
+// Credential references are not resolved: call ResolveSecrets.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, &fileError{path: path, err: err,
+				msg: "no such file",
+				fix: "run `trellara init --source-database-url URL --table SCHEMA.TABLE` (it writes one), or pass --config with the right path"}
+		}
+		return nil, &fileError{path: path, err: err, msg: "cannot open: " + errReason(err),
+			fix: "make the file readable by the user Trellara runs as"}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, &fileError{path: path, err: err, msg: "cannot read: " + errReason(err),
+			fix: "pass --config with the path of a configuration file"}
+	}
+	if len(data) > maxConfigBytes {
+		return nil, &fileError{path: path, msg: "larger than 1 MiB; this is not a Trellara configuration",
+			fix: "pass --config with the path of a trellara.yml"}
+	}
+	c, err := parse(data, path)
+	if err != nil {
+		return nil, err
+	}
+	// A relative log directory means "next to the config file", so a config
+	// written by `trellara init --evaluate` works from any working directory.
+	if l := c.Transport.Local; l != nil && l.Dir != "" && !filepath.IsAbs(l.Dir) {
+		l.Dir = filepath.Join(filepath.Dir(path), l.Dir)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a configuration held in memory. Relative paths
+// are left as written.
+func Parse(data []byte) (*Config, error) { return parse(data, "") }
+
+func parse(data []byte, file string) (*Config, error) {
+	c, errs := decode(data)
+	if c == nil {
+		return nil, newValidationError(file, errs)
+	}
+	c.meta.file = file
+	c.applyDerivedDefaults()
+	errs = append(errs, c.validate()...)
+	if err := newValidationError(file, errs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
