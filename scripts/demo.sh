@@ -1,11 +1,92 @@
 #!/usr/bin/env bash
-# make demo: the main job. Until the pipeline lands it runs what exists and
-# says plainly what is missing.
+# make demo: the public loop on a laptop. Starts a throwaway source and
+# target, creates a small commerce schema, runs a concurrent workload of
+# multi-table transactions, then:
+#   trellara-check → init → check → preflight → run --local → run --local --verify → verify → status
+# and ends on CONVERGED (exit 0) or says why not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "Trellara demo"
-./bin/trellara --version
+root=$PWD
+. scripts/pgcluster.sh
+
+bin=$(pg_bin)
+[ -x "$bin/postgres" ] || { echo "demo: no PostgreSQL server binaries found (install postgresql-15 or set TRELLARA_PG_BIN)" >&2; exit 2; }
+work=$(mktemp -d /tmp/trellara-demo.XXXXXX)
+chmod 755 "$work"
+cleanup() {
+	stop_cluster "$work/source"; stop_cluster "$work/target"
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+sport=$(free_port); tport=$(free_port)
+while [ "$tport" = "$sport" ]; do tport=$(free_port); done
+step "starting throwaway source (port $sport) and target (port $tport) from $bin"
+start_cluster "$work/source" "$sport"
+start_cluster "$work/target" "$tport"
+SRC="postgres://postgres@127.0.0.1:$sport/postgres?sslmode=disable"
+DST="postgres://postgres@127.0.0.1:$tport/postgres?sslmode=disable"
+psql_src() { "$bin/psql" -X -q -v ON_ERROR_STOP=1 "$SRC" "$@"; }
+
+step "commerce schema: orders, line items, payments, inventory"
+psql_src <<'SQL'
+CREATE TABLE orders (id bigserial PRIMARY KEY, customer text NOT NULL, total numeric(12,2) NOT NULL, note text, created_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE line_items (id bigserial PRIMARY KEY, order_id bigint NOT NULL REFERENCES orders, item_id int NOT NULL, qty int NOT NULL, amount numeric(12,2) NOT NULL);
+CREATE TABLE payments (id bigserial PRIMARY KEY, order_id bigint NOT NULL REFERENCES orders, amount numeric(12,2) NOT NULL, method text NOT NULL);
+CREATE TABLE inventory (item_id int PRIMARY KEY, on_hand int NOT NULL, sold int NOT NULL DEFAULT 0, details jsonb);
+INSERT INTO inventory SELECT g, 1000000, 0, jsonb_build_object('sku', 'SKU-' || g) FROM generate_series(1, 100) g;
+INSERT INTO orders (customer, total, note) SELECT 'seed-' || g, 10, repeat('x', g % 50) FROM generate_series(1, 2000) g;
+INSERT INTO line_items (order_id, item_id, qty, amount) SELECT id, 1 + id % 100, 1, 10 FROM orders;
+INSERT INTO payments (order_id, amount, method) SELECT id, 10, 'card' FROM orders;
+SQL
+cat > "$work/workload.sql" <<'SQL'
+\set item random(1, 100)
+\set qty random(1, 5)
+BEGIN;
+INSERT INTO orders (customer, total) VALUES ('c' || :item, :qty * 9.99);
+INSERT INTO line_items (order_id, item_id, qty, amount) VALUES (currval('orders_id_seq'), :item, :qty, :qty * 9.99);
+INSERT INTO payments (order_id, amount, method) VALUES (currval('orders_id_seq'), :qty * 9.99, 'card');
+UPDATE inventory SET on_hand = on_hand - :qty, sold = sold + :qty WHERE item_id = :item;
+END;
+SQL
+
+cd "$work"
+T=$root/bin/trellara
+
+step "trellara-check \$SOURCE --format text   (read-only: creates nothing)"
+"$root/bin/trellara-check" "$SRC" --format text || true
+
+step "trellara init --evaluate"
+"$T" init --source-database-url "$SRC" --target-database-url "$DST" \
+	--table public.orders --table public.line_items --table public.payments --table public.inventory \
+	--flow commerce --evaluate
+
+step "trellara check --config trellara.yml --format text"
+"$T" check --config trellara.yml --format text || true
+
+step "trellara preflight --config trellara.yml"
+"$T" preflight --config trellara.yml
+
+step "concurrent workload (pgbench, 4 clients, 8 s) while trellara run --local captures"
+"$bin/pgbench" -n -c 4 -j 2 -T 8 -f "$work/workload.sql" "$SRC" >"$work/pgbench.log" 2>&1 &
+wl=$!
+sleep 1
+"$T" run --config trellara.yml --local --format text
+wait "$wl" || { echo "demo: workload failed:"; cat "$work/pgbench.log"; exit 1; }
+grep -E "number of transactions actually processed|tps" "$work/pgbench.log" || true
+
+step "trellara run --config trellara.yml --local --verify --format text   (workload finished)"
+"$T" run --config trellara.yml --local --verify --format text
+
+step "trellara verify --config trellara.yml"
+"$T" verify --config trellara.yml
+
+step "trellara status --config trellara.yml --view report --format text"
+"$T" status --config trellara.yml --view report --format text
+
+step "cleanup: trellara run --config trellara.yml --cleanup"
+"$T" run --config trellara.yml --cleanup
 echo
-echo "The public loop (init, check, preflight, run --local --verify, verify, status) is not built yet:"
-./bin/trellara run --config trellara.yml --local --verify || echo "(exit $? — not implemented yet)"
-exit 2
+echo "CONVERGED"

@@ -1,48 +1,416 @@
 package cli
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/check"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/flow"
+	"github.com/trellara/trellara/internal/verify"
+)
+
+// signalContext ends on SIGINT/SIGTERM: a bounded run stops cleanly, with
+// the durable boundary preserved.
+func signalContext(c *cli.Context) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+}
+
+func logger(c *cli.Context) *slog.Logger {
+	level := slog.LevelWarn
+	if c.Bool("verbose") {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+}
+
+func verboseFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "verbose", Usage: "log lifecycle events to stderr"}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// failure maps an error to the exit code contract: 2 = could not run.
+func failure(err error) error {
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return err
+	}
+	return cli.Exit("trellara: "+err.Error(), ExitError)
+}
+
+func openFlow(c *cli.Context) (*flow.Flow, error) {
+	return flow.Open(c.String("config"), logger(c))
+}
 
 func initCommand() *cli.Command {
-	return notImplemented("init", "write a flow config (trellara.yml) for a source, target and tables", false,
-		&cli.StringFlag{Name: "source-database-url", Usage: "source connection URL (written as a reference unless --evaluate)"},
-		&cli.StringFlag{Name: "target-database-url", Usage: "target connection URL"},
-		&cli.StringSliceFlag{Name: "table", Usage: "schema.table to capture (repeatable)"},
-		&cli.BoolFlag{Name: "evaluate", Usage: "local transport in ./.trellara, bounded run, Trellara owns slot and publication"},
-		&cli.StringFlag{Name: "output", Usage: "config path to write", Value: "trellara.yml"},
-		&cli.BoolFlag{Name: "force", Usage: "overwrite an existing config"},
-	)
+	return &cli.Command{
+		Name:  "init",
+		Usage: "write a flow config (trellara.yml) for a source, target and tables",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "source-database-url", Usage: "source connection URL; with --evaluate written inline, otherwise as {env: TRELLARA_SOURCE_URL}"},
+			&cli.StringFlag{Name: "target-database-url", Usage: "target connection URL (same rule)"},
+			&cli.StringSliceFlag{Name: "table", Usage: "schema.table to capture (repeatable)", Required: true},
+			&cli.StringFlag{Name: "flow", Usage: "flow name (default: from the first table)"},
+			&cli.StringFlag{Name: "source-id", Usage: "stable id of the source database", Value: "source"},
+			&cli.BoolFlag{Name: "evaluate", Usage: "evaluation flow: local log beside the config, Trellara owns slot and publication, target tables created"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"config"}, Usage: "config path to write", Value: "trellara.yml"},
+			formatFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			ref := func(flag, env string) config.SecretRef {
+				v := c.String(flag)
+				if v == "" {
+					return config.SecretRef{}
+				}
+				if c.Bool("evaluate") {
+					return config.InlineRef(v)
+				}
+				return config.EnvRef(env)
+			}
+			src := ref("source-database-url", "TRELLARA_SOURCE_URL")
+			if src.IsZero() {
+				src = config.EnvRef("TRELLARA_SOURCE_URL")
+			}
+			cfg, err := config.Starter(config.StarterOptions{
+				Flow: c.String("flow"), SourceID: c.String("source-id"),
+				SourceDatabaseURL: src, TargetDatabaseURL: ref("target-database-url", "TRELLARA_TARGET_URL"),
+				Tables: c.StringSlice("table"), Evaluate: c.Bool("evaluate"),
+			})
+			if err != nil {
+				return failure(err)
+			}
+			out := c.String("output")
+			if err := config.CreateFile(out, cfg); err != nil {
+				return failure(err)
+			}
+			if format == "json" {
+				return writeJSON(c.App.Writer, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": c.Bool("evaluate")})
+			}
+			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: trellara check --config %s --format text\n", out, cfg.Flow, out)
+			return nil
+		},
+	}
 }
 
 func checkCommand() *cli.Command {
-	return notImplemented("check", "validate the config and grade the source (read-only)", false, configFlag(), formatFlag())
-}
-
-func preflightCommand() *cli.Command {
-	return notImplemented("preflight", "check connectivity, privileges, slots, publication and target tables", false, configFlag(), formatFlag(),
-		&cli.BoolFlag{Name: "create-target-tables", Usage: "create missing target tables from the source definitions"})
+	return &cli.Command{
+		Name:  "check",
+		Usage: "validate the config and grade the source (read-only)",
+		Flags: []cli.Flag{configFlag(), formatFlag()},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			cfg, err := config.Load(c.String("config"))
+			if err != nil {
+				return cli.Exit(err.Error(), ExitFindings)
+			}
+			sec, err := cfg.ResolveSecrets()
+			if err != nil {
+				return cli.Exit(err.Error(), ExitFindings)
+			}
+			ctx := c.Context
+			s, err := check.Connect(ctx, sec.SourceDatabaseURL.Reveal(), check.ConnectOptions{})
+			if err != nil {
+				return failure(err)
+			}
+			defer s.Close(context.Background())
+			r, err := check.Inspect(ctx, s.Conn, check.Options{})
+			if err != nil {
+				return failure(err)
+			}
+			if format == "json" {
+				err = r.RenderJSON(c.App.Writer)
+			} else {
+				fmt.Fprintf(c.App.Writer, "config %s valid (flow %s, %d tables)\n", c.String("config"), cfg.Flow, len(cfg.Source.Tables))
+				err = r.RenderText(c.App.Writer)
+			}
+			if err != nil {
+				return failure(err)
+			}
+			if !check.Passing(r.Grade) {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
+		},
+	}
 }
 
 func runCommand() *cli.Command {
-	return notImplemented("run", "capture, publish, apply (long-running service, or bounded with --local)", false, configFlag(), formatFlag(),
-		&cli.BoolFlag{Name: "local", Usage: "bounded run on the local segment log: snapshot, relay and apply until caught up, then exit"},
-		&cli.BoolFlag{Name: "verify", Usage: "after a bounded run, verify convergence; exit 0 only on CONVERGED"},
-		&cli.StringFlag{Name: "role", Usage: "relay, applier or all", Value: "all"},
-		&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created (evaluate flows)"},
-	)
+	return &cli.Command{
+		Name:  "run",
+		Usage: "capture, publish, apply (bounded with --local; the long-running service is not implemented yet)",
+		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
+			&cli.BoolFlag{Name: "local", Usage: "bounded run on the local segment log: snapshot, relay and apply until caught up with the source, then exit"},
+			&cli.BoolFlag{Name: "verify", Usage: "after a bounded run, verify convergence; exit 0 only on CONVERGED"},
+			&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created and the local state (owns_slot flows only)"},
+		},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(c)
+			defer stop()
+			f, err := openFlow(c)
+			if err != nil {
+				return failure(err)
+			}
+			defer f.Close()
+			if c.Bool("cleanup") {
+				if err := f.Cleanup(ctx); err != nil {
+					return failure(err)
+				}
+				fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
+				return nil
+			}
+			if !c.Bool("local") {
+				return cli.Exit("not implemented yet: run (long-running service); use run --local for a bounded run", ExitError)
+			}
+			var progress func(flow.Progress)
+			if format == "text" {
+				progress = textProgress(c.App.ErrWriter)
+			}
+			res, err := f.RunLocal(ctx, c.Bool("verify"), progress)
+			if err != nil {
+				return failure(err)
+			}
+			if format == "json" {
+				if err := writeJSON(c.App.Writer, res); err != nil {
+					return failure(err)
+				}
+			} else {
+				w := c.App.Writer
+				fmt.Fprintf(w, "flow          %s\n", res.Flow)
+				fmt.Fprintf(w, "transport     %s\n", res.Transport)
+				fmt.Fprintf(w, "transactions  %d applied atomically (%d redelivered, skipped), %d rows\n", res.Applied, res.Skipped, res.Rows)
+				fmt.Fprintf(w, "checkpoint    %s (caught up with %s)\n", res.Checkpoint, res.CatchUpLSN)
+				fmt.Fprintf(w, "duration      %.1fs\n", res.DurationSecs)
+				if res.Verify != nil {
+					fmt.Fprintln(w)
+					if err := res.Verify.RenderText(w); err != nil {
+						return failure(err)
+					}
+				}
+			}
+			if res.Verify != nil && res.Verify.Verdict != verify.Converged {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
+		},
+	}
+}
+
+// textProgress renders a one-line progress display on a terminal-ish
+// stream, rewritten in place.
+func textProgress(w io.Writer) func(flow.Progress) {
+	last := time.Time{}
+	return func(p flow.Progress) {
+		if p.Phase == "done" {
+			fmt.Fprint(w, "\r\033[K")
+			return
+		}
+		if time.Since(last) < 250*time.Millisecond && p.Phase != "verifying" {
+			return
+		}
+		last = time.Now()
+		switch {
+		case p.Snapshot != nil:
+			s := p.Snapshot
+			fmt.Fprintf(w, "\r\033[Ksnapshot %s: %d rows, %.1f MB, %.0f rows/s, ETA %.0fs", s.Table, s.Rows, float64(s.Bytes)/1e6, s.RowsPerSecond, s.ETASeconds)
+		case p.Phase == "verifying":
+			fmt.Fprint(w, "\r\033[Kverifying convergence...")
+		default:
+			fmt.Fprintf(w, "\r\033[Kstreaming: %d units published, %d transactions applied, checkpoint %s → %s", p.Published, p.Applied, p.Checkpoint, p.Target)
+		}
+	}
 }
 
 func verifyCommand() *cli.Command {
-	return notImplemented("verify", "prove the target converged: counts, PK checksums, watermarks", false, configFlag(), formatFlag(),
-		&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"})
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 2 error)",
+		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
+			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"}},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(c)
+			defer stop()
+			f, err := openFlow(c)
+			if err != nil {
+				return failure(err)
+			}
+			defer f.Close()
+			res, err := f.Verify(ctx, c.StringSlice("table"))
+			if err != nil {
+				return failure(err)
+			}
+			if format == "json" {
+				err = writeJSON(c.App.Writer, res)
+			} else {
+				err = res.RenderText(c.App.Writer)
+			}
+			if err != nil {
+				return failure(err)
+			}
+			if res.Verdict != verify.Converged {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
+		},
+	}
 }
 
 func statusCommand() *cli.Command {
-	return notImplemented("status", "slot, lag, log retention, cursors, checkpoint, quarantine, last verify", false, configFlag(), formatFlag(),
-		&cli.StringFlag{Name: "view", Usage: "report, diagnostics or quarantine", Value: "report"})
+	return &cli.Command{
+		Name:  "status",
+		Usage: "slot, lag, log retention, cursors, checkpoint, quarantine",
+		Flags: []cli.Flag{configFlag(), formatFlag(),
+			&cli.StringFlag{Name: "view", Usage: "report, diagnostics or quarantine", Value: "report"}},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			view := c.String("view")
+			switch view {
+			case "report", "diagnostics", "quarantine":
+			default:
+				return cli.Exit(fmt.Sprintf("--view %q: must be report, diagnostics or quarantine", view), ExitError)
+			}
+			f, err := openFlow(c)
+			if err != nil {
+				return failure(err)
+			}
+			defer f.Close()
+			st, err := f.Status(c.Context, view)
+			if err != nil {
+				return failure(err)
+			}
+			if format == "json" {
+				return writeJSON(c.App.Writer, st)
+			}
+			return st.RenderText(c.App.Writer, view)
+		},
+	}
+}
+
+func preflightCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "preflight",
+		Usage: "check connectivity, privileges, wal_level, slots, publication and target tables; each failure names its fix",
+		Flags: []cli.Flag{configFlag(), formatFlag(),
+			&cli.BoolFlag{Name: "create-target-tables", Usage: "create missing target tables from the source definitions"}},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			f, err := openFlow(c)
+			if err != nil {
+				return failure(err)
+			}
+			defer f.Close()
+			rep := f.Preflight(c.Context, c.Bool("create-target-tables"))
+			if format == "json" {
+				if err := writeJSON(c.App.Writer, rep); err != nil {
+					return failure(err)
+				}
+			} else {
+				rep.RenderText(c.App.Writer)
+			}
+			if !rep.OK {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
+		},
+	}
 }
 
 func configCommand() *cli.Command {
-	return notImplemented("config", "validate or redact a config", false, configFlag(), formatFlag())
+	return &cli.Command{
+		Name:  "config",
+		Usage: "validate or redact a config",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "validate",
+				Usage: "check a config: every problem at once, each naming its key, line and fix (exit 1 when invalid)",
+				Flags: []cli.Flag{configFlag(), formatFlag(),
+					&cli.BoolFlag{Name: "resolve-secrets", Usage: "also check that every credential reference resolves (values are never printed)", Value: true}},
+				Action: func(c *cli.Context) error {
+					format, err := outputFormat(c)
+					if err != nil {
+						return err
+					}
+					path := c.String("config")
+					cfg, err := config.Load(path)
+					if err == nil && c.Bool("resolve-secrets") {
+						_, err = cfg.ResolveSecrets()
+					}
+					if format == "json" {
+						out := map[string]any{"config": path, "valid": err == nil}
+						if err != nil {
+							out["errors"] = strings.Split(strings.TrimSpace(err.Error()), "\n")
+						}
+						if werr := writeJSON(c.App.Writer, out); werr != nil {
+							return failure(werr)
+						}
+						if err != nil {
+							return cli.Exit("", ExitFindings)
+						}
+						return nil
+					}
+					if err != nil {
+						return cli.Exit(err.Error(), ExitFindings)
+					}
+					fmt.Fprintf(c.App.Writer, "%s: valid (flow %s, environment %s)\n", path, cfg.Flow, cfg.Environment)
+					return nil
+				},
+			},
+			{
+				Name:  "redact",
+				Usage: "print a shareable copy: no password, token, key or complete connection string",
+				Flags: []cli.Flag{configFlag()},
+				Action: func(c *cli.Context) error {
+					raw, err := os.ReadFile(c.String("config"))
+					if err != nil {
+						return failure(fmt.Errorf("config: read %s: %w", c.String("config"), err))
+					}
+					out, err := config.Redact(raw)
+					if err != nil {
+						return failure(err)
+					}
+					_, err = c.App.Writer.Write(out)
+					return err
+				},
+			},
+		},
+	}
 }
 
 func chaosCommand() *cli.Command {
@@ -50,5 +418,44 @@ func chaosCommand() *cli.Command {
 }
 
 func streamCommand() *cli.Command {
-	return notImplemented("stream", "inspect the transport: locate-local", true, configFlag(), formatFlag())
+	return &cli.Command{
+		Name:   "stream",
+		Usage:  "inspect the transport",
+		Hidden: true,
+		Subcommands: []*cli.Command{{
+			Name:  "locate-local",
+			Usage: "find and print a stored transaction in the local log by commit LSN or offset",
+			Flags: []cli.Flag{configFlag(), formatFlag(),
+				&cli.StringFlag{Name: "lsn", Usage: "commit LSN (X/X) of the transaction"},
+				&cli.Uint64Flag{Name: "offset", Usage: "log offset"},
+			},
+			Action: func(c *cli.Context) error {
+				format, err := outputFormat(c)
+				if err != nil {
+					return err
+				}
+				if c.IsSet("lsn") == c.IsSet("offset") {
+					return cli.Exit("stream locate-local: give exactly one of --lsn or --offset", ExitError)
+				}
+				f, err := openFlow(c)
+				if err != nil {
+					return failure(err)
+				}
+				defer f.Close()
+				loc, err := f.Locate(c.Context, c.String("lsn"), c.Uint64("offset"), c.IsSet("offset"))
+				if err != nil {
+					return failure(err)
+				}
+				if loc == nil {
+					return cli.Exit("stream locate-local: no stored transaction matches", ExitFindings)
+				}
+				if format == "json" {
+					return writeJSON(c.App.Writer, loc)
+				}
+				return loc.RenderText(c.App.Writer)
+			},
+		}},
+	}
 }
+
+var _ = apply.IsQuarantined

@@ -1,0 +1,307 @@
+// Package flow wires one configured flow together: the source slot and
+// publication, the relay, the local segment log, the applier and verify.
+// The CLI calls it; it holds the ordering rules that span packages (snapshot
+// before stream, publish before acknowledge, fences as watermarks) and none
+// of their mechanics.
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/envelope"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/segmentlog"
+)
+
+// ApplierCursor is the segment-log consumer name of the Postgres applier.
+const ApplierCursor = "applier"
+
+// Flow is an opened flow: its config, resolved secrets and local log.
+type Flow struct {
+	Cfg        *config.Config
+	ConfigPath string
+	Secrets    config.Secrets
+	Log        *segmentlog.Log
+	Pins       *relay.FilePins
+	Repair     *segmentlog.RepairReport
+	Logger     *slog.Logger
+	dir        string
+}
+
+// Open loads path, resolves its secrets and opens the local log.
+func Open(path string, logger *slog.Logger) (*Flow, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	sec, err := cfg.ResolveSecrets()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Transport.Local == nil {
+		return nil, fmt.Errorf("flow %s: transport.kafka is available in trellara-full only; not implemented yet in this build", cfg.Flow)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	f := &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}
+	if err := os.MkdirAll(f.dir, 0o750); err != nil {
+		return nil, fmt.Errorf("flow %s: create %s: %w", cfg.Flow, f.dir, err)
+	}
+	f.Log, f.Repair, err = segmentlog.Open(filepath.Join(f.dir, "log"), segmentlog.Options{
+		SegmentBytesMax: int64(cfg.Transport.Local.SegmentBytesMax),
+		Retention: segmentlog.Retention{MaxBytes: int64(cfg.Transport.Local.Retention.MaxBytes),
+			MaxAge: cfg.Transport.Local.Retention.MaxAge, Expire: cfg.Transport.Local.ExpirePastRetention},
+		Logger: logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow %s: open local log: %w", cfg.Flow, err)
+	}
+	if f.Repair != nil {
+		logger.Warn("local log tail repaired", "flow", cfg.Flow, "report", f.Repair.String())
+	}
+	f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json"))
+	if err != nil {
+		f.Log.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Close closes the log.
+func (f *Flow) Close() error { return f.Log.Close() }
+
+// Tables returns the configured tables as schema.name strings.
+func (f *Flow) Tables() []string {
+	out := make([]string, len(f.Cfg.Source.Tables))
+	for i, t := range f.Cfg.Source.Tables {
+		out[i] = t.String()
+	}
+	return out
+}
+
+// ConnectSource opens an ordinary connection to the source.
+func (f *Flow) ConnectSource(ctx context.Context) (*pgx.Conn, error) {
+	return connect(ctx, "source", f.Secrets.SourceDatabaseURL.Reveal())
+}
+
+// ConnectTarget opens a connection to the target.
+func (f *Flow) ConnectTarget(ctx context.Context) (*pgx.Conn, error) {
+	if f.Cfg.Target == nil {
+		return nil, fmt.Errorf("flow %s has no target section", f.Cfg.Flow)
+	}
+	return connect(ctx, "target", f.Secrets.TargetDatabaseURL.Reveal())
+}
+
+func connect(ctx context.Context, side, url string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("%s database_url does not parse (value not shown): %w", side, sanitize(err, url))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s %s:%d/%s: %w", side, cfg.Host, cfg.Port, cfg.Database, sanitize(err, url))
+	}
+	return c, nil
+}
+
+// sanitize removes the connection string (and its password) from err.
+func sanitize(err error, url string) error {
+	msg := err.Error()
+	if url != "" {
+		msg = strings.ReplaceAll(msg, url, "<connection string>")
+	}
+	if cfg, perr := pgconn.ParseConfig(url); perr == nil && cfg.Password != "" {
+		msg = strings.ReplaceAll(msg, cfg.Password, "<redacted>")
+	}
+	return errors.New(msg)
+}
+
+func (f *Flow) replicationConnect(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(f.Secrets.SourceDatabaseURL.Reveal())
+	if err != nil {
+		return nil, fmt.Errorf("source database_url does not parse: %w", sanitize(err, f.Secrets.SourceDatabaseURL.Reveal()))
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication connection to source %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database,
+			sanitize(err, f.Secrets.SourceDatabaseURL.Reveal()))
+	}
+	return c, nil
+}
+
+func (f *Flow) snapshotDonePath() string { return filepath.Join(f.dir, "snapshot.done") }
+
+// CaptureOptions tune a capture session.
+type CaptureOptions struct {
+	// Streaming is closed once the relay is streaming (after any snapshot).
+	Streaming chan<- struct{}
+	Stop      func() bool
+	OnFence   func(token string, commitLSN uint64)
+	Snapshot  func(relay.SnapshotProgress)
+	// Session receives the session once created, for status.
+	Session func(*relay.Session)
+}
+
+// Capture prepares the source (publication, slot, initial snapshot when
+// the flow owns them and they are new) and streams into the local log
+// until ctx ends or Stop reports true.
+func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
+	src := f.Cfg.Source
+	conn, err := f.ConnectSource(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	tr := transport.Local{Log: f.Log}
+	res, err := relay.ResumeFrom(ctx, tr)
+	if err != nil {
+		return err
+	}
+	si, err := relay.LookupSlot(ctx, conn, src.Slot)
+	if err != nil {
+		return err
+	}
+	repl, err := f.replicationConnect(ctx)
+	if err != nil {
+		return err
+	}
+	defer repl.Close(context.Background())
+	cleanup := fmt.Sprintf("trellara run --config %s --cleanup", f.ConfigPath)
+
+	switch {
+	case !si.Exists && !src.OwnsSlot:
+		return fmt.Errorf("flow %s: slot %s does not exist and source.owns_slot is false; create it with "+
+			"SELECT pg_create_logical_replication_slot('%s', 'pgoutput') and a publication %s, or set owns_slot: true",
+			f.Cfg.Flow, src.Slot, src.Slot, src.Publication)
+	case !si.Exists && !res.Empty:
+		return &relay.GapError{Slot: src.Slot, TransportDurable: res.DurableEnd,
+			RecoveryCommand: "the slot is gone while the local log holds data: " + cleanup + " and run again (a full resnapshot)"}
+	case !si.Exists:
+		if _, err := relay.EnsurePublication(ctx, conn, src.Publication, f.Tables()); err != nil {
+			return err
+		}
+		created, err := relay.CreateSlot(ctx, repl, src.Slot)
+		if err != nil {
+			return err
+		}
+		f.Logger.Info("slot created", "flow", f.Cfg.Flow, "slot", src.Slot, "consistent_point", envelope.FormatLSN(created.ConsistentPoint))
+		snapConn, err := f.ConnectSource(ctx)
+		if err != nil {
+			return err
+		}
+		err = relay.Snapshot(ctx, snapConn, tr, relay.SnapshotOptions{
+			SourceID: src.ID, Tables: f.Tables(), SnapshotName: created.SnapshotName,
+			ConsistentPoint: created.ConsistentPoint, Pins: f.Pins, Progress: o.Snapshot})
+		snapConn.Close(context.Background())
+		if err != nil {
+			return fmt.Errorf("flow %s: initial snapshot: %w (rerun after %s)", f.Cfg.Flow, err, cleanup)
+		}
+		if err := relay.WriteFileDurable(f.snapshotDonePath(), []byte(envelope.FormatLSN(created.ConsistentPoint)+"\n")); err != nil {
+			return err
+		}
+		res = relay.Resume{DurableEnd: created.ConsistentPoint, SkipThrough: created.ConsistentPoint, SkipEqual: true}
+	default:
+		if src.OwnsSlot {
+			if _, err := os.Stat(f.snapshotDonePath()); err != nil {
+				return fmt.Errorf("flow %s: slot %s exists but the initial snapshot did not complete (%s missing); "+
+					"the exported snapshot cannot be resumed: %s, then run again", f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
+			}
+		}
+		if si.ConfirmedFlush > res.DurableEnd && !res.Empty {
+			return &relay.GapError{Slot: src.Slot, SlotConfirmedLSN: si.ConfirmedFlush, TransportDurable: res.DurableEnd,
+				RecoveryCommand: fmt.Sprintf("trellara reseed --config %s", f.ConfigPath)}
+		}
+		if res.Empty {
+			return &relay.GapError{Slot: src.Slot, SlotConfirmedLSN: si.ConfirmedFlush,
+				RecoveryCommand: "the local log is empty but the slot exists: " + cleanup + " and run again"}
+		}
+		if si.Active {
+			return fmt.Errorf("flow %s: slot %s is in use by another process; stop it first (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s')",
+				f.Cfg.Flow, src.Slot, src.Slot)
+		}
+	}
+	if o.Streaming != nil {
+		close(o.Streaming)
+	}
+	s := relay.NewSession(repl, tr, res, relay.Config{
+		SourceID: src.ID, Slot: src.Slot, Publication: src.Publication,
+		ProtocolVersion: src.ProtocolVersion, Streaming: src.Streaming,
+		Assembler: relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
+			InspectCommand: fmt.Sprintf("trellara status --config %s --view diagnostics", f.ConfigPath)},
+		Logger: f.Logger, OnFence: o.OnFence, Stop: o.Stop,
+	})
+	if o.Session != nil {
+		o.Session(s)
+	}
+	return s.Run(ctx)
+}
+
+// Applier builds the flow's applier on conn.
+func (f *Flow) Applier(conn *pgx.Conn) (*apply.Applier, error) {
+	return apply.New(conn, apply.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: f.Cfg.Target.Schema,
+		ConfigPath: f.ConfigPath, Logger: f.Logger})
+}
+
+// Apply applies from the log's applier cursor until ctx ends or stop.
+func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, a *apply.Applier, stop func(apply.Checkpoint) bool) error {
+	if err := apply.EnsureSchema(ctx, conn, f.Cfg.Target.Schema); err != nil {
+		return err
+	}
+	if _, ok, err := f.Log.CursorOffset(ApplierCursor); err != nil {
+		return err
+	} else if !ok {
+		// First run: register the cursor at the start of the log, so
+		// retention keeps everything the applier has not read yet.
+		if err := f.Log.CommitCursor(ApplierCursor, f.Log.FirstOffset()); err != nil {
+			return err
+		}
+	}
+	rd, err := f.Log.NewCursorReader(ApplierCursor)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	return a.Run(ctx, rd, transport.Cursor{Log: f.Log, Name: ApplierCursor}, stop)
+}
+
+// Cleanup drops the slot and publication a flow owns and removes its
+// local state. It refuses for flows that do not own them.
+func (f *Flow) Cleanup(ctx context.Context) error {
+	if !f.Cfg.Source.OwnsSlot {
+		return fmt.Errorf("flow %s: source.owns_slot is false: Trellara did not create slot %s or publication %s and will not drop them",
+			f.Cfg.Flow, f.Cfg.Source.Slot, f.Cfg.Source.Publication)
+	}
+	conn, err := f.ConnectSource(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := relay.DropOwned(ctx, conn, f.Cfg.Source.Slot, f.Cfg.Source.Publication); err != nil {
+		return err
+	}
+	if err := f.Log.Close(); err != nil {
+		return err
+	}
+	return os.RemoveAll(f.dir)
+}

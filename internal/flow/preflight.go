@@ -1,0 +1,178 @@
+package flow
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/relay"
+)
+
+// Check is one preflight item: what was checked, whether it passed, and
+// the exact fix when it did not.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// PreflightReport is `trellara preflight`.
+type PreflightReport struct {
+	Flow   string  `json:"flow"`
+	OK     bool    `json:"ok"`
+	Checks []Check `json:"checks"`
+}
+
+// RenderText prints one line per check.
+func (r *PreflightReport) RenderText(w io.Writer) {
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "%s  %-22s %s\n", mark, c.Name, c.Detail)
+		if c.Fix != "" {
+			fmt.Fprintf(w, "      fix: %s\n", c.Fix)
+		}
+	}
+	if r.OK {
+		fmt.Fprintf(w, "\npreflight passed for flow %s\n", r.Flow)
+	} else {
+		fmt.Fprintf(w, "\npreflight failed for flow %s\n", r.Flow)
+	}
+}
+
+// Preflight checks everything a run needs, read-only except that
+// createTables creates missing target tables from the source definitions.
+func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightReport {
+	r := &PreflightReport{Flow: f.Cfg.Flow, OK: true}
+	add := func(c Check) {
+		r.Checks = append(r.Checks, c)
+		r.OK = r.OK && c.OK
+	}
+	src, err := f.ConnectSource(ctx)
+	if err != nil {
+		add(Check{Name: "source connection", Detail: err.Error(), Fix: "check source.database_url and that the server accepts the connection (pg_hba.conf)"})
+		return r
+	}
+	defer src.Close(context.Background())
+	var version, walLevel string
+	_ = src.QueryRow(ctx, `SHOW server_version`).Scan(&version)
+	add(Check{Name: "source connection", OK: true, Detail: "PostgreSQL " + version})
+	if err := src.QueryRow(ctx, `SHOW wal_level`).Scan(&walLevel); err == nil {
+		c := Check{Name: "wal_level", OK: walLevel == "logical", Detail: walLevel}
+		if !c.OK {
+			c.Fix = "ALTER SYSTEM SET wal_level = 'logical'; then restart PostgreSQL"
+		}
+		add(c)
+	}
+	var canReplicate bool
+	_ = src.QueryRow(ctx, `SELECT rolsuper OR rolreplication OR pg_has_role(current_user, 'rds_replication', 'member') IS TRUE
+		FROM pg_roles WHERE rolname = current_user`).Scan(&canReplicate)
+	if !canReplicate {
+		// pg_has_role errors when the role does not exist; retry without it.
+		_ = src.QueryRow(ctx, `SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user`).Scan(&canReplicate)
+	}
+	c := Check{Name: "replication privilege", OK: canReplicate, Detail: "current role may start logical replication"}
+	if !canReplicate {
+		c.Detail = "current role has neither REPLICATION nor superuser"
+		c.Fix = "ALTER ROLE <role> WITH REPLICATION (on managed services: the provider's replication role)"
+	}
+	add(c)
+
+	var pluginLibs string
+	if err := src.QueryRow(ctx, `SELECT setting FROM pg_settings WHERE name = 'output_plugin_libraries'`).Scan(&pluginLibs); err == nil {
+		ok := strings.Contains(pluginLibs, "pgoutput")
+		c := Check{Name: "output_plugin_libraries", OK: ok, Detail: pluginLibs}
+		if !ok {
+			c.Fix = "ALTER SYSTEM SET output_plugin_libraries = 'pgoutput','test_decoding'; SELECT pg_reload_conf();"
+		}
+		add(c)
+	}
+
+	si, err := relay.LookupSlot(ctx, src, f.Cfg.Source.Slot)
+	switch {
+	case err != nil:
+		add(Check{Name: "slot", Detail: err.Error()})
+	case si.Exists && si.Plugin != "pgoutput":
+		add(Check{Name: "slot", Detail: fmt.Sprintf("%s uses plugin %s", f.Cfg.Source.Slot, si.Plugin),
+			Fix: fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s')) or configure another source.slot", f.Cfg.Source.Slot)})
+	case si.Exists:
+		add(Check{Name: "slot", OK: true, Detail: fmt.Sprintf("%s exists (confirmed %s, wal_status %s)", f.Cfg.Source.Slot, lsnString(si.ConfirmedFlush), si.WALStatus)})
+	case f.Cfg.Source.OwnsSlot:
+		var free int
+		_ = src.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int - count(*) FROM pg_replication_slots`).Scan(&free)
+		c := Check{Name: "slot", OK: free > 0, Detail: fmt.Sprintf("%s will be created on first run (%d slots free)", f.Cfg.Source.Slot, free)}
+		if free <= 0 {
+			c.Fix = "raise max_replication_slots (restart required) or drop an unused slot"
+		}
+		add(c)
+	default:
+		add(Check{Name: "slot", Detail: f.Cfg.Source.Slot + " does not exist and source.owns_slot is false",
+			Fix: fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.owns_slot: true", f.Cfg.Source.Slot)})
+	}
+
+	var pubExists bool
+	_ = src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, f.Cfg.Source.Publication).Scan(&pubExists)
+	switch {
+	case pubExists:
+		add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " exists"})
+	case f.Cfg.Source.OwnsSlot:
+		add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " will be created on first run"})
+	default:
+		add(Check{Name: "publication", Detail: f.Cfg.Source.Publication + " does not exist",
+			Fix: fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{f.Cfg.Source.Publication}.Sanitize(), strings.Join(f.Tables(), ", "))})
+	}
+
+	defs, err := apply.SourceTables(ctx, src, f.Tables())
+	if err != nil {
+		add(Check{Name: "source tables", Detail: err.Error(), Fix: "create the table or correct source.tables"})
+		return r
+	}
+	for _, d := range defs {
+		c := Check{Name: "source table", OK: true, Detail: fmt.Sprintf("%s.%s: primary key (%s), replica identity %q", d.Schema, d.Name, strings.Join(d.PrimaryKey, ", "), d.ReplicaIdentity)}
+		if len(d.PrimaryKey) == 0 && d.ReplicaIdentity != 'f' && d.ReplicaIdentity != 'i' {
+			c.OK = false
+			c.Detail = fmt.Sprintf("%s.%s has no primary key: updates and deletes cannot be identified", d.Schema, d.Name)
+			c.Fix = fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...); or ALTER TABLE %s REPLICA IDENTITY FULL", pgx.Identifier{d.Schema, d.Name}.Sanitize(), pgx.Identifier{d.Schema, d.Name}.Sanitize())
+		}
+		add(c)
+	}
+	if f.Cfg.Target == nil {
+		return r
+	}
+	tgt, err := f.ConnectTarget(ctx)
+	if err != nil {
+		add(Check{Name: "target connection", Detail: err.Error(), Fix: "check target.database_url"})
+		return r
+	}
+	defer tgt.Close(context.Background())
+	add(Check{Name: "target connection", OK: true, Detail: "connected"})
+	mism, err := apply.ValidateTables(ctx, tgt, defs)
+	if err != nil {
+		add(Check{Name: "target tables", Detail: err.Error()})
+		return r
+	}
+	if len(mism) > 0 && (createTables || f.Cfg.Target.CreateTables) {
+		if err := apply.CreateTables(ctx, tgt, defs); err != nil {
+			add(Check{Name: "target tables", Detail: err.Error()})
+			return r
+		}
+		if mism, err = apply.ValidateTables(ctx, tgt, defs); err != nil {
+			add(Check{Name: "target tables", Detail: err.Error()})
+			return r
+		}
+	}
+	if len(mism) == 0 {
+		add(Check{Name: "target tables", OK: true, Detail: fmt.Sprintf("%d tables match the source", len(defs))})
+	}
+	for _, m := range mism {
+		add(Check{Name: "target table", Detail: strings.TrimSuffix(m.String(), "; fix: "+m.Fix), Fix: m.Fix})
+	}
+	return r
+}

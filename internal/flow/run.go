@@ -1,0 +1,254 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/verify"
+	"github.com/trellara/trellara/relay"
+)
+
+// Progress is what a bounded run reports while it works.
+type Progress struct {
+	Phase      string                  `json:"phase"` // snapshot, streaming, applying, verifying, done
+	Snapshot   *relay.SnapshotProgress `json:"snapshot,omitempty"`
+	Published  uint64                  `json:"published_units"`
+	Applied    int64                   `json:"transactions_applied"`
+	Checkpoint string                  `json:"checkpoint_lsn"`
+	Target     string                  `json:"catch_up_lsn"`
+}
+
+// RunResult is the outcome of a bounded run.
+type RunResult struct {
+	Flow         string         `json:"flow"`
+	Transport    string         `json:"transport"`
+	CatchUpLSN   string         `json:"catch_up_lsn"`
+	Checkpoint   string         `json:"checkpoint_lsn"`
+	Published    uint64         `json:"published_units"`
+	Applied      int64          `json:"transactions_applied"`
+	Skipped      int64          `json:"transactions_skipped"`
+	Rows         int64          `json:"rows_applied"`
+	Duration     time.Duration  `json:"-"`
+	DurationSecs float64        `json:"duration_seconds"`
+	Verify       *verify.Result `json:"verify,omitempty"`
+}
+
+// RunLocal is `trellara run --local`: capture and apply concurrently until
+// the target has applied everything the source committed before the run
+// started (proved by a fence), then optionally verify while the pipeline
+// keeps running, then stop both cleanly.
+func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progress)) (*RunResult, error) {
+	start := time.Now()
+	if f.Cfg.Target == nil {
+		return nil, fmt.Errorf("flow %s has no target: run --local applies to a target", f.Cfg.Flow)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	report := func(p Progress) {
+		if progress != nil {
+			progress(p)
+		}
+	}
+
+	tgt, err := f.ConnectTarget(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tgt.Close(context.Background())
+	if f.Cfg.Target.CreateTables {
+		if err := f.createTargetTables(ctx, tgt); err != nil {
+			return nil, err
+		}
+	}
+	applier, err := f.Applier(tgt)
+	if err != nil {
+		return nil, err
+	}
+
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+		session  *relay.Session
+		sessMu   sync.Mutex
+	)
+	fail := func(err error) {
+		if err == nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+		cancel()
+	}
+	streaming := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		fail(f.Capture(ctx, CaptureOptions{
+			Streaming: streaming,
+			Snapshot: func(p relay.SnapshotProgress) {
+				report(Progress{Phase: "snapshot", Snapshot: &p})
+			},
+			Session: func(s *relay.Session) { sessMu.Lock(); session = s; sessMu.Unlock() },
+		}))
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		fail(f.Apply(ctx, tgt, applier, nil))
+	}()
+
+	select {
+	case <-streaming:
+	case <-ctx.Done():
+		wg.Wait()
+		return nil, f.runError(firstErr, ctx)
+	}
+	src, err := f.ConnectSource(ctx)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return nil, err
+	}
+	defer src.Close(context.Background())
+	fence, err := relay.EmitFence(ctx, src, fmt.Sprintf("run %s", time.Now().UTC().Format(time.RFC3339Nano)))
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return nil, err
+	}
+	res := &RunResult{Flow: f.Cfg.Flow, Transport: "local segment log · fsync " + f.Cfg.Transport.Local.Fsync, CatchUpLSN: lsnString(fence)}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for applier.Checkpoint().EndLSN < fence {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil, f.runError(firstErr, ctx)
+		case <-tick.C:
+			cp := applier.Checkpoint()
+			p := Progress{Phase: "applying", Applied: cp.TxnsApplied, Checkpoint: lsnString(cp.EndLSN), Target: lsnString(fence)}
+			sessMu.Lock()
+			if session != nil {
+				p.Published = session.Stats().Published
+			}
+			sessMu.Unlock()
+			report(p)
+		}
+	}
+
+	if doVerify {
+		report(Progress{Phase: "verifying"})
+		vr, err := f.verifyWith(ctx, applier, nil)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, err
+		}
+		res.Verify = vr
+	}
+	cancel()
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	cp := applier.Checkpoint()
+	st := applier.Stats()
+	res.Checkpoint = lsnString(cp.EndLSN)
+	res.Applied, res.Skipped, res.Rows = st.TxnsApplied, st.TxnsSkipped, st.RowsApplied
+	sessMu.Lock()
+	if session != nil {
+		res.Published = session.Stats().Published
+	}
+	sessMu.Unlock()
+	res.Duration = time.Since(start)
+	res.DurationSecs = res.Duration.Seconds()
+	report(Progress{Phase: "done"})
+	return res, nil
+}
+
+func (f *Flow) runError(first error, ctx context.Context) error {
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+func lsnString(v uint64) string { return fmt.Sprintf("%X/%X", uint32(v>>32), uint32(v)) }
+
+func (f *Flow) createTargetTables(ctx context.Context, tgt *pgx.Conn) error {
+	src, err := f.ConnectSource(ctx)
+	if err != nil {
+		return err
+	}
+	defer src.Close(context.Background())
+	defs, err := apply.SourceTables(ctx, src, f.Tables())
+	if err != nil {
+		return err
+	}
+	return apply.CreateTables(ctx, tgt, defs)
+}
+
+// Verify compares source and target. With an applier running in this
+// process its checkpoint is the watermark; otherwise the checkpoint row on
+// the target is read.
+func (f *Flow) Verify(ctx context.Context, tables []string) (*verify.Result, error) {
+	return f.verifyWith(ctx, nil, tables)
+}
+
+func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, tables []string) (*verify.Result, error) {
+	src, err := f.ConnectSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close(context.Background())
+	fenceConn, err := f.ConnectSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer fenceConn.Close(context.Background())
+	tgt, err := f.ConnectTarget(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tgt.Close(context.Background())
+	if len(tables) == 0 {
+		tables = f.Tables()
+	}
+	opts := verify.Options{
+		Tables:     tables,
+		ConfigPath: f.ConfigPath,
+		// The watermark is a fence written after the source snapshot: once
+		// the target has applied it, the target has everything the
+		// snapshot saw.
+		SourceLSN: func(ctx context.Context) (uint64, error) {
+			return relay.EmitFence(ctx, fenceConn, "verify")
+		},
+		TargetCheckpoint: func(ctx context.Context) (uint64, error) {
+			if running != nil {
+				return running.Checkpoint().EndLSN, nil
+			}
+			st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+			if err != nil {
+				return 0, err
+			}
+			return st.Checkpoint.EndLSN, nil
+		},
+	}
+	res, err := verify.Verify(ctx, src, tgt, opts)
+	if err == nil {
+		if rerr := f.RecordVerify(res); rerr != nil {
+			f.Logger.Warn("could not record the verify result for status", "err", rerr)
+		}
+	}
+	return res, err
+}
