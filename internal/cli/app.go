@@ -135,4 +135,3 @@ func outputFormat(c *cli.Context) (string, error) {
 		return "", cli.Exit(fmt.Sprintf("--format %q: must be text or json", f), ExitError)
 	}
 }
-

@@ -1,0 +1,81 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/pgtest"
+)
+
+// BenchmarkApply applies a pgbench-like (TPC-B) workload: each source
+// transaction updates an account, a teller and a branch and inserts a
+// history row. The target runs with fsync on, as in production. Reported:
+// source transactions and rows per second, and source transactions per
+// target transaction (the batching achieved).
+func BenchmarkApply(b *testing.B) {
+	_, conn := target(b, pgtest.Options{})
+	const accounts, tellers, branches, n = 100000, 100, 10, 5000
+	exec(b, conn,
+		"CREATE TABLE accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84))",
+		"CREATE TABLE tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84))",
+		"CREATE TABLE branches (bid int PRIMARY KEY, bbalance int, filler char(88))",
+		"CREATE TABLE history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))",
+		fmt.Sprintf("INSERT INTO accounts SELECT g, (g - 1) / %d + 1, 0, '' FROM generate_series(1, %d) g", accounts/branches, accounts),
+		fmt.Sprintf("INSERT INTO tellers SELECT g, (g - 1) / %d + 1, 0, '' FROM generate_series(1, %d) g", tellers/branches, tellers),
+		fmt.Sprintf("INSERT INTO branches SELECT g, 0, '' FROM generate_series(1, %d) g", branches),
+		"VACUUM ANALYZE")
+	if err := EnsureSchema(context.Background(), conn, ""); err != nil {
+		b.Fatal(err)
+	}
+	acc := relation("public", "accounts", 'd', "aid*", "bid", "abalance", "filler")
+	tel := relation("public", "tellers", 'd', "tid*", "bid", "tbalance", "filler")
+	bra := relation("public", "branches", 'd', "bid*", "bbalance", "filler")
+	his := relation("public", "history", 'd', "tid", "bid", "aid", "delta", "mtime", "filler")
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	abal, tbal, bbal := map[int]int{}, map[int]int{}, map[int]int{}
+	payloads := make([][]byte, n)
+	none := pb.OldTuple_OLD_TUPLE_NONE
+	for i := range payloads {
+		aid, tid, bid := 1+rng.IntN(accounts), 1+rng.IntN(tellers), 1+rng.IntN(branches)
+		delta := rng.IntN(10001) - 5000
+		abal[aid] += delta
+		tbal[tid] += delta
+		bbal[bid] += delta
+		s := strconv.Itoa
+		payloads[i] = newTxn(uint64(0x1000000+i*128)).
+			update(acc, none, nil, vals(s(aid), s((aid-1)/(accounts/branches)+1), s(abal[aid]), "")).
+			update(tel, none, nil, vals(s(tid), s((tid-1)/(tellers/branches)+1), s(tbal[tid]), "")).
+			update(bra, none, nil, vals(s(bid), s(bbal[bid]), "")).
+			insert(his, vals(s(tid), s(bid), s(aid), s(delta), "2026-11-30 12:00:00", "")...).encode(b)
+	}
+
+	for _, batch := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("txns=%d/batch=%d", n, batch), func(b *testing.B) {
+			var elapsed time.Duration
+			var targetTxns int64
+			for range b.N {
+				b.StopTimer()
+				exec(b, conn, "DELETE FROM trellara.checkpoints WHERE flow = '"+testFlow+"'", "TRUNCATE history")
+				a := newApplier(b, conn, func(c *Config) { c.MaxBatchTxns = batch })
+				b.StartTimer()
+				start := time.Now()
+				if err := drain(b, a, nil, 0, payloads); err != nil {
+					b.Fatal(err)
+				}
+				elapsed += time.Since(start)
+				targetTxns += a.Stats().TargetTxns
+			}
+			secs := elapsed.Seconds()
+			b.ReportMetric(float64(n*b.N)/secs, "txns/s")
+			b.ReportMetric(float64(4*n*b.N)/secs, "rows/s")
+			b.ReportMetric(float64(n*b.N)/float64(targetTxns), "txns/target-txn")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

@@ -1,0 +1,101 @@
+package apply
+
+import (
+	"fmt"
+	"log/slog"
+)
+
+// Config shapes one applier. The zero values of the optional fields take the
+// defaults below; Validate names the allowed range of each.
+type Config struct {
+	// Flow names the flow (config `flow`); part of the checkpoint key.
+	Flow string
+	// SourceID is the source database's id (config `source.id`). Units from
+	// any other source are refused.
+	SourceID string
+	// Schema is the Trellara-owned schema on the target holding the
+	// checkpoint, snapshot progress and quarantine tables. Default "trellara".
+	Schema string
+	// MaxBatchTxns bounds how many whole source transactions share one
+	// target transaction. Default 256.
+	MaxBatchTxns int
+	// MaxBatchRows bounds the rows of one target transaction. A single
+	// source transaction larger than this is still applied whole, alone.
+	// Default 20000.
+	MaxBatchRows int
+	// MaxBatchBytes bounds the envelope bytes of one target transaction
+	// (and, with MaxBatchTxns, the read-ahead buffer). Default 32 MiB.
+	MaxBatchBytes int
+	// Mapping maps a source relation to its target table. Nil keeps the
+	// source schema and name.
+	Mapping func(schema, name string) (string, string)
+	// ConfigPath is the config file named in the commands error messages
+	// suggest. Default "trellara.yml".
+	ConfigPath string
+	// Logger receives lifecycle records (start, resume point, snapshot
+	// completion). Errors are returned, not logged. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Limits. Each bounds memory or the size of one target transaction.
+const (
+	defaultSchema        = "trellara"
+	defaultMaxBatchTxns  = 256
+	defaultMaxBatchRows  = 20000
+	defaultMaxBatchBytes = 32 << 20
+	maxBatchTxnsMax      = 10000
+	maxBatchRowsMax      = 1_000_000
+	maxBatchBytesMax     = 1 << 30
+	// identBytesMax is PostgreSQL's NAMEDATALEN-1; longer names are
+	// truncated by the server, which would silently address another object.
+	identBytesMax = 63
+	// nameBytesMax bounds flow and source ids stored in every checkpoint
+	// row and printed in every message.
+	nameBytesMax = 256
+)
+
+// withDefaults returns c with the optional fields filled in.
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = defaultSchema
+	}
+	if c.MaxBatchTxns == 0 {
+		c.MaxBatchTxns = defaultMaxBatchTxns
+	}
+	if c.MaxBatchRows == 0 {
+		c.MaxBatchRows = defaultMaxBatchRows
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = defaultMaxBatchBytes
+	}
+	if c.ConfigPath == "" {
+		c.ConfigPath = "trellara.yml"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks c after defaults are applied.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	checks := []struct {
+		field string
+		ok    bool
+		want  string
+	}{
+		{"Flow", c.Flow != "" && len(c.Flow) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax)},
+		{"SourceID", c.SourceID != "" && len(c.SourceID) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax)},
+		{"Schema", len(c.Schema) <= identBytesMax, fmt.Sprintf("1..%d bytes", identBytesMax)},
+		{"MaxBatchTxns", c.MaxBatchTxns >= 1 && c.MaxBatchTxns <= maxBatchTxnsMax, fmt.Sprintf("1..%d", maxBatchTxnsMax)},
+		{"MaxBatchRows", c.MaxBatchRows >= 1 && c.MaxBatchRows <= maxBatchRowsMax, fmt.Sprintf("1..%d", maxBatchRowsMax)},
+		{"MaxBatchBytes", c.MaxBatchBytes >= 1<<10 && c.MaxBatchBytes <= maxBatchBytesMax, fmt.Sprintf("%d..%d", 1<<10, maxBatchBytesMax)},
+	}
+	for _, ch := range checks {
+		if !ch.ok {
+			return fmt.Errorf("%w: %s must be %s", ErrInvalidConfig, ch.field, ch.want)
+		}
+	}
+	return nil
+}

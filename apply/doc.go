@@ -1,0 +1,91 @@
+// Package apply is the Postgres applier: it reads envelopes from the
+// transport in commit order and applies each source transaction to a
+// PostgreSQL target atomically, exactly once, with its checkpoint.
+//
+// # Guarantees
+//
+//  1. One source transaction is never split: its rows and the checkpoint
+//     row commit in the same target transaction. Several whole source
+//     transactions may share one target transaction (Config.MaxBatchTxns,
+//     MaxBatchRows, MaxBatchBytes); a reader of the target sees either all
+//     of a source transaction or none of it.
+//  2. Exactly once: a transaction whose commit LSN is at or below the
+//     checkpoint, or a snapshot batch below snapshot_progress.next_batch,
+//     is a redelivery and is skipped (counted in txns_skipped).
+//  3. The transport cursor moves only after the target commit that holds
+//     the unit. A crash in between costs a redelivery, never a gap.
+//  4. Unchanged TOAST values are left out of the UPDATE's SET list: the
+//     stored value stays, it never becomes NULL.
+//  5. Nothing is dropped silently: a unit the target refuses (constraint,
+//     type, missing table or column, an UPDATE or DELETE that matches no
+//     row) is rolled back, stored in the quarantine table with the error,
+//     SQLSTATE and envelope bytes, and Run returns *QuarantinedError. In
+//     strict mode the flow stops there; the checkpoint stays before it.
+//     Connection loss, shutdowns, serialization failures and deadlocks are
+//     not the data's fault: Run returns *TransientError and quarantines
+//     nothing (classify in errors.go holds the whole policy).
+//
+// # Units
+//
+//	TRANSACTION   one source transaction; batched with its neighbours
+//	SNAPSHOT      batch N (Boundary.chunk_index) of a relation's initial copy,
+//	              taken at the slot's consistent point (commit_lsn); COPY
+//	SNAPSHOT_END  the relation's copy is complete after N batches; its
+//	              visibility boundary is commit_lsn
+//	CHUNK         partitioned mode: not implemented (ErrPartitioned)
+//
+// The relay writes every snapshot unit of a flow before the first stream
+// transaction, and every stream transaction commits after the consistent
+// point. Snapshot units do not move the checkpoint's commit LSN.
+//
+// # How rows become SQL
+//
+// Values arrive in PostgreSQL text output form and are sent as text-format
+// parameters of prepared statements; the server infers each parameter's
+// type from the target column, so every type — arrays, json, numeric, bytea
+// (hex), timestamptz, enums, domains — is parsed by its own input function.
+//
+//	INSERT   INSERT INTO t (all columns) OVERRIDING SYSTEM VALUE VALUES (...)
+//	UPDATE   UPDATE t SET <sent, changed columns> WHERE <key> = <old key,
+//	         or the new tuple's key when the key did not change>
+//	DELETE   DELETE FROM t WHERE <key> = <old key>
+//	FULL     REPLICA IDENTITY FULL: the target's primary key from the old
+//	         tuple if the target has one; otherwise every old column with
+//	         IS NOT DISTINCT FROM, first match only (tableoid, ctid)
+//	TRUNCATE consecutive truncates with the same options in one statement
+//	MESSAGE  ignored (counted)
+//
+// An UPDATE or DELETE must match exactly one row; anything else means the
+// target diverged and the unit is quarantined. The statements of a target
+// transaction are pipelined in one pgx.Batch; snapshot batches use COPY in
+// text format (copy.go documents the escaping).
+//
+// # Target state (schema "trellara" by default)
+//
+//	checkpoints        (flow, source_id) PK; commit_lsn, end_lsn pg_lsn;
+//	                   log_offset bigint; applied_at timestamptz;
+//	                   txns_applied, txns_skipped, rows_applied bigint
+//	snapshot_progress  (flow, source_id, relation) PK; next_batch bigint;
+//	                   done bool; boundary_lsn pg_lsn; rows bigint
+//	quarantine         id bigserial; flow, source_id, unit_key, unit;
+//	                   commit_lsn, end_lsn; commit_time; log_offset;
+//	                   relation; error; sqlstate; envelope bytea; attempts;
+//	                   quarantined_at; replayed_at (set when a later run
+//	                   applies the unit). One open row per unit.
+//
+// EnsureSchema creates them (schema.go holds the DDL). A session advisory
+// lock keyed by schema, flow and source keeps a second applier out.
+//
+// # Batching and the Source
+//
+// Source.Next blocks. Run moves units through a reader goroutine into a
+// queue of at most MaxBatchTxns units; each batch is the first unit plus
+// whatever the queue already holds, so Run never waits to fill a batch and
+// batches grow by themselves when the target is the bottleneck.
+//
+// # Target tables
+//
+// SourceTables reads definitions from the source catalog; CreateTables
+// creates them on the target; ValidateTables names every difference that
+// would make apply fail or diverge, each with the SQL that fixes it.
+package apply

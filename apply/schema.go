@@ -1,0 +1,179 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the catalog and status helpers need from a target or source
+// connection. *pgx.Conn, *pgxpool.Pool and pgx.Tx all satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// schemaVersion is the version of the tables below. Part of the target
+// schema contract: bump it, and add a migration in EnsureSchema, when a
+// column changes meaning.
+const schemaVersion = 1
+
+// schemaLockKey serialises EnsureSchema across processes: concurrent
+// CREATE ... IF NOT EXISTS of the same object can still fail on the catalog's
+// unique indexes.
+const schemaLockKey = 0x7472656c6c617261 // "trellara"
+
+// schemaDDL creates the Trellara-owned tables. %[1]s is the quoted schema.
+// Sent as one simple-protocol query, so it runs as one implicit transaction.
+const schemaDDL = `
+SELECT pg_advisory_xact_lock(%[2]d);
+CREATE SCHEMA IF NOT EXISTS %[1]s;
+COMMENT ON SCHEMA %[1]s IS 'Trellara apply state, schema version %[3]d. Written by the applier; do not edit by hand.';
+
+-- One row per (flow, source): the last source transaction applied, written
+-- in the same target transaction as that transaction's rows.
+CREATE TABLE IF NOT EXISTS %[1]s.checkpoints (
+    flow          text        NOT NULL,
+    source_id     text        NOT NULL,
+    commit_lsn    pg_lsn      NOT NULL DEFAULT '0/0',
+    end_lsn       pg_lsn      NOT NULL DEFAULT '0/0',
+    log_offset    bigint,
+    applied_at    timestamptz,
+    txns_applied  bigint      NOT NULL DEFAULT 0,
+    txns_skipped  bigint      NOT NULL DEFAULT 0,
+    rows_applied  bigint      NOT NULL DEFAULT 0,
+    PRIMARY KEY (flow, source_id)
+);
+
+-- Per relation: how far its initial snapshot has been copied, and the
+-- visibility boundary (the slot's consistent point) once it is complete.
+CREATE TABLE IF NOT EXISTS %[1]s.snapshot_progress (
+    flow          text        NOT NULL,
+    source_id     text        NOT NULL,
+    relation      text        NOT NULL,
+    next_batch    bigint      NOT NULL DEFAULT 0,
+    done          boolean     NOT NULL DEFAULT false,
+    boundary_lsn  pg_lsn,
+    rows          bigint      NOT NULL DEFAULT 0,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (flow, source_id, relation)
+);
+
+-- Units that could not be applied, with the reason and the envelope itself,
+-- so they can be inspected and replayed. replayed_at is set in the target
+-- transaction that finally applies the unit.
+CREATE TABLE IF NOT EXISTS %[1]s.quarantine (
+    id             bigserial   PRIMARY KEY,
+    flow           text        NOT NULL,
+    source_id      text        NOT NULL,
+    unit_key       text        NOT NULL,
+    unit           text        NOT NULL,
+    commit_lsn     pg_lsn      NOT NULL,
+    end_lsn        pg_lsn      NOT NULL,
+    commit_time    timestamptz,
+    log_offset     bigint      NOT NULL,
+    relation       text        NOT NULL DEFAULT '',
+    error          text        NOT NULL,
+    sqlstate       text        NOT NULL DEFAULT '',
+    envelope       bytea       NOT NULL,
+    attempts       integer     NOT NULL DEFAULT 1,
+    quarantined_at timestamptz NOT NULL DEFAULT now(),
+    replayed_at    timestamptz
+);
+CREATE UNIQUE INDEX IF NOT EXISTS quarantine_open_unit
+    ON %[1]s.quarantine (flow, source_id, unit_key) WHERE replayed_at IS NULL;
+`
+
+// EnsureSchema creates the Trellara-owned schema and its tables on the
+// target if they do not exist. It is idempotent and safe to run from several
+// processes at once. Run calls it; init and preflight may call it earlier.
+func EnsureSchema(ctx context.Context, db DB, schema string) error {
+	if schema == "" {
+		schema = defaultSchema
+	}
+	q := fmt.Sprintf(schemaDDL, pgx.Identifier{schema}.Sanitize(), int64(schemaLockKey), schemaVersion)
+	if _, err := db.Exec(ctx, q); err != nil {
+		return fmt.Errorf("apply: create schema %q on the target: %w", schema, err)
+	}
+	return nil
+}
+
+// stateSQL holds the statements on the Trellara tables, rendered once for
+// the configured schema.
+type stateSQL struct {
+	initCheckpoint   string
+	readCheckpoint   string
+	applyCheckpoint  string
+	skipCheckpoint   string
+	readProgress     string
+	upsertProgress   string
+	readOpenQuar     string
+	markReplayed     string
+	recordQuarantine string
+}
+
+func newStateSQL(schema string) stateSQL {
+	s := pgx.Identifier{schema}.Sanitize()
+	return stateSQL{
+		initCheckpoint: `INSERT INTO ` + s + `.checkpoints (flow, source_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		readCheckpoint: `SELECT commit_lsn::text, end_lsn::text, log_offset, applied_at, txns_applied, txns_skipped, rows_applied
+			FROM ` + s + `.checkpoints WHERE flow = $1 AND source_id = $2`,
+		// commit_lsn and end_lsn are NULL for units that do not move the
+		// stream position (snapshot batches): coalesce keeps the old value.
+		applyCheckpoint: `UPDATE ` + s + `.checkpoints SET
+			commit_lsn = coalesce($3::pg_lsn, commit_lsn), end_lsn = coalesce($4::pg_lsn, end_lsn),
+			log_offset = $5::bigint, applied_at = now(),
+			txns_applied = txns_applied + $6::bigint, txns_skipped = txns_skipped + $7::bigint,
+			rows_applied = rows_applied + $8::bigint
+			WHERE flow = $1 AND source_id = $2 RETURNING applied_at`,
+		skipCheckpoint: `UPDATE ` + s + `.checkpoints SET txns_skipped = txns_skipped + $3::bigint
+			WHERE flow = $1 AND source_id = $2 RETURNING applied_at`,
+		readProgress: `SELECT relation, next_batch, done, boundary_lsn::text, rows
+			FROM ` + s + `.snapshot_progress WHERE flow = $1 AND source_id = $2 ORDER BY relation`,
+		upsertProgress: `INSERT INTO ` + s + `.snapshot_progress AS p
+			(flow, source_id, relation, next_batch, done, boundary_lsn, rows, updated_at)
+			VALUES ($1, $2, $3, $4::bigint, $5::boolean, $6::pg_lsn, $7::bigint, now())
+			ON CONFLICT (flow, source_id, relation) DO UPDATE SET next_batch = excluded.next_batch,
+			done = excluded.done, boundary_lsn = excluded.boundary_lsn, rows = excluded.rows, updated_at = now()`,
+		readOpenQuar: `SELECT id, unit_key FROM ` + s + `.quarantine
+			WHERE flow = $1 AND source_id = $2 AND replayed_at IS NULL`,
+		markReplayed: `UPDATE ` + s + `.quarantine SET replayed_at = now() WHERE id = $1::bigint AND replayed_at IS NULL`,
+		// A unit that fails again on a later run updates its open row rather
+		// than piling up duplicates.
+		recordQuarantine: `INSERT INTO ` + s + `.quarantine AS q
+			(flow, source_id, unit_key, unit, commit_lsn, end_lsn, commit_time, log_offset, relation, error, sqlstate, envelope)
+			VALUES ($1, $2, $3, $4, $5::pg_lsn, $6::pg_lsn, $7::timestamptz, $8::bigint, $9, $10, $11, $12::bytea)
+			ON CONFLICT (flow, source_id, unit_key) WHERE replayed_at IS NULL DO UPDATE SET
+			error = excluded.error, sqlstate = excluded.sqlstate, relation = excluded.relation,
+			log_offset = excluded.log_offset, envelope = excluded.envelope,
+			attempts = q.attempts + 1, quarantined_at = now()
+			RETURNING id`,
+	}
+}
+
+// formatLSN renders an LSN for a pg_lsn parameter.
+func formatLSN(lsn uint64) string {
+	return strconv.FormatUint(lsn>>32, 16) + "/" + strconv.FormatUint(lsn&0xffffffff, 16)
+}
+
+// parseLSN parses PostgreSQL's pg_lsn text form ("16/B374D848").
+func parseLSN(s string) (uint64, error) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, fmt.Errorf("apply: malformed LSN %q", s)
+	}
+	h, err := strconv.ParseUint(hi, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("apply: malformed LSN %q: %w", s, err)
+	}
+	l, err := strconv.ParseUint(lo, 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("apply: malformed LSN %q: %w", s, err)
+	}
+	return h<<32 | l, nil
+}

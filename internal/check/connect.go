@@ -1,0 +1,197 @@
+package check
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ConnectOptions bound how long the grader may wait on a sick server.
+type ConnectOptions struct {
+	ConnectTimeout   time.Duration // default 10s
+	StatementTimeout time.Duration // default 5s, per statement, enforced by the server
+	ApplicationName  string        // default "trellara-check", unless the URL sets one
+}
+
+// Session is a read-only connection plus what is safe to show about it.
+type Session struct {
+	Conn *pgx.Conn
+	// Target is user@host:port/database — never a password.
+	Target string
+	redact *Redactor
+}
+
+// Close closes the connection.
+func (s *Session) Close(ctx context.Context) error { return s.Conn.Close(ctx) }
+
+// Connect opens a read-only session from a URL or key=value string, or from
+// the libpq environment (PGHOST, PGUSER, PGPASSWORD, PGSSLMODE, ...) when
+// connString is empty. TLS follows sslmode exactly as libpq does.
+//
+// default_transaction_read_only is sent in the startup packet, so the server
+// enforces it from the first statement without a SET; lock_timeout keeps a
+// catalog read from queueing behind DDL. Errors never contain the password.
+func Connect(ctx context.Context, connString string, o ConnectOptions) (*Session, error) {
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.StatementTimeout <= 0 {
+		o.StatementTimeout = 5 * time.Second
+	}
+	if o.ApplicationName == "" {
+		o.ApplicationName = "trellara-check"
+	}
+	red := NewRedactor(connString)
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, red.Wrap(fmt.Errorf("check: connection string: %w", err))
+	}
+	red.Add(cfg.Password) // also covers PGPASSWORD and .pgpass
+	cfg.ConnectTimeout = o.ConnectTimeout
+	rp := cfg.RuntimeParams
+	rp["default_transaction_read_only"] = "on"
+	rp["statement_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds(), 10)
+	rp["lock_timeout"] = strconv.FormatInt(min(o.StatementTimeout, time.Second).Milliseconds(), 10)
+	rp["idle_in_transaction_session_timeout"] = strconv.FormatInt(o.StatementTimeout.Milliseconds()*2, 10)
+	if rp["application_name"] == "" {
+		rp["application_name"] = o.ApplicationName
+	}
+	// The simple protocol sends one Query per statement: no named prepared
+	// statements (safe behind transaction-mode poolers) and a server log with
+	// exactly the statements we ran.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+
+	target := fmt.Sprintf("%s@%s/%s", cfg.User, hostPort(cfg.Host, cfg.Port), cfg.Database)
+	cctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout+time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		msg := err.Error()
+		if strings.Contains(msg, "unsupported startup parameter") {
+			err = fmt.Errorf("%w (a connection pooler refused the read-only startup parameter; connect to PostgreSQL directly)", err)
+		}
+		return nil, red.Wrap(fmt.Errorf("check: connect to %s: %w", target, err))
+	}
+	return &Session{Conn: conn, Target: target, redact: red}, nil
+}
+
+// Redact removes the session's secrets from an error.
+func (s *Session) Redact(err error) error { return s.redact.Wrap(err) }
+
+func hostPort(host string, port uint16) string {
+	if strings.HasPrefix(host, "/") {
+		return fmt.Sprintf("%s:%d", host, port)
+	}
+	if strings.Contains(host, ":") {
+		return fmt.Sprintf("[%s]:%d", host, port)
+	}
+	return fmt.Sprintf("%s:%d", host, port)
+}
+
+// Redactor scrubs secrets from text. Driver errors may quote the connection
+// string, so every error that leaves this package passes through one.
+type Redactor struct {
+	secrets []string
+}
+
+// NewRedactor knows the password in connString (URL or key=value form) and
+// the whole string itself.
+func NewRedactor(connString string) *Redactor {
+	r := &Redactor{}
+	if u, err := url.Parse(connString); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			r.Add(pw)
+			r.Add(rawURLPassword(connString)) // the percent-encoded form as typed
+		}
+	}
+	if u, err := url.Parse(connString); err == nil && u.RawQuery != "" {
+		if q, err := url.ParseQuery(u.RawQuery); err == nil {
+			r.Add(q.Get("password"))
+			r.Add(q.Get("sslpassword"))
+		}
+	}
+	for _, f := range strings.Fields(connString) {
+		if k, v, ok := strings.Cut(f, "="); ok && (k == "password" || k == "sslpassword") {
+			r.Add(strings.Trim(v, "'"))
+		}
+	}
+	if len(r.secrets) > 0 {
+		r.Add(connString)
+	}
+	return r
+}
+
+// rawURLPassword returns the password of a URL exactly as written.
+func rawURLPassword(s string) string {
+	i := strings.Index(s, "://")
+	if i < 0 {
+		return ""
+	}
+	rest := s[i+3:]
+	if j := strings.IndexAny(rest, "/?"); j >= 0 {
+		rest = rest[:j]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
+	}
+	_, pw, ok := strings.Cut(rest[:at], ":")
+	if !ok {
+		return ""
+	}
+	return pw
+}
+
+// Add registers a secret; short strings are ignored only when empty, since a
+// short password is still a password.
+func (r *Redactor) Add(s string) {
+	if s == "" {
+		return
+	}
+	for _, have := range r.secrets {
+		if have == s {
+			return
+		}
+	}
+	r.secrets = append(r.secrets, s)
+	// Longest first, so a password inside the full string is not half-done.
+	for i := len(r.secrets) - 1; i > 0 && len(r.secrets[i]) > len(r.secrets[i-1]); i-- {
+		r.secrets[i], r.secrets[i-1] = r.secrets[i-1], r.secrets[i]
+	}
+}
+
+// String scrubs s.
+func (r *Redactor) String(s string) string {
+	for _, sec := range r.secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	return s
+}
+
+// Wrap returns err with every secret replaced; errors.Is/As still see the
+// original chain.
+func (r *Redactor) Wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := r.String(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+
+// Unwrap keeps classification working; printing uses Error only.
+func (e *redactedError) Unwrap() error { return e.err }

@@ -1,0 +1,100 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/trellara/trellara/internal/pgtest"
+)
+
+// benchRows is the table size: 1M by default, TRELLARA_BENCH_ROWS for the
+// issue's 10M figure (that run spends most of its time generating rows).
+func benchRows(b *testing.B) int {
+	s := os.Getenv("TRELLARA_BENCH_ROWS")
+	if s == "" {
+		return 1_000_000
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("TRELLARA_BENCH_ROWS=%q: want a positive integer", s)
+	}
+	return n
+}
+
+// benchSettings give each server enough shared_buffers to keep the table
+// cached, so the benchmark measures hashing, not the disk.
+var benchSettings = map[string]string{"shared_buffers": "1GB", "max_worker_processes": "8"}
+
+// BenchmarkVerify verifies an identical table on two servers and, in the
+// same run, times SELECT count(*) on the source, the cheapest possible full
+// read, to report how close verify comes to it. Metrics:
+//
+//	src-rows/s, dst-rows/s  rows hashed per second of scan time, per side
+//	verify-s                wall time of Verify
+//	count-s                 wall time of SELECT count(*) (server defaults)
+//	verify/count            the ratio the issue bounds at 3
+//
+// Sub-benchmarks: serial (one backend per side, the default) and parallel
+// (Options.ParallelWorkers = 2).
+func BenchmarkVerify(b *testing.B) {
+	rows := benchRows(b)
+	srcC := pgtest.Start(b, pgtest.Options{NoFsync: true, Settings: benchSettings})
+	dstC := pgtest.Start(b, pgtest.Options{NoFsync: true, Settings: benchSettings})
+	ddl := `CREATE TABLE public.ledger (id bigint PRIMARY KEY, account int NOT NULL, amount numeric(12,2) NOT NULL,
+		memo text, created timestamptz NOT NULL)`
+	fill := fmt.Sprintf(`INSERT INTO public.ledger SELECT g, g %% 10007, (g %% 100000) / 100.0, 'memo ' || g,
+		TIMESTAMPTZ '2025-01-01 00:00:00+00' + g * interval '1 second' FROM generate_series(1, %d) g`, rows)
+	start := time.Now()
+	for _, c := range []*pgtest.Cluster{srcC, dstC} {
+		// VACUUM sets hint bits and the visibility map, as on a settled
+		// production table; count(*) would otherwise pay for it first.
+		c.Exec(b, ddl, fill, `VACUUM ANALYZE public.ledger`)
+	}
+	b.Logf("generated %d rows per side in %s", rows, time.Since(start).Round(time.Millisecond))
+	ctx := context.Background()
+	src, dst := srcC.Connect(ctx), dstC.Connect(ctx)
+	for _, bc := range []struct {
+		name    string
+		workers int
+	}{{"serial", 0}, {"parallel", 2}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var srcRate, dstRate, verifyS, countS float64
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				r, err := Verify(ctx, src, dst, Options{Tables: []string{"public.ledger"}, ParallelWorkers: bc.workers})
+				if err != nil {
+					b.Fatal(err)
+				}
+				verifyS += time.Since(t0).Seconds()
+				if r.Verdict != Converged || r.Tables[0].SourceRows != int64(rows) {
+					b.Fatalf("verdict %s, %d rows", r.Verdict, r.Tables[0].SourceRows)
+				}
+				srcRate += r.SourceRowsPerSecond
+				dstRate += r.TargetRowsPerSecond
+				countS += timeCount(b, src)
+			}
+			n := float64(b.N)
+			b.ReportMetric(srcRate/n, "src-rows/s")
+			b.ReportMetric(dstRate/n, "dst-rows/s")
+			b.ReportMetric(verifyS/n, "verify-s")
+			b.ReportMetric(countS/n, "count-s")
+			b.ReportMetric(verifyS/countS, "verify/count")
+		})
+	}
+}
+
+// timeCount times SELECT count(*) on the benchmark table, with the server's
+// own parallel settings: what an operator would compare verify against.
+func timeCount(b *testing.B, conn *pgx.Conn) float64 {
+	var n int64
+	t0 := time.Now()
+	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM public.ledger").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0).Seconds()
+}

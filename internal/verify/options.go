@@ -1,0 +1,163 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/trellara/trellara/internal/config"
+)
+
+// Options selects what Verify compares and how long it waits for the target.
+// The zero value of every numeric field means "the default" named beside it.
+type Options struct {
+	// Tables are the source tables to compare, "schema.name" with
+	// PostgreSQL quoting rules (config.ParseTableName). Required.
+	Tables []string
+
+	// TargetTable maps a source table to the table holding its copy on the
+	// target. Nil means the same schema and name.
+	TargetTable func(config.TableName) config.TableName
+
+	// Buckets is how many key-hash buckets each table is split into. 0 picks
+	// a power of two from the source's row estimate, about
+	// bucketRowsTarget rows per bucket, between bucketsAuto and bucketsMax.
+	// More buckets make drill-down cheaper and the per-bucket report finer.
+	Buckets int
+
+	// SampleKeysMax bounds the example keys named per diverged table.
+	// 0 means defaultSampleKeysMax.
+	SampleKeysMax int
+
+	// DrillRowsMax bounds the (key, hash) pairs one drill-down fetch reads
+	// from each side; larger mismatching buckets are split by a second-level
+	// hash first. 0 means defaultDrillRowsMax.
+	DrillRowsMax int
+
+	// SourceLSN reads the source's current WAL position. It is called right
+	// after Verify's source snapshot is taken, so every transaction the
+	// snapshot sees committed before the position it returns. Nil reads
+	// pg_current_wal_insert_lsn() inside that snapshot's transaction.
+	SourceLSN func(ctx context.Context) (uint64, error)
+
+	// TargetCheckpoint reads how far the applier has applied: the source
+	// end LSN up to which every source transaction is committed on the
+	// target. Verify calls it before taking each target snapshot, and never
+	// while it holds a transaction on the target, so the hook may use the
+	// same connection. Nil means there is no flow to wait for: no watermark
+	// is reported and differing buckets are not re-checked.
+	TargetCheckpoint func(ctx context.Context) (uint64, error)
+
+	// WaitCaughtUp bounds the total time spent waiting for the target
+	// checkpoint to pass a source LSN, over all re-check rounds. 0 means
+	// defaultWaitCaughtUp.
+	WaitCaughtUp time.Duration
+
+	// RechecksMax bounds the re-check rounds for differing buckets. 0 means
+	// defaultRechecksMax. Rounds stop early when nothing differs any more or
+	// when a round sees exactly what the previous one saw.
+	RechecksMax int
+
+	// ParallelWorkers, when positive, sets max_parallel_workers_per_gather
+	// for Verify's queries (and makes parallel plans cheap enough for the
+	// planner to pick them). 0 leaves the server's settings alone, which on
+	// a busy source is the polite choice.
+	ParallelWorkers int
+
+	// ConfigPath is the configuration file named in recovery commands.
+	// Empty means defaultConfigPath.
+	ConfigPath string
+}
+
+const (
+	bucketsAuto      = 64
+	bucketsMax       = 65536
+	bucketRowsTarget = 8192
+
+	defaultSampleKeysMax = 10
+	sampleKeysMax        = 1000
+	defaultDrillRowsMax  = 100_000
+	drillRowsMax         = 10_000_000
+	defaultWaitCaughtUp  = 30 * time.Second
+	defaultRechecksMax   = 3
+	rechecksMax          = 100
+	parallelWorkersMax   = 64
+	defaultConfigPath    = "trellara.yml"
+)
+
+// tableSpec is one source table and the target table holding its copy.
+type tableSpec struct {
+	src, dst config.TableName
+}
+
+// normalize validates o and fills in defaults. Each range check says what is
+// allowed, so the message is the fix.
+func (o Options) normalize() (Options, []tableSpec, error) {
+	checks := []struct {
+		name    string
+		val     int
+		min, hi int
+	}{
+		{"Buckets", o.Buckets, 0, bucketsMax},
+		{"SampleKeysMax", o.SampleKeysMax, 0, sampleKeysMax},
+		{"DrillRowsMax", o.DrillRowsMax, 0, drillRowsMax},
+		{"RechecksMax", o.RechecksMax, 0, rechecksMax},
+		{"ParallelWorkers", o.ParallelWorkers, 0, parallelWorkersMax},
+	}
+	for _, c := range checks {
+		if c.val < c.min || c.val > c.hi {
+			return o, nil, fmt.Errorf("%w: %s is %d, allowed %d..%d (0 = default)", ErrOptions, c.name, c.val, c.min, c.hi)
+		}
+	}
+	if o.WaitCaughtUp < 0 {
+		return o, nil, fmt.Errorf("%w: WaitCaughtUp is negative (%s)", ErrOptions, o.WaitCaughtUp)
+	}
+	if len(o.Tables) == 0 {
+		return o, nil, fmt.Errorf("%w: no tables to compare; name at least one schema.table", ErrOptions)
+	}
+	if o.SampleKeysMax == 0 {
+		o.SampleKeysMax = defaultSampleKeysMax
+	}
+	if o.DrillRowsMax == 0 {
+		o.DrillRowsMax = defaultDrillRowsMax
+	}
+	if o.WaitCaughtUp == 0 {
+		o.WaitCaughtUp = defaultWaitCaughtUp
+	}
+	if o.RechecksMax == 0 {
+		o.RechecksMax = defaultRechecksMax
+	}
+	if o.ConfigPath == "" {
+		o.ConfigPath = defaultConfigPath
+	}
+	specs := make([]tableSpec, 0, len(o.Tables))
+	seen := map[config.TableName]bool{}
+	for _, s := range o.Tables {
+		tn, err := config.ParseTableName(s)
+		if err != nil {
+			return o, nil, fmt.Errorf("%w: table %q %v", ErrOptions, s, err)
+		}
+		if seen[tn] {
+			return o, nil, fmt.Errorf("%w: table %s named twice", ErrOptions, tn)
+		}
+		seen[tn] = true
+		dst := tn
+		if o.TargetTable != nil {
+			dst = o.TargetTable(tn)
+		}
+		specs = append(specs, tableSpec{src: tn, dst: dst})
+	}
+	return o, specs, nil
+}
+
+// autoBuckets picks a bucket count from a row estimate: a power of two near
+// bucketRowsTarget rows per bucket, so a mismatching bucket is small enough
+// to fetch whole during drill-down. A negative estimate (never analyzed)
+// gets the floor.
+func autoBuckets(reltuples float64) int64 {
+	b := int64(bucketsAuto)
+	for b < bucketsMax && float64(b)*bucketRowsTarget < reltuples {
+		b *= 2
+	}
+	return b
+}

@@ -1,0 +1,329 @@
+package verify
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata golden files")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from golden file (run go test -update and review the diff):\n%s", path, got)
+	}
+}
+
+// sampleResult is one of each thing the report can say.
+func sampleResult() *Result {
+	return &Result{
+		FormatVersion:       FormatVersion,
+		Verdict:             Diverged,
+		StartedAt:           time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
+		Duration:            1234 * time.Millisecond,
+		SourceRowsPerSecond: 1_250_000.4,
+		TargetRowsPerSecond: 1_190_000,
+		Watermark:           &Watermark{SourceLSN: 0x1_6B374D48, TargetCheckpoint: 0x1_6B374E00, CaughtUp: true, Waited: 250 * time.Millisecond},
+		Tables: []TableResult{
+			{
+				Table: "public.customers", TargetTable: "public.customers", Verdict: Converged,
+				KeyBasis: BasisPrimaryKey, KeyColumns: []string{"id"},
+				SourceRows: 1_000_000, TargetRows: 1_000_000,
+				SourceChecksum: "9f1c2a0b77d3e415", TargetChecksum: "9f1c2a0b77d3e415",
+				Buckets: 128,
+			},
+			{
+				Table: "public.line_items", TargetTable: `archive."Line Items"`, Verdict: Diverged,
+				Reasons:  []string{"rows differ in 3 of 64 buckets"},
+				KeyBasis: BasisPrimaryKey, KeyColumns: []string{"order_id", "Line"},
+				SourceRows: 5000, TargetRows: 4999,
+				SourceChecksum: "0123456789abcdef", TargetChecksum: "fedcba9876543210",
+				Buckets: 64, MismatchingBucketCount: 3,
+				MismatchingBuckets: []BucketDiff{{7, 80, 80}, {19, 75, 74}, {40, 81, 82}},
+				SampleKeys: []SampleKey{
+					{Key: `(12,"a b")`, Kind: KindChanged},
+					{Key: "(42,1)", Kind: KindMissing},
+					{Key: "(900,3)", Kind: KindExtra},
+				},
+				Rechecks: 1,
+				Recovery: "trellara repair-plan --config trellara.yml --table public.line_items",
+			},
+			{
+				Table: "public.events", TargetTable: "public.events", Verdict: Diverged,
+				Reasons:    []string{"target table public.events does not exist"},
+				KeyBasis:   BasisWholeRow,
+				Notes:      []string{"no primary key or replica identity index: rows are identified by their whole text, so a changed row shows as one missing and one extra"},
+				SourceRows: 12,
+				Recovery:   "trellara repair-plan --config trellara.yml --table public.events",
+			},
+		},
+	}
+}
+
+func TestRenderTextGolden(t *testing.T) {
+	var b bytes.Buffer
+	if err := sampleResult().RenderText(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "diverged.txt", b.Bytes())
+
+	conv := &Result{FormatVersion: FormatVersion, Verdict: Converged, Duration: 80 * time.Millisecond,
+		Tables: []TableResult{sampleResult().Tables[0]}}
+	b.Reset()
+	if err := conv.RenderText(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "converged.txt", b.Bytes())
+}
+
+func TestJSONGolden(t *testing.T) {
+	js, err := json.MarshalIndent(sampleResult(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "diverged.json", append(js, '\n'))
+
+	// A result without a watermark or lists still has every field.
+	js, err = json.Marshal(&Result{FormatVersion: FormatVersion, Verdict: Converged, Tables: []TableResult{{Table: "public.a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{`"watermark":null`, `"notes":[]`, `"sample_keys":[]`, `"mismatching_buckets":[]`, `"reasons":[]`, `"duration_ms":0`} {
+		if !strings.Contains(string(js), field) {
+			t.Errorf("JSON lacks %s: %s", field, js)
+		}
+	}
+}
+
+func TestWatermarkJSONRoundTrip(t *testing.T) {
+	in := Watermark{SourceLSN: 0x2_00000010, TargetCheckpoint: 0x1_FFFFFFFF, Waited: 1500 * time.Millisecond}
+	js, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"source_lsn":"2/10","target_checkpoint":"1/FFFFFFFF","caught_up":false,"waited_ms":1500}`; string(js) != want {
+		t.Errorf("got %s, want %s", js, want)
+	}
+	var out Watermark
+	if err := json.Unmarshal(js, &out); err != nil || out != in {
+		t.Errorf("round trip %+v, %v; want %+v", out, err, in)
+	}
+	if err := json.Unmarshal([]byte(`{"source_lsn":"nope"}`), &out); err == nil {
+		t.Error("bad LSN accepted")
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		r    *Result
+		err  error
+		want int
+	}{
+		{&Result{Verdict: Converged}, nil, 0},
+		{&Result{Verdict: Diverged}, nil, 1},
+		{nil, errors.New("boom"), 2},
+		{&Result{Verdict: Converged}, errors.New("boom"), 2},
+		{nil, nil, 2},
+	} {
+		if got := ExitCode(tc.r, tc.err); got != tc.want {
+			t.Errorf("ExitCode(%v, %v) = %d, want %d", tc.r, tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestOptionsNormalize(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string // substring of the error; "" for success
+	}{
+		{"ok", Options{Tables: []string{"public.a"}}, ""},
+		{"no tables", Options{}, "no tables"},
+		{"unqualified", Options{Tables: []string{"a"}}, "schema-qualified"},
+		{"twice", Options{Tables: []string{"public.a", "PUBLIC.A"}}, "named twice"},
+		{"buckets", Options{Tables: []string{"public.a"}, Buckets: bucketsMax + 1}, "Buckets is 65537"},
+		{"negative samples", Options{Tables: []string{"public.a"}, SampleKeysMax: -1}, "SampleKeysMax"},
+		{"drill", Options{Tables: []string{"public.a"}, DrillRowsMax: drillRowsMax + 1}, "DrillRowsMax"},
+		{"rechecks", Options{Tables: []string{"public.a"}, RechecksMax: -2}, "RechecksMax"},
+		{"workers", Options{Tables: []string{"public.a"}, ParallelWorkers: 65}, "ParallelWorkers"},
+		{"wait", Options{Tables: []string{"public.a"}, WaitCaughtUp: -time.Second}, "WaitCaughtUp"},
+	} {
+		o, specs, err := tc.o.normalize()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want == "":
+			if o.SampleKeysMax != defaultSampleKeysMax || o.DrillRowsMax != defaultDrillRowsMax || o.WaitCaughtUp != defaultWaitCaughtUp ||
+				o.RechecksMax != defaultRechecksMax || o.ConfigPath != defaultConfigPath || len(specs) != 1 || specs[0].dst != specs[0].src {
+				t.Errorf("%s: defaults not applied: %+v %v", tc.name, o, specs)
+			}
+		case err == nil || !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: err %v, want ErrOptions containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestAutoBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		rows float64
+		want int64
+	}{{-1, 64}, {0, 64}, {1000, 64}, {64 * 8192, 64}, {64*8192 + 1, 128}, {1e6, 128}, {1e7, 2048}, {1e12, bucketsMax}} {
+		if got := autoBuckets(tc.rows); got != tc.want {
+			t.Errorf("autoBuckets(%g) = %d, want %d", tc.rows, got, tc.want)
+		}
+	}
+}
+
+func TestPick(t *testing.T) {
+	sizes := map[int64]int64{1: 50, 2: 10, 3: 30, 4: 10, 5: 500}
+	size := func(id int64) int64 { return sizes[id] }
+	for _, tc := range []struct {
+		n      int
+		budget int64
+		want   []int64
+		rows   int64
+	}{
+		{10, 1000, []int64{1, 2, 3, 4, 5}, 600},
+		{2, 1000, []int64{2, 4}, 20},        // smallest first, ties by id
+		{10, 55, []int64{2, 3, 4}, 50},      // stops before the budget
+		{10, 5, []int64{2}, 10},             // always at least one
+		{1, 1000, []int64{2}, 10},           // n bounds it
+		{10, 100, []int64{1, 2, 3, 4}, 100}, // exactly at the budget
+	} {
+		got, rows := pick([]int64{5, 4, 3, 2, 1}, size, tc.n, tc.budget)
+		if !equalInts(got, tc.want) || rows != tc.rows {
+			t.Errorf("pick(n=%d, budget=%d) = %v, %d; want %v, %d", tc.n, tc.budget, got, rows, tc.want, tc.rows)
+		}
+	}
+}
+
+func equalInts(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSubBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		rows, budget int64
+		n            int
+		want         int64
+	}{{1000, 40, 3, 256}, {10, 100, 10, 2}, {1 << 40, 10, 1, bucketsMax}} {
+		if got := subBuckets(tc.rows, tc.budget, tc.n); got != tc.want {
+			t.Errorf("subBuckets(%d, %d, %d) = %d, want %d", tc.rows, tc.budget, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestDiffRows(t *testing.T) {
+	src := []keyHash{{"1", 10}, {"2", 20}, {"3", 30}, {"dup", 5}, {"dup", 5}, {"same", 1}}
+	dst := []keyHash{{"1", 10}, {"2", 21}, {"4", 40}, {"dup", 5}, {"same", 1}}
+	got := diffRows(src, dst)
+	want := []SampleKey{{"3", KindMissing}, {"dup", KindMissing}, {"4", KindExtra}, {"2", KindChanged}}
+	if len(got) != len(want) {
+		t.Fatalf("diffRows = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("diffRows[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+	long := strings.Repeat("é", keyTextMax) // 2 bytes each
+	if s := shorten(long); len(s) > keyTextMax+len("…") || !strings.HasSuffix(s, "…") || !strings.HasPrefix(long, strings.TrimSuffix(s, "…")) {
+		t.Errorf("shorten cut badly: %d bytes", len(s))
+	}
+}
+
+func TestChecksum(t *testing.T) {
+	for _, tc := range []struct {
+		sum  string
+		want string
+	}{
+		{"0", "0000000000000000"},
+		{"-1", "ffffffffffffffff"},
+		{"18446744073709551617", "0000000000000001"}, // 2^64 + 1
+		{"-5771168059591418190629", ""},
+	} {
+		v, _ := new(big.Int).SetString(tc.sum, 10)
+		got := checksum(v)
+		if tc.want != "" && got != tc.want {
+			t.Errorf("checksum(%s) = %s, want %s", tc.sum, got, tc.want)
+		}
+		if len(got) != 16 {
+			t.Errorf("checksum(%s) = %q, want 16 hex digits", tc.sum, got)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"public.sales":      "public.sales",
+		"/etc/trellara.yml": "/etc/trellara.yml",
+		`public."My Table"`: `'public."My Table"'`,
+		"it's":              `'it'\''s'`,
+		"":                  "''",
+		"a;rm -rf /":        "'a;rm -rf /'",
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestGrouped(t *testing.T) {
+	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234: "-1,234"} {
+		if got := grouped(in); got != want {
+			t.Errorf("grouped(%d) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestShapeProblemsAndPlans(t *testing.T) {
+	spec := tableSpec{}
+	spec.src.Schema, spec.src.Name = "public", "t"
+	spec.dst = spec.src
+	src := &shape{exists: true, relkind: "r", cols: []column{{"id", "integer"}, {"A", "text"}}, basis: BasisPrimaryKey, key: []string{"id"}}
+	same := &shape{exists: true, relkind: "r", cols: []column{{"A", "text"}, {"id", "integer"}}}
+	if p := shapeProblems(spec, src, same); len(p) != 0 {
+		t.Errorf("reordered columns reported: %q", p)
+	}
+	sp, dp := plans(spec, src, same)
+	if sp.rowText != "(t.*)::text" || dp.rowText != `ROW(t."id", t."A")::text` || sp.rel != `ONLY "public"."t"` {
+		t.Errorf("plans %+v / %+v", sp, dp)
+	}
+	if p := shapeProblems(spec, src, &shape{exists: true, relkind: "v"}); len(p) != 1 || !strings.Contains(p[0], "not a table") {
+		t.Errorf("view target: %q", p)
+	}
+	if got := quoteName("A"); got != `"A"` {
+		t.Errorf("quoteName(A) = %s", got)
+	}
+	if got := quoteName("a_1$"); got != "a_1$" {
+		t.Errorf("quoteName(a_1$) = %s", got)
+	}
+}

@@ -1,0 +1,647 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/trellara/trellara/internal/config"
+)
+
+// DB is one side of the comparison. *pgx.Conn and *pgxpool.Pool both
+// satisfy it. Verify holds at most one transaction per side at a time, so
+// one connection per side is enough.
+type DB interface {
+	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
+}
+
+const (
+	// minServerVersion: hashtextextended appeared in PostgreSQL 11.
+	minServerVersion = 110000
+	// pollFirst and pollMax shape the backoff while waiting for the target
+	// checkpoint: quick for an applier a moment behind, gentle for one
+	// minutes behind.
+	pollFirst = 20 * time.Millisecond
+	pollMax   = time.Second
+	// rollbackTimeout bounds closing a snapshot after the caller's context
+	// ended, so a caller's connection is not left inside a transaction.
+	rollbackTimeout = 5 * time.Second
+)
+
+// Verify compares opts.Tables between src and dst and says whether the
+// target converged. See the package documentation for the method and the
+// watermark rule. A divergence is a Result with Verdict Diverged, never an
+// error; an error means no verdict could be reached (see errors.go).
+func Verify(ctx context.Context, src, dst DB, opts Options) (*Result, error) {
+	o, specs, err := opts.normalize()
+	if err != nil {
+		return nil, err
+	}
+	v := &verifier{
+		o:   o,
+		src: &side{role: "source", db: src},
+		dst: &side{role: "target", db: dst},
+	}
+	for _, s := range specs {
+		v.tables = append(v.tables, &tableState{spec: s})
+	}
+	defer v.endSnapshots(ctx)
+	return v.run(ctx)
+}
+
+type verifier struct {
+	o         Options
+	src, dst  *side
+	tables    []*tableState
+	sourceLSN uint64        // observed when the comparison started
+	waited    time.Duration // spent waiting for the target, all rounds
+	notes     []string
+}
+
+// side is one database and its current snapshot transaction.
+type side struct {
+	role     string // "source" or "target"
+	db       DB
+	tx       pgx.Tx
+	encoding string
+	version  int
+	// scanRows and scanTime count full-table bucket scans only, so rows/s
+	// is the speed of hashing a table, not of re-checks or drill-downs.
+	scanRows int64
+	scanTime time.Duration
+}
+
+// tableState is one table through all passes.
+type tableState struct {
+	spec       tableSpec
+	srcShape   *shape
+	dstShape   *shape
+	reasons    []string // shape problems; non-empty means rows were not hashed
+	comparable bool
+	keySig     string // basis and key columns the buckets were computed with
+	srcPlan    plan
+	dstPlan    plan
+	buckets    int64
+	src, dst   map[int64]bucketStat
+	srcRows    int64 // counts when !comparable
+	dstRows    int64
+	mismatched []int64 // sorted bucket ids
+	rechecks   int
+	samples    []SampleKey
+	notes      []string
+	// partial is set for a re-check of only the mismatched buckets.
+	partial          bool
+	newSrc, newDst   map[int64]bucketStat
+	scannedSrcRows   int64
+	scannedDstRows   int64
+	srcScan, dstScan time.Duration
+}
+
+// bucketStat is one bucket on one side: row count and exact hash sum.
+type bucketStat struct {
+	rows int64
+	sum  *big.Int
+}
+
+func (a bucketStat) equal(b bucketStat) bool {
+	if a.rows != b.rows {
+		return false
+	}
+	if a.sum == nil || b.sum == nil {
+		return a.sum == b.sum
+	}
+	return a.sum.Cmp(b.sum) == 0
+}
+
+func (v *verifier) run(ctx context.Context) (*Result, error) {
+	started := time.Now()
+	lsn, err := v.beginSource(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.sourceLSN = lsn
+	if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
+		return nil, err
+	}
+	if err := v.compareServers(); err != nil {
+		return nil, err
+	}
+	if err := v.compare(ctx, v.tables, false); err != nil {
+		return nil, err
+	}
+	if err := v.recheck(ctx); err != nil {
+		return nil, err
+	}
+	// Examples come from the snapshots of the last comparison, so they
+	// agree with the buckets reported.
+	for _, t := range v.tables {
+		if t.comparable && len(t.mismatched) > 0 {
+			if err := v.drill(ctx, t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// The hook may use the target connection: release it first.
+	v.endSnapshots(ctx)
+	var wm *Watermark
+	if v.o.TargetCheckpoint != nil {
+		cp, err := v.o.TargetCheckpoint(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrTargetCheckpoint, err)
+		}
+		wm = &Watermark{
+			SourceLSN:        pglogrepl.LSN(v.sourceLSN),
+			TargetCheckpoint: pglogrepl.LSN(cp),
+			CaughtUp:         cp >= v.sourceLSN,
+			Waited:           v.waited,
+		}
+	}
+	return v.result(started, wm), nil
+}
+
+// recheck compares differing tables again, each round in fresh snapshots
+// taken once the target has applied everything the new source snapshot
+// sees: source snapshot first, then its WAL position L, then wait until the
+// target checkpoint passes L, then the target snapshot. A difference that
+// was only replication lag disappears; one that survives a round with the
+// target caught up, unchanged, is real. Without a TargetCheckpoint hook
+// there is nothing to wait for, so nothing is re-checked.
+func (v *verifier) recheck(ctx context.Context) error {
+	if v.o.TargetCheckpoint == nil {
+		return nil
+	}
+	for round := 0; round < v.o.RechecksMax; round++ {
+		var pending []*tableState
+		for _, t := range v.tables {
+			if !t.comparable || len(t.mismatched) > 0 {
+				pending = append(pending, t)
+			}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		before := fingerprint(pending)
+		v.endSnapshots(ctx)
+		lsn, err := v.beginSource(ctx)
+		if err != nil {
+			return err
+		}
+		reached, err := v.waitTarget(ctx, lsn)
+		if err != nil {
+			return err
+		}
+		if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
+			return err
+		}
+		if err := v.compare(ctx, pending, true); err != nil {
+			return err
+		}
+		for _, t := range pending {
+			t.rechecks++
+		}
+		// Out of waiting budget, another round would compare against the
+		// same stale target; an identical picture will not change either.
+		if !reached || fingerprint(pending) == before {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fingerprint summarises what differs, to tell whether a round changed it.
+func fingerprint(ts []*tableState) string {
+	var b strings.Builder
+	for _, t := range ts {
+		fmt.Fprintf(&b, "%s|%v|%q|%d|%d|", t.spec.src, t.comparable, t.reasons, t.srcRows, t.dstRows)
+		for _, id := range t.mismatched {
+			s, d := t.src[id], t.dst[id]
+			fmt.Fprintf(&b, "%d:%d:%v:%d:%v,", id, s.rows, s.sum, d.rows, d.sum)
+		}
+		b.WriteString(";")
+	}
+	return b.String()
+}
+
+// beginSource opens the source snapshot and then reads the source WAL
+// position, so every transaction the snapshot sees committed before it.
+func (v *verifier) beginSource(ctx context.Context) (uint64, error) {
+	if err := v.src.begin(ctx, v.o.ParallelWorkers); err != nil {
+		return 0, err
+	}
+	if v.o.SourceLSN != nil {
+		lsn, err := v.o.SourceLSN(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrSourceLSN, err)
+		}
+		return lsn, nil
+	}
+	var text string
+	if err := v.src.tx.QueryRow(ctx, sqlSourceLSN).Scan(&text); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrSourceLSN, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(text)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q: %w", ErrSourceLSN, text, err)
+	}
+	return uint64(lsn), nil
+}
+
+// waitTarget polls the target checkpoint with backoff until it reaches lsn
+// or the WaitCaughtUp budget (shared by all rounds) is spent.
+func (v *verifier) waitTarget(ctx context.Context, lsn uint64) (bool, error) {
+	delay := pollFirst
+	for {
+		cp, err := v.o.TargetCheckpoint(ctx)
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", ErrTargetCheckpoint, err)
+		}
+		if cp >= lsn {
+			return true, nil
+		}
+		left := v.o.WaitCaughtUp - v.waited
+		if left <= 0 {
+			return false, nil
+		}
+		d := min(delay, left)
+		timer := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false, ctx.Err()
+		case <-timer.C:
+		}
+		v.waited += d
+		delay = min(2*delay, pollMax)
+	}
+}
+
+// begin opens a REPEATABLE READ READ ONLY transaction and pins the settings
+// that make text output identical on both sides. Its first statement takes
+// the snapshot (BEGIN alone does not).
+func (s *side) begin(ctx context.Context, workers int) error {
+	tx, err := s.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("verify: open %s snapshot: %w", s.role, err)
+	}
+	s.tx = tx
+	rows, err := tx.Query(ctx, settingsSQL(workers))
+	if err != nil {
+		return fmt.Errorf("verify: pin %s session settings: %w", s.role, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return fmt.Errorf("verify: pin %s session settings: %w", s.role, rows.Err())
+	}
+	vals, err := rows.Values()
+	if err != nil || len(vals) < 2 {
+		return fmt.Errorf("verify: pin %s session settings: %v", s.role, err)
+	}
+	enc, ok1 := vals[len(vals)-2].(string)
+	ver, ok2 := vals[len(vals)-1].(int32)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("verify: %s server facts have unexpected types %T, %T", s.role, vals[len(vals)-2], vals[len(vals)-1])
+	}
+	s.encoding, s.version = enc, int(ver)
+	rows.Close()
+	return rows.Err()
+}
+
+// end rolls back the snapshot. It runs even after the caller's context
+// ended, briefly, so a caller's connection is not left in a transaction.
+func (s *side) end(ctx context.Context) {
+	if s.tx == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = s.tx.Rollback(ctx) // read-only: nothing to lose; a dead connection is the caller's to see
+	s.tx = nil
+}
+
+func (v *verifier) endSnapshots(ctx context.Context) {
+	v.src.end(ctx)
+	v.dst.end(ctx)
+}
+
+// compareServers refuses pairs whose text forms cannot match and notes
+// pairs whose text forms may not.
+func (v *verifier) compareServers() error {
+	for _, s := range []*side{v.src, v.dst} {
+		if s.version < minServerVersion {
+			return fmt.Errorf("%w: %s server is version %d; verify needs PostgreSQL 11 or newer (hashtextextended)", ErrIncomparable, s.role, s.version)
+		}
+	}
+	if v.src.encoding != v.dst.encoding {
+		return fmt.Errorf("%w: source server_encoding is %s but target is %s, so equal text hashes differently; create the target database with ENCODING '%s'",
+			ErrIncomparable, v.src.encoding, v.dst.encoding, v.src.encoding)
+	}
+	if sm, dm := v.src.version/10000, v.dst.version/10000; sm != dm {
+		v.notes = append(v.notes, fmt.Sprintf("source is PostgreSQL %d and target %d: a type whose text output changed between them (floats before 12) reports as changed", sm, dm))
+	}
+	return nil
+}
+
+// compare reads the shapes of ts on both sides and then hashes their rows,
+// both sides at once. On a re-check, tables that were comparable before
+// and still are with the same key only re-hash their mismatched buckets.
+func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) error {
+	err := both(ctx,
+		func(ctx context.Context) error {
+			for _, t := range ts {
+				sh, err := readShape(ctx, v.src.tx, t.spec.src)
+				if err != nil {
+					return &TableError{Table: t.spec.src.String(), Side: "source", Err: err}
+				}
+				t.srcShape = sh
+			}
+			return nil
+		},
+		func(ctx context.Context) error {
+			for _, t := range ts {
+				sh, err := readShape(ctx, v.dst.tx, t.spec.dst)
+				if err != nil {
+					return &TableError{Table: t.spec.dst.String(), Side: "target", Err: err}
+				}
+				t.dstShape = sh
+			}
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if !t.srcShape.exists || (t.srcShape.relkind != "r" && t.srcShape.relkind != "p") {
+			return fmt.Errorf("%w: %s (check the table list in %s or the --table flag)", ErrSourceTable, t.spec.src, v.o.ConfigPath)
+		}
+		wasComparable, oldSig := t.comparable, t.keySig
+		t.reasons = shapeProblems(t.spec, t.srcShape, t.dstShape)
+		t.comparable = len(t.reasons) == 0
+		t.keySig = fmt.Sprintf("%s%q", t.srcShape.basis, t.srcShape.key)
+		t.partial = recheck && wasComparable && t.comparable && oldSig == t.keySig
+		if t.comparable {
+			t.srcPlan, t.dstPlan = plans(t.spec, t.srcShape, t.dstShape)
+			if t.buckets == 0 {
+				t.buckets = int64(v.o.Buckets)
+				if t.buckets == 0 {
+					t.buckets = autoBuckets(t.srcShape.reltuples)
+				}
+			}
+		}
+	}
+	err = both(ctx,
+		func(ctx context.Context) error { return v.scanSide(ctx, v.src, ts) },
+		func(ctx context.Context) error { return v.scanSide(ctx, v.dst, ts) })
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		switch {
+		case !t.comparable:
+			t.src, t.dst, t.mismatched = nil, nil, nil
+		case t.partial:
+			for _, id := range t.mismatched {
+				delete(t.src, id)
+				delete(t.dst, id)
+			}
+			for id, s := range t.newSrc {
+				t.src[id] = s
+			}
+			for id, s := range t.newDst {
+				t.dst[id] = s
+			}
+			t.mismatched = mismatchedBuckets(t.src, t.dst)
+		default:
+			t.src, t.dst = t.newSrc, t.newDst
+			t.mismatched = mismatchedBuckets(t.src, t.dst)
+			if !recheck {
+				v.src.scanRows += t.scannedSrcRows
+				v.dst.scanRows += t.scannedDstRows
+				v.src.scanTime += t.srcScan
+				v.dst.scanTime += t.dstScan
+			}
+		}
+		t.newSrc, t.newDst = nil, nil
+	}
+	return nil
+}
+
+// scanSide runs s's half of compare. Each goroutine writes only its own
+// side's fields of a tableState.
+func (v *verifier) scanSide(ctx context.Context, s *side, ts []*tableState) error {
+	for _, t := range ts {
+		tn, p, sh := t.spec.src, t.srcPlan, t.srcShape
+		if s == v.dst {
+			tn, p, sh = t.spec.dst, t.dstPlan, t.dstShape
+		}
+		if !t.comparable {
+			var n int64
+			if sh.exists && (sh.relkind == "r" || sh.relkind == "p") {
+				q := countQuery(relation(pgx.Identifier{tn.Schema, tn.Name}.Sanitize(), sh.relkind))
+				if err := s.tx.QueryRow(ctx, q).Scan(&n); err != nil {
+					return &TableError{Table: tn.String(), Side: s.role, Err: err}
+				}
+			}
+			if s == v.src {
+				t.srcRows = n
+			} else {
+				t.dstRows = n
+			}
+			continue
+		}
+		var filters []level
+		if t.partial {
+			filters = []level{{seed: 0, mod: t.buckets, keep: t.mismatched}}
+		}
+		start := time.Now()
+		stats, rows, err := s.buckets(ctx, tn, p, filters, 0, t.buckets)
+		if err != nil {
+			return err
+		}
+		if s == v.src {
+			t.newSrc, t.scannedSrcRows, t.srcScan = stats, rows, time.Since(start)
+		} else {
+			t.newDst, t.scannedDstRows, t.dstScan = stats, rows, time.Since(start)
+		}
+	}
+	return nil
+}
+
+// buckets runs a bucket query and returns the stats and the rows counted.
+func (s *side) buckets(ctx context.Context, tn config.TableName, p plan, filters []level, seed int, mod int64) (map[int64]bucketStat, int64, error) {
+	wrap := func(err error) error { return &TableError{Table: tn.String(), Side: s.role, Err: err} }
+	q, args := p.bucketQuery(filters, seed, mod)
+	rows, err := s.tx.Query(ctx, q, args...)
+	if err != nil {
+		return nil, 0, wrap(err)
+	}
+	defer rows.Close()
+	out := map[int64]bucketStat{}
+	var total int64
+	for rows.Next() {
+		var id, n int64
+		var sum string
+		if err := rows.Scan(&id, &n, &sum); err != nil {
+			return nil, 0, wrap(err)
+		}
+		v, ok := new(big.Int).SetString(sum, 10)
+		if !ok {
+			return nil, 0, wrap(fmt.Errorf("bucket %d: hash sum %q is not an integer", id, sum))
+		}
+		out[id] = bucketStat{rows: n, sum: v}
+		total += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, wrap(err)
+	}
+	return out, total, nil
+}
+
+// mismatchedBuckets lists, sorted, the buckets whose count or sum differ;
+// a bucket absent on one side has zero rows there.
+func mismatchedBuckets(src, dst map[int64]bucketStat) []int64 {
+	var out []int64
+	for id, s := range src {
+		if !s.equal(dst[id]) {
+			out = append(out, id)
+		}
+	}
+	for id := range dst {
+		if _, ok := src[id]; !ok {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// both runs a and b concurrently and returns the first real failure: when
+// one side fails the other is cancelled, and its "context canceled" is not
+// the story.
+func both(ctx context.Context, a, b func(context.Context) error) error {
+	inner, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errB := make(chan error, 1)
+	go func() {
+		err := b(inner)
+		if err != nil {
+			cancel()
+		}
+		errB <- err
+	}()
+	ea := a(inner)
+	if ea != nil {
+		cancel()
+	}
+	eb := <-errB
+	switch {
+	case ea == nil:
+		return eb
+	case eb == nil:
+		return ea
+	case ctx.Err() == nil && errors.Is(ea, context.Canceled):
+		return eb
+	default:
+		return ea
+	}
+}
+
+// result assembles the answer.
+func (v *verifier) result(started time.Time, wm *Watermark) *Result {
+	r := &Result{
+		FormatVersion: FormatVersion,
+		Verdict:       Converged,
+		StartedAt:     started.UTC(),
+		Duration:      time.Since(started),
+		Watermark:     wm,
+		Notes:         v.notes,
+	}
+	if s := v.src.scanTime.Seconds(); s > 0 {
+		r.SourceRowsPerSecond = float64(v.src.scanRows) / s
+	}
+	if s := v.dst.scanTime.Seconds(); s > 0 {
+		r.TargetRowsPerSecond = float64(v.dst.scanRows) / s
+	}
+	for _, t := range v.tables {
+		tr := t.result(v.o.ConfigPath)
+		if tr.Verdict == Diverged {
+			r.Verdict = Diverged
+		}
+		r.Tables = append(r.Tables, tr)
+	}
+	return r
+}
+
+func (t *tableState) result(configPath string) TableResult {
+	tr := TableResult{
+		Table:       t.spec.src.String(),
+		TargetTable: t.spec.dst.String(),
+		Verdict:     Converged,
+		KeyBasis:    t.srcShape.basis,
+		KeyColumns:  t.srcShape.key,
+		Rechecks:    t.rechecks,
+		Notes:       t.notes,
+		SampleKeys:  t.samples,
+	}
+	if t.srcShape.basis == BasisWholeRow {
+		tr.Notes = append([]string{"no primary key or replica identity index: rows are identified by their whole text, so a changed row shows as one missing and one extra"}, tr.Notes...)
+	}
+	if !t.comparable {
+		tr.Verdict = Diverged
+		tr.Reasons = t.reasons
+		tr.SourceRows, tr.TargetRows = t.srcRows, t.dstRows
+	} else {
+		var srcSum, dstSum big.Int
+		for _, s := range t.src {
+			tr.SourceRows += s.rows
+			srcSum.Add(&srcSum, s.sum)
+		}
+		for _, s := range t.dst {
+			tr.TargetRows += s.rows
+			dstSum.Add(&dstSum, s.sum)
+		}
+		tr.SourceChecksum, tr.TargetChecksum = checksum(&srcSum), checksum(&dstSum)
+		tr.Buckets = t.buckets
+		tr.MismatchingBucketCount = len(t.mismatched)
+		for i, id := range t.mismatched {
+			if i == bucketsListedMax {
+				break
+			}
+			tr.MismatchingBuckets = append(tr.MismatchingBuckets, BucketDiff{Bucket: id, SourceRows: t.src[id].rows, TargetRows: t.dst[id].rows})
+		}
+		if len(t.mismatched) > 0 {
+			tr.Verdict = Diverged
+			tr.Reasons = []string{fmt.Sprintf("rows differ in %d of %d buckets", len(t.mismatched), t.buckets)}
+		}
+	}
+	if tr.Verdict == Diverged {
+		tr.Recovery = "trellara repair-plan --config " + shellQuote(configPath) + " --table " + shellQuote(tr.Table)
+	}
+	return tr
+}
+
+// checksum is the low 64 bits of a hash sum (two's complement), in hex.
+func checksum(sum *big.Int) string {
+	low := new(big.Int).And(sum, new(big.Int).SetUint64(^uint64(0)))
+	return fmt.Sprintf("%016x", low.Uint64())
+}
+
+// shellQuote makes s safe to paste into a POSIX shell.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./:=@,+", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,119 @@
+package segmentlog
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Each is wrapped with the identifiers that locate the
+// problem (path, offset, cursor name); test with errors.Is.
+var (
+	// ErrClosed is returned by every call made after Close.
+	ErrClosed = errors.New("segmentlog: log is closed")
+	// ErrOutOfRange means an offset lies beyond the end of the log. It is
+	// a caller bug or a cursor from another log directory, never data loss.
+	ErrOutOfRange = errors.New("segmentlog: offset out of range")
+	// ErrPayloadTooLarge means a payload exceeds Options.PayloadBytesMax;
+	// nothing was written.
+	ErrPayloadTooLarge = errors.New("segmentlog: payload too large")
+	// ErrCursorRegress means CommitCursor was asked to move a cursor
+	// backwards. Cursors are monotonic so that a bug in a consumer cannot
+	// silently re-deliver (or, via retention, lose) data; a deliberate
+	// rewind goes through ResetCursor.
+	ErrCursorRegress = errors.New("segmentlog: cursor cannot move backwards")
+	// ErrUnknownCursor means no cursor with that name is registered.
+	ErrUnknownCursor = errors.New("segmentlog: unknown cursor")
+	// ErrInvalidCursorName means a cursor name is empty, too long, or uses
+	// characters outside [A-Za-z0-9._-] (names become file names).
+	ErrInvalidCursorName = errors.New("segmentlog: invalid cursor name")
+	// ErrLocked means another process (or another Log in this process)
+	// holds the directory. Two writers would interleave frames.
+	ErrLocked = errors.New("segmentlog: directory is locked by another log instance")
+	// ErrInvalidOptions is wrapped by every Options validation failure.
+	ErrInvalidOptions = errors.New("segmentlog: invalid options")
+	// ErrMustReopen is matched (errors.Is) by every *FatalError.
+	ErrMustReopen = errors.New("segmentlog: log must be reopened")
+)
+
+// CorruptionError reports bytes on disk that fail validation in a place
+// where they cannot be an interrupted write: an older segment, a frame
+// followed by intact frames of a later commit group, a damaged cursor
+// file. The log refuses to truncate such damage because the bytes were
+// acknowledged to a writer; an operator has to look at it.
+type CorruptionError struct {
+	Path     string // file holding the damage
+	Position int64  // byte position in Path where validation failed
+	Offset   uint64 // logical offset being read, when known (HasOffset)
+	// HasOffset says whether Offset is meaningful.
+	HasOffset bool
+	Reason    string
+}
+
+func (e *CorruptionError) Error() string {
+	at := fmt.Sprintf("%s at byte %d", e.Path, e.Position)
+	if e.HasOffset {
+		at += fmt.Sprintf(" (offset %d)", e.Offset)
+	}
+	return fmt.Sprintf("segmentlog: corruption in %s: %s; acknowledged data is damaged, so the log will not truncate it: "+
+		"restore the directory from a replica or backup, or move the damaged file aside and reseed the affected consumers (trellara reseed --config <file> --consumer <name>)", at, e.Reason)
+}
+
+// IsCorruption reports whether err is or wraps a *CorruptionError.
+func IsCorruption(err error) bool {
+	var c *CorruptionError
+	return errors.As(err, &c)
+}
+
+// FatalError is returned once a durability guarantee can no longer be
+// kept: an fsync failed (the kernel may have dropped dirty pages and will
+// not report it twice, so retrying could report success for lost data),
+// or a failed write could not be undone. Every later call on the same Log
+// returns the same *FatalError. Appends acknowledged before it are
+// durable; the fate of the failing batch is decided by Open's repair.
+type FatalError struct {
+	Op   string // "fsync", "truncate", ...
+	Path string
+	Err  error
+}
+
+func (e *FatalError) Error() string {
+	return fmt.Sprintf("segmentlog: %s %s failed: %v; this log instance is unusable because the durability of unacknowledged data is unknown: "+
+		"close it and reopen the directory (Open repairs the tail)", e.Op, e.Path, e.Err)
+}
+
+func (e *FatalError) Unwrap() []error { return []error{ErrMustReopen, e.Err} }
+
+// PastRetentionError is returned to a reader (or a cursor operation) that
+// needs an offset that retention has already deleted. With
+// Retention.Expire set, retention deletes segments that a registered
+// cursor still needs and marks the cursor; the consumer cannot continue
+// without a gap and must be reseeded.
+type PastRetentionError struct {
+	Consumer    string // cursor name; empty for an anonymous reader
+	Offset      uint64 // offset the consumer needs
+	FirstOffset uint64 // oldest offset the log still holds
+}
+
+func (e *PastRetentionError) Error() string {
+	who := "reader"
+	name := "<name>"
+	if e.Consumer != "" {
+		who = fmt.Sprintf("consumer %q", e.Consumer)
+		name = e.Consumer
+	}
+	return fmt.Sprintf("segmentlog: %s needs offset %d but retention removed everything before offset %d; "+
+		"the consumer would skip data, so it must be reseeded: trellara reseed --config <file> --consumer %s",
+		who, e.Offset, e.FirstOffset, name)
+}
+
+// OptionsError names the option that failed validation and its allowed range.
+type OptionsError struct {
+	Field  string
+	Reason string
+}
+
+func (e *OptionsError) Error() string {
+	return fmt.Sprintf("segmentlog: invalid options: %s %s", e.Field, e.Reason)
+}
+
+func (e *OptionsError) Unwrap() error { return ErrInvalidOptions }

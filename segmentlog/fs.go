@@ -1,0 +1,126 @@
+package segmentlog
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// FS is the filesystem seam. The log calls nothing else, so an
+// implementation can model short writes, fsync failures, ENOSPC and the
+// loss of unsynced data after a crash.
+type FS interface {
+	// OpenFile opens a file like os.OpenFile. The log opens segments it
+	// appends to with os.O_APPEND, so File.Write always appends.
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+	// ReadDir returns the names of the entries in dir, in any order.
+	ReadDir(dir string) ([]string, error)
+	MkdirAll(dir string, perm fs.FileMode) error
+	// SyncDir makes creations, renames and removals in dir durable.
+	SyncDir(dir string) error
+	// Lock takes an exclusive, non-blocking lock on the named file
+	// (creating it) that is released by Close or by the process dying.
+	// It returns ErrLocked when someone else holds it.
+	Lock(name string) (io.Closer, error)
+}
+
+// File is an open file.
+type File interface {
+	io.Writer
+	io.ReaderAt
+	io.Closer
+	// Sync makes the file's data and size durable (fdatasync).
+	Sync() error
+	Truncate(size int64) error
+	Size() (int64, error)
+}
+
+// OSFS is the operating system's filesystem.
+type OSFS struct{}
+
+var _ FS = OSFS{}
+
+// OpenFile implements FS.
+func (OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+// Rename implements FS.
+func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
+
+// Remove implements FS.
+func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// ReadDir implements FS.
+func (OSFS) ReadDir(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
+// MkdirAll implements FS.
+func (OSFS) MkdirAll(dir string, perm fs.FileMode) error { return os.MkdirAll(dir, perm) }
+
+// SyncDir implements FS. A new or renamed file is only reachable after a
+// crash once its directory entry is durable, which fsync on the file does
+// not guarantee.
+func (OSFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Lock implements FS with flock(2), which the kernel releases when the
+// process dies, so a crashed writer never leaves a stale lock behind.
+func (OSFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, ErrLocked
+		}
+		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
+	}
+	return f, nil
+}
+
+type osFile struct{ f *os.File }
+
+func (o osFile) Write(p []byte) (int, error)             { return o.f.Write(p) }
+func (o osFile) ReadAt(p []byte, off int64) (int, error) { return o.f.ReadAt(p, off) }
+func (o osFile) Close() error                            { return o.f.Close() }
+func (o osFile) Truncate(size int64) error               { return o.f.Truncate(size) }
+
+func (o osFile) Sync() error { return datasync(o.f) }
+
+func (o osFile) Size() (int64, error) {
+	st, err := o.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
