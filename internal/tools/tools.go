@@ -5,6 +5,7 @@
 package tools
 
 import (
+	_ "github.com/goreleaser/nfpm/v2"
 	_ "github.com/jackc/pglogrepl"
 	_ "github.com/jackc/pgx/v5"
 	_ "github.com/prometheus/client_golang/prometheus"
