@@ -218,9 +218,26 @@ func (a *Applier) start(ctx context.Context) error {
 		return fmt.Errorf("%w (flow %q, source %q, schema %q): stop the other `trellara run` for this flow first",
 			ErrBusy, a.cfg.Flow, a.cfg.SourceID, a.cfg.Schema)
 	}
+	// The cursor moves once COMMIT returns, so COMMIT must mean durable: with
+	// synchronous_commit off a target crash could lose a transaction the
+	// transport no longer redelivers. 'local' keeps whatever stronger
+	// setting (replica acknowledgement) the target already has.
+	if _, err := a.conn.Exec(ctx, `SELECT set_config('synchronous_commit', 'local', false)
+		WHERE current_setting('synchronous_commit') = 'off'`); err != nil {
+		a.unlock(ctx)
+		return a.targetErr(ctx, 0, err)
+	}
 	if err := a.load(ctx); err != nil {
 		a.unlock(ctx)
 		return a.targetErr(ctx, 0, err)
+	}
+	// Prepared now, a missing privilege on the Trellara tables shows up
+	// before any unit is attempted, and never looks like a data failure.
+	for _, q := range []string{a.sql.applyCheckpoint, a.sql.skipCheckpoint, a.sql.upsertProgress, a.sql.markReplayed} {
+		if err := a.prepare(ctx, q); err != nil {
+			a.unlock(ctx)
+			return a.targetErr(ctx, 0, err)
+		}
 	}
 	pending := 0
 	for _, s := range a.progress {
@@ -547,15 +564,19 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
 
-	b := &pgx.Batch{}
-	var metas []stmtMeta
+	for _, q := range []string{a.sql.applyCheckpoint, a.sql.skipCheckpoint, a.sql.markReplayed} {
+		if err := a.prepare(ctx, q); err != nil {
+			return nil, a.targetErr(ctx, units[0].env.CommitLsn, err)
+		}
+	}
+	pl := &pipeline{a: a, tx: tx, units: units}
 	rows, msgs := 0, 0
 	var replayed []string
 	for i, u := range units {
 		if skip[i] {
 			continue
 		}
-		n, m, f, err := a.queueTxn(ctx, b, &metas, i, u)
+		n, m, f, err := a.queueTxn(ctx, pl, i, u)
 		if f != nil || err != nil {
 			return f, err
 		}
@@ -565,21 +586,27 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 			replayed = append(replayed, u.key())
 		}
 	}
+	state := stmtMeta{unit: -1, returnsAt: true}
+	var f *failure
 	if napply > 0 {
-		b.Queue(a.sql.applyCheckpoint, a.cfg.Flow, a.cfg.SourceID, formatLSN(lastApplied.env.CommitLsn),
+		f, err = pl.queue(ctx, state, a.sql.applyCheckpoint, a.cfg.Flow, a.cfg.SourceID, formatLSN(lastApplied.env.CommitLsn),
 			formatLSN(lastApplied.env.EndLsn), int64(lastOffset), int64(napply), int64(nskip), int64(rows))
 	} else {
-		b.Queue(a.sql.skipCheckpoint, a.cfg.Flow, a.cfg.SourceID, int64(nskip))
+		f, err = pl.queue(ctx, state, a.sql.skipCheckpoint, a.cfg.Flow, a.cfg.SourceID, int64(nskip))
 	}
-	metas = append(metas, stmtMeta{unit: -1, returnsAt: true})
 	for _, k := range replayed {
-		b.Queue(a.sql.markReplayed, a.openQuar[k])
-		metas = append(metas, stmtMeta{unit: -1})
+		if f != nil || err != nil {
+			break
+		}
+		f, err = pl.queue(ctx, stmtMeta{unit: -1}, a.sql.markReplayed, a.openQuar[k])
 	}
-	at, f, err := a.runBatch(ctx, tx, b, metas, units)
+	if f == nil && err == nil {
+		f, err = pl.flush(ctx)
+	}
 	if f != nil || err != nil {
 		return f, err
 	}
+	at := pl.at
 	if err := tx.Commit(ctx); err != nil {
 		return a.commitErr(ctx, units, err)
 	}
@@ -609,7 +636,7 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 
 // queueTxn queues the statements of one source transaction. It returns the
 // number of data rows and of ignored messages.
-func (a *Applier) queueTxn(ctx context.Context, b *pgx.Batch, metas *[]stmtMeta, ui int, u *unit) (int, int, *failure, error) {
+func (a *Applier) queueTxn(ctx context.Context, pl *pipeline, ui int, u *unit) (int, int, *failure, error) {
 	env := u.env
 	rows, msgs := 0, 0
 	for i := 0; i < len(env.Rows); i++ {
@@ -636,8 +663,14 @@ func (a *Applier) queueTxn(ctx context.Context, b *pgx.Batch, metas *[]stmtMeta,
 			if r.TruncateFlags&truncateCascade != 0 {
 				sql += " CASCADE"
 			}
-			b.Queue(sql)
-			*metas = append(*metas, stmtMeta{unit: ui, relation: strings.Join(names, ", ")})
+			rel := strings.Join(names, ", ")
+			if err := a.prepare(ctx, sql); err != nil {
+				f, err := a.stmtErr(ctx, u, ui, rel, err)
+				return 0, 0, f, err
+			}
+			if f, err := pl.queue(ctx, stmtMeta{unit: ui, relation: rel}, sql); f != nil || err != nil {
+				return 0, 0, f, err
+			}
 			i = j - 1
 			continue
 		}
@@ -670,9 +703,10 @@ func (a *Applier) queueTxn(ctx context.Context, b *pgx.Batch, metas *[]stmtMeta,
 			f, err := a.stmtErr(ctx, u, ui, p.source, err)
 			return 0, 0, f, err
 		}
-		b.Queue(sql, args...)
-		*metas = append(*metas, stmtMeta{unit: ui, plan: p, row: r, relation: p.source,
-			expectOne: r.Op != pb.Op_OP_INSERT})
+		m := stmtMeta{unit: ui, plan: p, row: r, relation: p.source, expectOne: r.Op != pb.Op_OP_INSERT}
+		if f, err := pl.queue(ctx, m, sql, args...); f != nil || err != nil {
+			return 0, 0, f, err
+		}
 		rows++
 	}
 	return rows, msgs, nil, nil
@@ -709,6 +743,47 @@ func (a *Applier) trimPrepared(ctx context.Context) {
 	clear(a.prepared)
 }
 
+// pipelineStmtsMax bounds the statements sent in one pipeline round trip.
+// A source transaction larger than this is sent in several round trips
+// inside the same target transaction, so the client's buffers stay bounded
+// and the server never has to hold back results while the client is still
+// writing.
+const pipelineStmtsMax = 2048
+
+// pipeline accumulates the statements of one target transaction and sends
+// them in round trips of at most pipelineStmtsMax.
+type pipeline struct {
+	a     *Applier
+	tx    pgx.Tx
+	units []*unit
+	b     pgx.Batch
+	metas []stmtMeta
+	at    *time.Time // applied_at returned by the checkpoint statement
+}
+
+func (pl *pipeline) queue(ctx context.Context, m stmtMeta, sql string, args ...any) (*failure, error) {
+	pl.b.Queue(sql, args...)
+	pl.metas = append(pl.metas, m)
+	if len(pl.metas) >= pipelineStmtsMax {
+		return pl.flush(ctx)
+	}
+	return nil, nil
+}
+
+// flush sends what is queued and checks the results.
+func (pl *pipeline) flush(ctx context.Context) (*failure, error) {
+	if len(pl.metas) == 0 {
+		return nil, nil
+	}
+	at, f, err := pl.a.runBatch(ctx, pl.tx, &pl.b, pl.metas, pl.units)
+	if at != nil {
+		pl.at = at
+	}
+	pl.b = pgx.Batch{}
+	pl.metas = pl.metas[:0]
+	return f, err
+}
+
 // runBatch sends b and checks each result. It returns the checkpoint's
 // applied_at.
 func (a *Applier) runBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch, metas []stmtMeta, units []*unit) (*time.Time, *failure, error) {
@@ -740,7 +815,7 @@ func (a *Applier) runBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch, metas [
 				op = "DELETE"
 			}
 			return nil, &failure{unit: m.unit, relation: m.relation, err: &divergenceError{
-				op: op, relation: m.relation, matched: tag.RowsAffected(), key: describeKey(m.plan, m.row)}}, nil
+				op: op, matched: tag.RowsAffected(), key: describeKey(m.plan, m.row)}}, nil
 		}
 	}
 	if err := br.Close(); err != nil {

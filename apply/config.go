@@ -84,17 +84,18 @@ func (c Config) Validate() error {
 		field string
 		ok    bool
 		want  string
+		got   any
 	}{
-		{"Flow", c.Flow != "" && len(c.Flow) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax)},
-		{"SourceID", c.SourceID != "" && len(c.SourceID) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax)},
-		{"Schema", len(c.Schema) <= identBytesMax, fmt.Sprintf("1..%d bytes", identBytesMax)},
-		{"MaxBatchTxns", c.MaxBatchTxns >= 1 && c.MaxBatchTxns <= maxBatchTxnsMax, fmt.Sprintf("1..%d", maxBatchTxnsMax)},
-		{"MaxBatchRows", c.MaxBatchRows >= 1 && c.MaxBatchRows <= maxBatchRowsMax, fmt.Sprintf("1..%d", maxBatchRowsMax)},
-		{"MaxBatchBytes", c.MaxBatchBytes >= 1<<10 && c.MaxBatchBytes <= maxBatchBytesMax, fmt.Sprintf("%d..%d", 1<<10, maxBatchBytesMax)},
+		{"Flow", c.Flow != "" && len(c.Flow) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax), len(c.Flow)},
+		{"SourceID", c.SourceID != "" && len(c.SourceID) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax), len(c.SourceID)},
+		{"Schema", len(c.Schema) <= identBytesMax, fmt.Sprintf("1..%d bytes", identBytesMax), len(c.Schema)},
+		{"MaxBatchTxns", c.MaxBatchTxns >= 1 && c.MaxBatchTxns <= maxBatchTxnsMax, fmt.Sprintf("1..%d", maxBatchTxnsMax), c.MaxBatchTxns},
+		{"MaxBatchRows", c.MaxBatchRows >= 1 && c.MaxBatchRows <= maxBatchRowsMax, fmt.Sprintf("1..%d", maxBatchRowsMax), c.MaxBatchRows},
+		{"MaxBatchBytes", c.MaxBatchBytes >= 1<<10 && c.MaxBatchBytes <= maxBatchBytesMax, fmt.Sprintf("%d..%d", 1<<10, maxBatchBytesMax), c.MaxBatchBytes},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
-			return fmt.Errorf("%w: %s must be %s", ErrInvalidConfig, ch.field, ch.want)
+			return fmt.Errorf("%w: %s must be %s (got %v)", ErrInvalidConfig, ch.field, ch.want, ch.got)
 		}
 	}
 	return nil

@@ -56,12 +56,17 @@
 //	MESSAGE  ignored (counted)
 //
 // An UPDATE or DELETE must match exactly one row; anything else means the
-// target diverged and the unit is quarantined. The statements of a target
-// transaction are pipelined in one pgx.Batch; snapshot batches use COPY in
-// text format (copy.go documents the escaping).
+// target diverged and the unit is quarantined. Each distinct statement shape
+// is prepared once (so a missing table or column is tied to its relation);
+// the statements of a target transaction are pipelined with pgx.Batch in
+// round trips of at most pipelineStmtsMax. Snapshot batches use COPY in text
+// format (copy.go documents the escaping). DDL events in envelopes are not
+// applied: a target that lacks a new column refuses the row (42703) and the
+// unit is quarantined.
 //
 // # Target state (schema "trellara" by default)
 //
+//	meta               key/value; apply_schema_version = 1
 //	checkpoints        (flow, source_id) PK; commit_lsn, end_lsn pg_lsn;
 //	                   log_offset bigint; applied_at timestamptz;
 //	                   txns_applied, txns_skipped, rows_applied bigint
@@ -74,7 +79,10 @@
 //	                   applies the unit). One open row per unit.
 //
 // EnsureSchema creates them (schema.go holds the DDL). A session advisory
-// lock keyed by schema, flow and source keeps a second applier out.
+// lock keyed by schema, flow and source keeps a second applier out. The
+// applier's session never commits asynchronously (synchronous_commit off is
+// raised to local): the cursor moves as soon as COMMIT returns, so COMMIT
+// has to mean durable.
 //
 // # Batching and the Source
 //

@@ -186,10 +186,9 @@ func sqlState(err error) string {
 // or DELETE that did not match exactly one target row. The target no longer
 // mirrors the source for that key.
 type divergenceError struct {
-	op       string
-	relation string
-	matched  int64
-	key      string
+	op      string
+	matched int64
+	key     string
 }
 
 func (e *divergenceError) Error() string {

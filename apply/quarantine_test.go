@@ -109,6 +109,9 @@ func TestQuarantineKinds(t *testing.T) {
 	missing := relation("public", "missing", 'd', "id*")
 	nokey := relation("public", "t", 'd', "id", "n", "d")
 	deferred := relation("public", "deferred", 'd', "id*", "parent")
+	// A target whose default is asynchronous commit: the applier must not
+	// inherit it (the cursor moves once COMMIT returns).
+	exec(t, conn, "SET synchronous_commit = off")
 	none := pb.OldTuple_OLD_TUPLE_NONE
 	cases := []struct {
 		name     string
@@ -140,6 +143,9 @@ func TestQuarantineKinds(t *testing.T) {
 	}
 	if n := queryInt(t, conn, "SELECT count(*) FROM t"); n != 0 {
 		t.Errorf("%d rows in t after failures only", n)
+	}
+	if got := queryString(t, conn, "SHOW synchronous_commit"); got != "local" {
+		t.Errorf("applier session synchronous_commit = %s, want local", got)
 	}
 }
 
@@ -176,7 +182,10 @@ func TestRedelivery(t *testing.T) {
 	if dump() != first {
 		t.Error("target changed when the log was redelivered")
 	}
-	st2 := readStatus(t, conn)
+	st2, err := a.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if st2.Checkpoint.TxnsSkipped != int64(len(payloads)) || st2.Checkpoint.TxnsApplied != 200 ||
 		st2.Checkpoint.CommitLSN != st1.Checkpoint.CommitLSN || st2.Checkpoint.RowsApplied != 403 {
 		t.Errorf("after redelivery: checkpoint %+v, want %d skipped, 200 applied, 403 rows", st2.Checkpoint, len(payloads))
@@ -234,5 +243,34 @@ func TestSnapshotSequence(t *testing.T) {
 	}
 	if got := queryString(t, conn, "SELECT string_agg(id || v, ',' ORDER BY id) FROM s"); got != "1a,2b,3c,9stream" {
 		t.Errorf("s = %s", got)
+	}
+}
+
+// TestLargeTransaction: a source transaction bigger than one pipeline round
+// trip is still all or nothing.
+func TestLargeTransaction(t *testing.T) {
+	_, conn := target(t, pgtest.Options{NoFsync: true})
+	exec(t, conn, "CREATE TABLE big (id int PRIMARY KEY, v text)")
+	r := relation("public", "big", 'd', "id*", "v")
+	const rows = 3*pipelineStmtsMax + 17
+	good, bad := newTxn(10), newTxn(20)
+	for i := range rows {
+		good.insert(r, vals(strconv.Itoa(i), "v")...)
+		id := rows + i
+		if i == rows-5 {
+			id = 3 // already there: fails in the last round trip
+		}
+		bad.insert(r, vals(strconv.Itoa(id), "v")...)
+	}
+	a := newApplier(t, conn, func(c *Config) { c.MaxBatchRows = 100 })
+	err := drain(t, a, nil, 0, [][]byte{good.encode(t), bad.encode(t)})
+	if !IsQuarantined(err) {
+		t.Fatalf("Run = %v, want the second transaction quarantined", err)
+	}
+	if n := queryInt(t, conn, "SELECT count(*) FROM big"); n != rows {
+		t.Errorf("big has %d rows, want exactly the first transaction's %d", n, rows)
+	}
+	if s := a.Stats(); s.TxnsApplied != 1 || s.RowsApplied != rows {
+		t.Errorf("stats = %+v", s)
 	}
 }

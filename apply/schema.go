@@ -33,7 +33,10 @@ const schemaLockKey = 0x7472656c6c617261 // "trellara"
 const schemaDDL = `
 SELECT pg_advisory_xact_lock(%[2]d);
 CREATE SCHEMA IF NOT EXISTS %[1]s;
-COMMENT ON SCHEMA %[1]s IS 'Trellara apply state, schema version %[3]d. Written by the applier; do not edit by hand.';
+
+-- Which version of these tables this is, for future migrations.
+CREATE TABLE IF NOT EXISTS %[1]s.meta (key text PRIMARY KEY, value text NOT NULL);
+INSERT INTO %[1]s.meta VALUES ('apply_schema_version', '%[3]d') ON CONFLICT (key) DO NOTHING;
 
 -- One row per (flow, source): the last source transaction applied, written
 -- in the same target transaction as that transaction's rows.
@@ -96,7 +99,21 @@ func EnsureSchema(ctx context.Context, db DB, schema string) error {
 	if schema == "" {
 		schema = defaultSchema
 	}
-	q := fmt.Sprintf(schemaDDL, pgx.Identifier{schema}.Sanitize(), int64(schemaLockKey), schemaVersion)
+	qs := pgx.Identifier{schema}.Sanitize()
+	// Nothing to create is the common case; checking first lets a role
+	// without CREATE on the database run once an administrator has created
+	// the schema (CREATE SCHEMA IF NOT EXISTS checks the privilege first).
+	var present bool
+	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
+		AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
+		qs+".meta", qs+".checkpoints", qs+".snapshot_progress", qs+".quarantine").Scan(&present)
+	if err != nil {
+		return fmt.Errorf("apply: look up schema %q on the target: %w", schema, err)
+	}
+	if present {
+		return nil
+	}
+	q := fmt.Sprintf(schemaDDL, qs, int64(schemaLockKey), schemaVersion)
 	if _, err := db.Exec(ctx, q); err != nil {
 		return fmt.Errorf("apply: create schema %q on the target: %w", schema, err)
 	}

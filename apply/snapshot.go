@@ -152,15 +152,25 @@ func (a *Applier) stateBatch(ctx context.Context, tx pgx.Tx, u *unit, rel string
 	if next.done {
 		boundary = formatLSN(next.boundaryLSN)
 	}
-	b := &pgx.Batch{}
-	b.Queue(a.sql.upsertProgress, a.cfg.Flow, a.cfg.SourceID, rel, int64(next.nextBatch), next.done, boundary, next.rows)
-	b.Queue(a.sql.applyCheckpoint, a.cfg.Flow, a.cfg.SourceID, nil, nil, int64(u.offset), int64(0), int64(0), rows)
-	metas := []stmtMeta{{unit: -1}, {unit: -1, returnsAt: true}}
-	if id, ok := a.openQuar[u.key()]; ok {
-		b.Queue(a.sql.markReplayed, id)
-		metas = append(metas, stmtMeta{unit: -1})
+	for _, q := range []string{a.sql.upsertProgress, a.sql.applyCheckpoint, a.sql.markReplayed} {
+		if err := a.prepare(ctx, q); err != nil {
+			return nil, nil, a.targetErr(ctx, u.env.CommitLsn, err)
+		}
 	}
-	return a.runBatch(ctx, tx, b, metas, []*unit{u})
+	pl := &pipeline{a: a, tx: tx, units: []*unit{u}}
+	f, err := pl.queue(ctx, stmtMeta{unit: -1}, a.sql.upsertProgress, a.cfg.Flow, a.cfg.SourceID, rel,
+		int64(next.nextBatch), next.done, boundary, next.rows)
+	if f == nil && err == nil {
+		f, err = pl.queue(ctx, stmtMeta{unit: -1, returnsAt: true}, a.sql.applyCheckpoint, a.cfg.Flow, a.cfg.SourceID,
+			nil, nil, int64(u.offset), int64(0), int64(0), rows)
+	}
+	if id, ok := a.openQuar[u.key()]; ok && f == nil && err == nil {
+		f, err = pl.queue(ctx, stmtMeta{unit: -1}, a.sql.markReplayed, id)
+	}
+	if f == nil && err == nil {
+		f, err = pl.flush(ctx)
+	}
+	return pl.at, f, err
 }
 
 func (a *Applier) committedSnapshot(u *unit, rel string, next snapshotState, at *time.Time, rows int64) {

@@ -57,6 +57,18 @@ type QuarantineEntry struct {
 // quarantineListMax bounds the entries Status carries.
 const quarantineListMax = 100
 
+// Status reads this applier's flow status from the target over the
+// applier's own connection. The connection belongs to Run while it is in
+// progress, so Status then returns ErrRunning: use ReadStatus with another
+// connection to watch a running applier.
+func (a *Applier) Status(ctx context.Context) (*Status, error) {
+	if !a.running.CompareAndSwap(false, true) {
+		return nil, ErrRunning
+	}
+	defer a.running.Store(false)
+	return ReadStatus(ctx, a.conn, a.cfg.Schema, a.cfg.Flow, a.cfg.SourceID)
+}
+
 // ReadStatus reads a flow's status from the target. It uses its own
 // connection (db), so it can run while an Applier is applying.
 func ReadStatus(ctx context.Context, db DB, schema, flow, sourceID string) (*Status, error) {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
@@ -413,10 +412,6 @@ func configCommand() *cli.Command {
 	}
 }
 
-func chaosCommand() *cli.Command {
-	return notImplemented("chaos", "deterministic failure matrix: run, report", true, formatFlag())
-}
-
 func streamCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "stream",
@@ -458,4 +453,3 @@ func streamCommand() *cli.Command {
 	}
 }
 
-var _ = apply.IsQuarantined
