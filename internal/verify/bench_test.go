@@ -1,10 +1,12 @@
 package verify
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,13 +36,19 @@ var benchSettings = map[string]string{"shared_buffers": "1GB", "max_worker_proce
 // same run, times SELECT count(*) on the source, the cheapest possible full
 // read, to report how close verify comes to it. Metrics:
 //
-//	src-rows/s, dst-rows/s  rows hashed per second of scan time, per side
-//	verify-s                wall time of Verify
-//	count-s                 wall time of SELECT count(*) (server defaults)
-//	verify/count            the ratio the issue bounds at 3
+//	src-rows/s, dst-rows/s          rows hashed per second of scan time, per side
+//	src-rows/cpu-s, dst-rows/cpu-s  rows per CPU second of that side's backend
+//	                                (one-core only; Linux /proc): the speed one
+//	                                core gives, however busy the machine is
+//	verify-s                        wall time of Verify
+//	count-s                         wall time of SELECT count(*) (server defaults)
+//	verify/count                    the ratio the issue bounds at 3
 //
-// Sub-benchmarks: serial (one backend per side, the default) and parallel
-// (Options.ParallelWorkers = 2).
+// Sub-benchmarks by Options.ParallelWorkers: one-core (-1, parallel query
+// off), server-default (0: PostgreSQL may give the totals query 2
+// workers) and parallel-2 (2, also for the bucket aggregate). Both sides
+// share this machine's cores, so rows/s per side is what one side gets
+// while the other runs too.
 func BenchmarkVerify(b *testing.B) {
 	rows := benchRows(b)
 	srcC := pgtest.Start(b, pgtest.Options{NoFsync: true, Settings: benchSettings})
@@ -61,16 +69,19 @@ func BenchmarkVerify(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		workers int
-	}{{"serial", 0}, {"parallel", 2}} {
+	}{{"one-core", -1}, {"server-default", 0}, {"parallel-2", 2}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var srcRate, dstRate, verifyS, countS float64
+			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU float64
 			for i := 0; i < b.N; i++ {
+				s0, d0 := backendCPU(b, src), backendCPU(b, dst)
 				t0 := time.Now()
 				r, err := Verify(ctx, src, dst, Options{Tables: []string{"public.ledger"}, ParallelWorkers: bc.workers})
 				if err != nil {
 					b.Fatal(err)
 				}
 				verifyS += time.Since(t0).Seconds()
+				srcCPU += backendCPU(b, src) - s0
+				dstCPU += backendCPU(b, dst) - d0
 				if r.Verdict != Converged || r.Tables[0].SourceRows != int64(rows) {
 					b.Fatalf("verdict %s, %d rows", r.Verdict, r.Tables[0].SourceRows)
 				}
@@ -81,6 +92,10 @@ func BenchmarkVerify(b *testing.B) {
 			n := float64(b.N)
 			b.ReportMetric(srcRate/n, "src-rows/s")
 			b.ReportMetric(dstRate/n, "dst-rows/s")
+			if bc.workers < 0 && srcCPU > 0 && dstCPU > 0 {
+				b.ReportMetric(float64(rows)*n/srcCPU, "src-rows/cpu-s")
+				b.ReportMetric(float64(rows)*n/dstCPU, "dst-rows/cpu-s")
+			}
 			b.ReportMetric(verifyS/n, "verify-s")
 			b.ReportMetric(countS/n, "count-s")
 			b.ReportMetric(verifyS/countS, "verify/count")
@@ -97,4 +112,28 @@ func timeCount(b *testing.B, conn *pgx.Conn) float64 {
 		b.Fatal(err)
 	}
 	return time.Since(t0).Seconds()
+}
+
+// backendCPU is the CPU time, in seconds, the server process behind conn
+// has used (utime + stime from /proc/<pid>/stat, in USER_HZ = 100 ticks per
+// second on Linux), or 0 where that cannot be read.
+func backendCPU(b *testing.B, conn *pgx.Conn) float64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", conn.PgConn().PID()))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("unexpected /proc stat: %s", stat)
+	}
+	return (utime + stime) / 100
 }

@@ -3,7 +3,6 @@ package verify
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/trellara/trellara/internal/config"
@@ -20,14 +19,10 @@ type shape struct {
 	key       []string
 }
 
-type column struct{ name, typ string }
-
-func (s *shape) names() []string {
-	out := make([]string, len(s.cols))
-	for i, c := range s.cols {
-		out[i] = c.name
-	}
-	return out
+type column struct {
+	name string
+	typ  string // format_type: what "type differs" compares
+	oid  uint32 // pg_type oid: picks the hash (built-in oids are fixed)
 }
 
 // readShape reads tn's relation, columns and key from q's snapshot.
@@ -57,7 +52,7 @@ func readShape(ctx context.Context, q pgx.Tx, tn config.TableName) (*shape, erro
 	}
 	for rows.Next() {
 		var c column
-		if err := rows.Scan(&c.name, &c.typ); err != nil {
+		if err := rows.Scan(&c.name, &c.typ, &c.oid); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -134,11 +129,20 @@ func shapeProblems(spec tableSpec, src, dst *shape) []string {
 	return out
 }
 
-// plans builds each side's expressions for a comparable table.
-func plans(spec tableSpec, src, dst *shape) (plan, plan) {
-	order := src.names()
-	return newPlan(pgx.Identifier{spec.src.Schema, spec.src.Name}.Sanitize(), src.relkind, order, true, src.key),
-		newPlan(pgx.Identifier{spec.dst.Schema, spec.dst.Name}.Sanitize(), dst.relkind, order, slices.Equal(order, dst.names()), src.key)
+// plans builds each side's expressions for a comparable table. Both use
+// the source's columns and key: shapeProblems has established that the
+// target has the same names and types.
+func plans(spec tableSpec, src, dst *shape, h Hashing) (plan, plan) {
+	byName := map[string]column{}
+	for _, c := range src.cols {
+		byName[c.name] = c
+	}
+	key := make([]column, len(src.key))
+	for i, k := range src.key {
+		key[i] = byName[k]
+	}
+	return newPlan(pgx.Identifier{spec.src.Schema, spec.src.Name}.Sanitize(), src.relkind, src.cols, key, h),
+		newPlan(pgx.Identifier{spec.dst.Schema, spec.dst.Name}.Sanitize(), dst.relkind, src.cols, key, h)
 }
 
 // quoteName renders a column name the way SQL would need it: bare when

@@ -59,14 +59,21 @@ type Options struct {
 	RechecksMax int
 
 	// ParallelWorkers, when positive, sets max_parallel_workers_per_gather
-	// for Verify's queries (and makes parallel plans cheap enough for the
-	// planner to pick them). 0 leaves the server's settings alone, which on
-	// a busy source is the polite choice.
+	// for Verify's queries and makes parallel plans cheap enough for the
+	// planner to pick them even for the bucket aggregate. 0 leaves the
+	// server's own settings in charge, as for any query (by default
+	// PostgreSQL may use 2 workers for a large table's totals). -1 turns
+	// parallel query off, for a source that must not lend Verify more
+	// than one core.
 	ParallelWorkers int
 
 	// ConfigPath is the configuration file named in recovery commands.
 	// Empty means defaultConfigPath.
 	ConfigPath string
+
+	// textHashing forces HashingText on servers that could do
+	// HashingTyped, so tests cover the path older servers take.
+	textHashing bool
 }
 
 const (
@@ -102,11 +109,11 @@ func (o Options) normalize() (Options, []tableSpec, error) {
 		{"SampleKeysMax", o.SampleKeysMax, 0, sampleKeysMax},
 		{"DrillRowsMax", o.DrillRowsMax, 0, drillRowsMax},
 		{"RechecksMax", o.RechecksMax, 0, rechecksMax},
-		{"ParallelWorkers", o.ParallelWorkers, 0, parallelWorkersMax},
+		{"ParallelWorkers", o.ParallelWorkers, -1, parallelWorkersMax},
 	}
 	for _, c := range checks {
 		if c.val < c.min || c.val > c.hi {
-			return o, nil, fmt.Errorf("%w: %s is %d, allowed %d..%d (0 = default)", ErrOptions, c.name, c.val, c.min, c.hi)
+			return o, nil, fmt.Errorf("%w: %s is %d, allowed %d..%d", ErrOptions, c.name, c.val, c.min, c.hi)
 		}
 	}
 	if o.WaitCaughtUp < 0 {

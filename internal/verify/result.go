@@ -30,7 +30,7 @@ const (
 	BasisPrimaryKey      KeyBasis = "primary_key"
 	BasisReplicaIdentity KeyBasis = "replica_identity"
 	// BasisWholeRow: the table has neither a primary key nor a replica
-	// identity index, so a row is identified by its whole text. Counts and
+	// identity index, so a row is identified by its whole content. Counts and
 	// checksums are as strong as with a key, but a changed row is named as
 	// one missing and one extra row.
 	BasisWholeRow KeyBasis = "whole_row"
@@ -60,6 +60,7 @@ const FormatVersion = 1
 //	  "duration_ms": int,
 //	  "source_rows_per_second": float,   // rows hashed per second of source scan time
 //	  "target_rows_per_second": float,
+//	  "row_hash": "typed" | "text",       // how rows were hashed (see Hashing)
 //	  "watermark": null | {
 //	    "source_lsn": "X/X",              // source WAL position when the comparison started
 //	    "target_checkpoint": "X/X",       // applier checkpoint read at the end
@@ -76,7 +77,7 @@ const FormatVersion = 1
 //	    "key_columns": [string],
 //	    "source_rows": int, "target_rows": int,
 //	    "source_checksum": "16 hex digits", "target_checksum": "16 hex digits",
-//	    "buckets": int,                   // buckets compared
+//	    "buckets": int,                   // buckets compared; 0 when the totals matched
 //	    "mismatching_bucket_count": int,
 //	    "mismatching_buckets": [{"bucket": int, "source_rows": int, "target_rows": int}],
 //	    "sample_keys": [{"key": string, "kind": "missing" | "extra" | "changed"}],
@@ -101,6 +102,7 @@ type Result struct {
 	SourceRowsPerSecond float64       `json:"source_rows_per_second"`
 	TargetRowsPerSecond float64       `json:"target_rows_per_second"`
 	Watermark           *Watermark    `json:"watermark"`
+	RowHash             Hashing       `json:"row_hash"`
 	Notes               []string      `json:"notes"`
 	Tables              []TableResult `json:"tables"`
 }
@@ -184,6 +186,22 @@ func (r *Result) MarshalJSON() ([]byte, error) {
 		*plain
 		DurationMS int64 `json:"duration_ms"`
 	}{(*plain)(&c), r.Duration.Milliseconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote, so a stored result (the
+// last verify, shown by `trellara status`) keeps its duration.
+func (r *Result) UnmarshalJSON(b []byte) error {
+	type plain Result
+	var j struct {
+		*plain
+		DurationMS int64 `json:"duration_ms"`
+	}
+	j.plain = (*plain)(r)
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	r.Duration = time.Duration(j.DurationMS) * time.Millisecond
+	return nil
 }
 
 // watermarkJSON is Watermark's JSON form: LSNs in PostgreSQL's X/X notation.

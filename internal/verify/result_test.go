@@ -2,9 +2,11 @@ package verify
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -43,6 +45,7 @@ func sampleResult() *Result {
 		Duration:            1234 * time.Millisecond,
 		SourceRowsPerSecond: 1_250_000.4,
 		TargetRowsPerSecond: 1_190_000,
+		RowHash:             HashingTyped,
 		Watermark:           &Watermark{SourceLSN: 0x1_6B374D48, TargetCheckpoint: 0x1_6B374E00, CaughtUp: true, Waited: 250 * time.Millisecond},
 		Tables: []TableResult{
 			{
@@ -50,7 +53,6 @@ func sampleResult() *Result {
 				KeyBasis: BasisPrimaryKey, KeyColumns: []string{"id"},
 				SourceRows: 1_000_000, TargetRows: 1_000_000,
 				SourceChecksum: "9f1c2a0b77d3e415", TargetChecksum: "9f1c2a0b77d3e415",
-				Buckets: 128,
 			},
 			{
 				Table: "public.line_items", TargetTable: `archive."Line Items"`, Verdict: Diverged,
@@ -61,9 +63,9 @@ func sampleResult() *Result {
 				Buckets: 64, MismatchingBucketCount: 3,
 				MismatchingBuckets: []BucketDiff{{7, 80, 80}, {19, 75, 74}, {40, 81, 82}},
 				SampleKeys: []SampleKey{
-					{Key: `(12,"a b")`, Kind: KindChanged},
 					{Key: "(42,1)", Kind: KindMissing},
 					{Key: "(900,3)", Kind: KindExtra},
+					{Key: `(12,"a b")`, Kind: KindChanged},
 				},
 				Rechecks: 1,
 				Recovery: "trellara repair-plan --config trellara.yml --table public.line_items",
@@ -72,7 +74,7 @@ func sampleResult() *Result {
 				Table: "public.events", TargetTable: "public.events", Verdict: Diverged,
 				Reasons:    []string{"target table public.events does not exist"},
 				KeyBasis:   BasisWholeRow,
-				Notes:      []string{"no primary key or replica identity index: rows are identified by their whole text, so a changed row shows as one missing and one extra"},
+				Notes:      []string{"no primary key or replica identity index: rows are identified by their whole content, so a changed row shows as one missing and one extra"},
 				SourceRows: 12,
 				Recovery:   "trellara repair-plan --config trellara.yml --table public.events",
 			},
@@ -112,6 +114,25 @@ func TestJSONGolden(t *testing.T) {
 		if !strings.Contains(string(js), field) {
 			t.Errorf("JSON lacks %s: %s", field, js)
 		}
+	}
+}
+
+func TestResultJSONRoundTrip(t *testing.T) {
+	in := sampleResult()
+	js, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Result
+	if err := json.Unmarshal(js, &out); err != nil {
+		t.Fatal(err)
+	}
+	again, err := json.Marshal(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(js, again) || out.Duration != in.Duration || *out.Watermark != *in.Watermark {
+		t.Errorf("round trip changed the result:\n%s\n%s", js, again)
 	}
 }
 
@@ -166,6 +187,7 @@ func TestOptionsNormalize(t *testing.T) {
 		{"drill", Options{Tables: []string{"public.a"}, DrillRowsMax: drillRowsMax + 1}, "DrillRowsMax"},
 		{"rechecks", Options{Tables: []string{"public.a"}, RechecksMax: -2}, "RechecksMax"},
 		{"workers", Options{Tables: []string{"public.a"}, ParallelWorkers: 65}, "ParallelWorkers"},
+		{"workers off", Options{Tables: []string{"public.a"}, ParallelWorkers: -2}, "allowed -1..64"},
 		{"wait", Options{Tables: []string{"public.a"}, WaitCaughtUp: -time.Second}, "WaitCaughtUp"},
 	} {
 		o, specs, err := tc.o.normalize()
@@ -304,18 +326,14 @@ func TestGrouped(t *testing.T) {
 	}
 }
 
-func TestShapeProblemsAndPlans(t *testing.T) {
+func TestShapeProblems(t *testing.T) {
 	spec := tableSpec{}
 	spec.src.Schema, spec.src.Name = "public", "t"
 	spec.dst = spec.src
-	src := &shape{exists: true, relkind: "r", cols: []column{{"id", "integer"}, {"A", "text"}}, basis: BasisPrimaryKey, key: []string{"id"}}
-	same := &shape{exists: true, relkind: "r", cols: []column{{"A", "text"}, {"id", "integer"}}}
+	src := &shape{exists: true, relkind: "r", cols: []column{{"id", "integer", oidInt4}, {"A", "text", oidText}}, basis: BasisPrimaryKey, key: []string{"id"}}
+	same := &shape{exists: true, relkind: "r", cols: []column{{"A", "text", oidText}, {"id", "integer", oidInt4}}}
 	if p := shapeProblems(spec, src, same); len(p) != 0 {
 		t.Errorf("reordered columns reported: %q", p)
-	}
-	sp, dp := plans(spec, src, same)
-	if sp.rowText != "(t.*)::text" || dp.rowText != `ROW(t."id", t."A")::text` || sp.rel != `ONLY "public"."t"` {
-		t.Errorf("plans %+v / %+v", sp, dp)
 	}
 	if p := shapeProblems(spec, src, &shape{exists: true, relkind: "v"}); len(p) != 1 || !strings.Contains(p[0], "not a table") {
 		t.Errorf("view target: %q", p)
@@ -325,5 +343,57 @@ func TestShapeProblemsAndPlans(t *testing.T) {
 	}
 	if got := quoteName("a_1$"); got != "a_1$" {
 		t.Errorf("quoteName(a_1$) = %s", got)
+	}
+}
+
+// TestQueriesGolden pins the SQL Verify sends, for review: a change to it
+// changes every checksum, so it should be deliberate.
+func TestQueriesGolden(t *testing.T) {
+	cols := []column{{"id", "bigint", oidInt8}, {"Region", "text", oidText}, {"amount", "numeric(12,2)", 1700}, {"at", "timestamp with time zone", oidTimestamptz}}
+	cases := []struct {
+		name    string
+		relkind string
+		key     []column
+	}{
+		{"single bigint key", "r", cols[:1]},
+		{"composite key", "p", cols[:2]},
+		{"numeric key", "r", cols[2:3]},
+		{"whole row", "r", nil},
+	}
+	var b strings.Builder
+	b.WriteString("-- Generated by TestQueriesGolden; go test -update rewrites it.\n")
+	for _, h := range []Hashing{HashingTyped, HashingText} {
+		for _, c := range cases {
+			p := newPlan(`"public"."t"`, c.relkind, cols, c.key, h)
+			fmt.Fprintf(&b, "\n-- %s hashing, %s: bucket pass\n", h, c.name)
+			q, _ := p.bucketQuery(nil, 0, 64)
+			b.WriteString(q + ";\n")
+			fmt.Fprintf(&b, "-- %s hashing, %s: drill-down fetch after one split\n", h, c.name)
+			q, _ = p.rowsQuery([]level{{0, 64, nil}, {1, 256, nil}}, 101)
+			b.WriteString(q + ";\n")
+		}
+	}
+	b.WriteString("\n-- session settings, first statement of every snapshot\n" + settingsSQL(0) + ";\n")
+	golden(t, "queries.sql", []byte(b.String()))
+}
+
+func TestBothReportsTheRealFailure(t *testing.T) {
+	boom := errors.New("boom")
+	fail := func(context.Context) error { return boom }
+	waitCancel := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	ok := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		name string
+		a, b func(context.Context) error
+		want error
+	}{
+		{"both fine", ok, ok, nil},
+		{"a fails, b cancelled", fail, waitCancel, boom},
+		{"b fails, a cancelled", waitCancel, fail, boom},
+		{"b fails", ok, fail, boom},
+	} {
+		if got := both(context.Background(), tc.a, tc.b); !errors.Is(got, tc.want) || (tc.want == nil) != (got == nil) {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

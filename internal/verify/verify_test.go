@@ -34,10 +34,11 @@ func cluster(t *testing.T) *pgtest.Cluster {
 
 // pair is a source and a target database with one connection each.
 type pair struct {
-	c        *pgtest.Cluster
-	srcDB    string
-	dstDB    string
-	src, dst *pgx.Conn
+	c           *pgtest.Cluster
+	srcDB       string
+	dstDB       string
+	src, dst    *pgx.Conn
+	textHashing bool
 }
 
 var dbSeq atomic.Int64
@@ -76,11 +77,15 @@ func (p *pair) verify(t *testing.T, opts Options) *Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	opts.textHashing = p.textHashing
 	r, err := Verify(ctx, p.src, p.dst, opts)
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
 	checkRendering(t, r)
+	if want := map[bool]Hashing{false: HashingTyped, true: HashingText}[p.textHashing]; r.RowHash != want {
+		t.Errorf("row hash %s, want %s", r.RowHash, want)
+	}
 	return r
 }
 
@@ -140,47 +145,64 @@ func wantVerdict(t *testing.T, r *Result, v Verdict) {
 }
 
 // TestVerify starts the shared cluster and runs every single-cluster
-// scenario against it in parallel.
+// scenario against it in parallel, each with its own pair of databases.
+// Scenarios marked both also run with HashingText, the path servers older
+// than PostgreSQL 14 take.
 func TestVerify(t *testing.T) {
-	sharedCluster = pgtest.Start(t, pgtest.Options{NoFsync: true})
+	// Each parallel subtest holds a few connections; -parallel follows the
+	// core count, so a large CI machine would exceed the default 40.
+	sharedCluster = pgtest.Start(t, pgtest.Options{NoFsync: true, Settings: map[string]string{"max_connections": "300"}})
 	for _, tc := range []struct {
 		name string
-		fn   func(*testing.T)
+		fn   func(*testing.T, *pair)
+		both bool
 	}{
-		{"Identical", testIdentical},
-		{"PlantedDivergences", testPlantedDivergences},
-		{"SwappedValues", testSwappedValues},
-		{"XORWouldCancel", testXORWouldCancel},
-		{"TableFilter", testTableFilter},
-		{"WholeRow", testWholeRow},
-		{"ReplicaIdentity", testReplicaIdentity},
-		{"NullVersusEmpty", testNullVersusEmpty},
-		{"CompositeKey", testCompositeKey},
-		{"Types", testTypes},
-		{"TypesChanged", testTypesChanged},
-		{"MissingTargetTable", testMissingTargetTable},
-		{"ColumnMismatch", testColumnMismatch},
-		{"ColumnOrder", testColumnOrder},
-		{"TargetMapping", testTargetMapping},
-		{"Partitioned", testPartitioned},
-		{"SubBuckets", testSubBuckets},
-		{"Parallel", testParallel},
-		{"WatermarkCatchesUp", testWatermarkCatchesUp},
-		{"WatermarkNeverCatchesUp", testWatermarkNeverCatchesUp},
-		{"SourceTableMissing", testSourceTableMissing},
+		{"Identical", testIdentical, true},
+		{"Empty", testEmpty, true},
+		{"PlantedDivergences", testPlantedDivergences, true},
+		{"SwappedValues", testSwappedValues, true},
+		{"XORWouldCancel", testXORWouldCancel, true},
+		{"TableFilter", testTableFilter, false},
+		{"WholeRow", testWholeRow, true},
+		{"ReplicaIdentity", testReplicaIdentity, false},
+		{"NullVersusEmpty", testNullVersusEmpty, true},
+		{"CompositeKey", testCompositeKey, true},
+		{"Types", testTypes, true},
+		{"TypesChanged", testTypesChanged, true},
+		{"NondeterministicCollation", testNondeterministicCollation, true},
+		{"MissingTargetTable", testMissingTargetTable, false},
+		{"ColumnMismatch", testColumnMismatch, false},
+		{"ColumnOrder", testColumnOrder, true},
+		{"TargetMapping", testTargetMapping, false},
+		{"Partitioned", testPartitioned, false},
+		{"SubBuckets", testSubBuckets, true},
+		{"Parallel", testParallel, false},
+		{"WatermarkCatchesUp", testWatermarkCatchesUp, false},
+		{"WatermarkNeverCatchesUp", testWatermarkNeverCatchesUp, false},
+		{"SourceTableMissing", testSourceTableMissing, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t)
-		})
+		for _, text := range []bool{false, true} {
+			if text && !tc.both {
+				continue
+			}
+			name := tc.name
+			if text {
+				name += "/TextHashing"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				p := newPair(t, cluster(t))
+				p.textHashing = text
+				tc.fn(t, p)
+			})
+		}
 	}
 }
 
 const itemsDDL = `CREATE TABLE public.items (id int PRIMARY KEY, name text, qty int, price numeric(10,2))`
 const itemsFill = `INSERT INTO public.items SELECT g, 'item ' || g, g % 7, g * 1.25 FROM generate_series(1, 1000) g`
 
-func testIdentical(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testIdentical(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
 	r := p.verify(t, Options{Tables: []string{"public.items"}})
 	wantVerdict(t, r, Converged)
@@ -194,7 +216,8 @@ func testIdentical(t *testing.T) {
 	if tr.KeyBasis != BasisPrimaryKey || !slices.Equal(tr.KeyColumns, []string{"id"}) {
 		t.Errorf("key %s %v, want primary_key [id]", tr.KeyBasis, tr.KeyColumns)
 	}
-	if tr.Buckets != bucketsAuto || tr.Recovery != "" || r.Watermark != nil {
+	// Equal totals settle a table without splitting it into buckets.
+	if tr.Buckets != 0 || tr.Recovery != "" || r.Watermark != nil {
 		t.Errorf("buckets %d recovery %q watermark %v", tr.Buckets, tr.Recovery, r.Watermark)
 	}
 	if r.SourceRowsPerSecond <= 0 || r.TargetRowsPerSecond <= 0 {
@@ -205,8 +228,7 @@ func testIdentical(t *testing.T) {
 	}
 }
 
-func testPlantedDivergences(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testPlantedDivergences(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
 	p.target(t,
 		`UPDATE public.items SET qty = qty + 1 WHERE id = 7`,
@@ -222,7 +244,7 @@ func testPlantedDivergences(t *testing.T) {
 	if tr.SourceRows != 1000 || tr.TargetRows != 1000 {
 		t.Errorf("rows %d/%d, want 1000/1000 (one deleted, one added)", tr.SourceRows, tr.TargetRows)
 	}
-	if tr.MismatchingBucketCount < 1 || tr.MismatchingBucketCount > 3 || len(tr.MismatchingBuckets) != tr.MismatchingBucketCount {
+	if tr.Buckets != bucketsAuto || tr.MismatchingBucketCount < 1 || tr.MismatchingBucketCount > 3 || len(tr.MismatchingBuckets) != tr.MismatchingBucketCount {
 		t.Errorf("mismatching buckets %d %v", tr.MismatchingBucketCount, tr.MismatchingBuckets)
 	}
 	if want := "trellara repair-plan --config /etc/trellara/prod.yml --table public.items"; tr.Recovery != want {
@@ -233,22 +255,22 @@ func testPlantedDivergences(t *testing.T) {
 	}
 }
 
-func testSwappedValues(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testSwappedValues(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
 	// Same multiset of values, same counts: only a per-row hash that
 	// includes the key, summed, tells.
-	// qty is id % 7: 3 for id 10, 4 for id 11.
+	// qty is id % 7: 3 for id 10, 4 for id 11. One bucket, so both rows
+	// are summed together: a linear combination of column hashes would
+	// cancel here.
 	p.target(t, `UPDATE public.items SET qty = CASE id WHEN 10 THEN 4 ELSE 3 END WHERE id IN (10, 11)`)
-	r := p.verify(t, Options{Tables: []string{"public.items"}})
+	r := p.verify(t, Options{Tables: []string{"public.items"}, Buckets: 1})
 	wantVerdict(t, r, Diverged)
 	wantSamples(t, table(t, r, "public.items"),
 		SampleKey{Key: "10", Kind: KindChanged},
 		SampleKey{Key: "11", Kind: KindChanged})
 }
 
-func testXORWouldCancel(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testXORWouldCancel(t *testing.T, p *pair) {
 	// One bucket, no key: source {a, a, c}, target {b, b, c}. Counts are
 	// equal and the XOR of row hashes is h(c) on both sides.
 	p.both(t, `CREATE TABLE public.tags (tag text)`)
@@ -261,8 +283,7 @@ func testXORWouldCancel(t *testing.T) {
 		SampleKey{Key: "(b)", Kind: KindExtra})
 }
 
-func testTableFilter(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testTableFilter(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill,
 		`CREATE TABLE public.notes (id int PRIMARY KEY, body text)`,
 		`INSERT INTO public.notes SELECT g, 'n' || g FROM generate_series(1, 50) g`)
@@ -276,8 +297,7 @@ func testTableFilter(t *testing.T) {
 	wantSamples(t, table(t, r, "public.notes"), SampleKey{Key: "3", Kind: KindMissing})
 }
 
-func testWholeRow(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testWholeRow(t *testing.T, p *pair) {
 	p.both(t, `CREATE TABLE public.log (at date, msg text)`,
 		`INSERT INTO public.log SELECT DATE '2024-01-01' + g, 'm' || g FROM generate_series(1, 200) g`)
 	wantVerdict(t, p.verify(t, Options{Tables: []string{"public.log"}}), Converged)
@@ -288,7 +308,7 @@ func testWholeRow(t *testing.T) {
 	if tr.KeyBasis != BasisWholeRow || len(tr.KeyColumns) != 0 {
 		t.Errorf("key basis %s %v, want whole_row", tr.KeyBasis, tr.KeyColumns)
 	}
-	if len(tr.Notes) == 0 || !strings.Contains(tr.Notes[0], "whole text") {
+	if len(tr.Notes) == 0 || !strings.Contains(tr.Notes[0], "whole content") {
 		t.Errorf("notes %q do not explain the whole-row basis", tr.Notes)
 	}
 	wantSamples(t, tr,
@@ -296,8 +316,7 @@ func testWholeRow(t *testing.T) {
 		SampleKey{Key: "(2024-01-06,edited)", Kind: KindExtra})
 }
 
-func testReplicaIdentity(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testReplicaIdentity(t *testing.T, p *pair) {
 	p.both(t, `CREATE TABLE public.sku (code text NOT NULL, label text)`,
 		`CREATE UNIQUE INDEX sku_code ON public.sku (code)`,
 		`ALTER TABLE public.sku REPLICA IDENTITY USING INDEX sku_code`,
@@ -312,8 +331,7 @@ func testReplicaIdentity(t *testing.T) {
 	wantSamples(t, tr, SampleKey{Key: "c9", Kind: KindChanged})
 }
 
-func testNullVersusEmpty(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testNullVersusEmpty(t *testing.T, p *pair) {
 	p.both(t, `CREATE TABLE public.people (id int PRIMARY KEY, nick text, tags text[])`)
 	p.source(t, `INSERT INTO public.people VALUES (1, NULL, ARRAY['a']), (2, 'x', ARRAY[NULL]), (3, 'y', NULL)`)
 	p.target(t, `INSERT INTO public.people VALUES (1, '', ARRAY['a']), (2, 'x', ARRAY['NULL']), (3, 'y', '{}')`)
@@ -325,8 +343,7 @@ func testNullVersusEmpty(t *testing.T) {
 		SampleKey{Key: "3", Kind: KindChanged})
 }
 
-func testCompositeKey(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testCompositeKey(t *testing.T, p *pair) {
 	p.both(t, `CREATE TABLE public.lines (order_id int, line text, qty int, PRIMARY KEY (order_id, line))`,
 		`INSERT INTO public.lines SELECT g / 3, 'l ' || (g % 3), g FROM generate_series(1, 300) g`)
 	wantVerdict(t, p.verify(t, Options{Tables: []string{"public.lines"}}), Converged)
@@ -355,8 +372,7 @@ const typesFill = `INSERT INTO public.kinds SELECT g,
 	g * 1.01, TIME '12:00' + g * interval '1 second'
 	FROM generate_series(1, 500) g`
 
-func testTypes(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testTypes(t *testing.T, p *pair) {
 	p.both(t, typesDDL, typesFill)
 	// Every output-affecting setting differs at the target's database
 	// level; Verify must pin them, or the text forms would differ.
@@ -365,18 +381,11 @@ func testTypes(t *testing.T) {
 		fmt.Sprintf(`ALTER DATABASE %s SET IntervalStyle = 'sql_standard'`, p.dstDB),
 		fmt.Sprintf(`ALTER DATABASE %s SET extra_float_digits = -3`, p.dstDB),
 		fmt.Sprintf(`ALTER DATABASE %s SET bytea_output = 'escape'`, p.dstDB))
-	dst := connect(t, p.c.URL(p.dstDB)) // settings apply to new sessions
-	ctx := context.Background()
-	r, err := Verify(ctx, p.src, dst, Options{Tables: []string{"public.kinds"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkRendering(t, r)
-	wantVerdict(t, r, Converged)
+	p.dst = connect(t, p.c.URL(p.dstDB)) // settings apply to new sessions
+	wantVerdict(t, p.verify(t, Options{Tables: []string{"public.kinds"}}), Converged)
 }
 
-func testTypesChanged(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testTypesChanged(t *testing.T, p *pair) {
 	p.both(t, typesDDL, typesFill)
 	p.target(t,
 		`UPDATE public.kinds SET n = 1.50 WHERE id = 1`, // was 1/7.0
@@ -384,19 +393,49 @@ func testTypesChanged(t *testing.T) {
 		`UPDATE public.kinds SET j = j || '{"k": 3.0}' WHERE id = 3`, // 3 vs 3.0: jsonb keeps the scale
 		`UPDATE public.kinds SET a = ARRAY[4, NULL, -4, 0] WHERE id = 4`,
 		`UPDATE public.kinds SET b = b || '\x00'::bytea WHERE id = 5`,
-		`UPDATE public.kinds SET f = f + 1e-15 WHERE id = 6`)
-	p.source(t, `UPDATE public.kinds SET n = 1.5 WHERE id = 1`) // equal value, different scale
+		`UPDATE public.kinds SET f = f + 1e-15 WHERE id = 6`,
+		`UPDATE public.kinds SET f = '-0' WHERE id = 7`,
+		`UPDATE public.kinds SET iv = '24 hours' WHERE id = 8`)
+	// Equal under the types' own equality (and hash), different values:
+	// a report must not call them converged.
+	p.source(t, `UPDATE public.kinds SET n = 1.5 WHERE id = 1`,
+		`UPDATE public.kinds SET f = 0 WHERE id = 7`,
+		`UPDATE public.kinds SET iv = '1 day' WHERE id = 8`)
 	r := p.verify(t, Options{Tables: []string{"public.kinds"}})
 	wantVerdict(t, r, Diverged)
 	var want []SampleKey
-	for i := 1; i <= 6; i++ {
+	for i := 1; i <= 8; i++ {
 		want = append(want, SampleKey{Key: fmt.Sprint(i), Kind: KindChanged})
 	}
 	wantSamples(t, table(t, r, "public.kinds"), want...)
 }
 
-func testMissingTargetTable(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testEmpty(t *testing.T, p *pair) {
+	p.both(t, `CREATE TABLE public.e (id int PRIMARY KEY, v text)`)
+	r := p.verify(t, Options{Tables: []string{"public.e"}})
+	wantVerdict(t, r, Converged)
+	if tr := r.Tables[0]; tr.SourceChecksum != "0000000000000000" || tr.SourceRows != 0 {
+		t.Errorf("empty table: %+v", tr)
+	}
+	p.target(t, `INSERT INTO public.e VALUES (5, NULL)`)
+	r = p.verify(t, Options{Tables: []string{"public.e"}})
+	wantVerdict(t, r, Diverged)
+	wantSamples(t, r.Tables[0], SampleKey{Key: "5", Kind: KindExtra})
+}
+
+func testNondeterministicCollation(t *testing.T, p *pair) {
+	// A case-insensitive collation makes 'Abc' = 'abc' (and hashes them
+	// alike); the stored values still differ, so verify must see it.
+	p.both(t, `CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`,
+		`CREATE TABLE public.users (id int PRIMARY KEY, email text COLLATE ci)`,
+		`INSERT INTO public.users VALUES (1, 'Ann@Example.com'), (2, 'bob@example.com')`)
+	p.target(t, `UPDATE public.users SET email = 'ann@example.com' WHERE id = 1`)
+	r := p.verify(t, Options{Tables: []string{"public.users"}})
+	wantVerdict(t, r, Diverged)
+	wantSamples(t, table(t, r, "public.users"), SampleKey{Key: "1", Kind: KindChanged})
+}
+
+func testMissingTargetTable(t *testing.T, p *pair) {
 	p.source(t, itemsDDL, itemsFill)
 	r := p.verify(t, Options{Tables: []string{"public.items"}})
 	wantVerdict(t, r, Diverged)
@@ -409,8 +448,7 @@ func testMissingTargetTable(t *testing.T) {
 	}
 }
 
-func testColumnMismatch(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testColumnMismatch(t *testing.T, p *pair) {
 	p.source(t, `CREATE TABLE public.acct (id int PRIMARY KEY, owner text, balance numeric(12,2), "Note" text)`)
 	p.target(t, `CREATE TABLE public.acct (id int PRIMARY KEY, balance numeric(12,4), "Note" text, extra int)`)
 	p.both(t, `INSERT INTO public.acct (id, "Note") VALUES (1, 'x')`)
@@ -430,8 +468,7 @@ func testColumnMismatch(t *testing.T) {
 	}
 }
 
-func testColumnOrder(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testColumnOrder(t *testing.T, p *pair) {
 	p.source(t, `CREATE TABLE public.o (id int PRIMARY KEY, a text, b int)`)
 	// Same columns, different physical order, plus a dropped column.
 	p.target(t, `CREATE TABLE public.o (b int, gone int, a text, id int PRIMARY KEY)`, `ALTER TABLE public.o DROP COLUMN gone`)
@@ -443,8 +480,7 @@ func testColumnOrder(t *testing.T) {
 	wantSamples(t, table(t, r, "public.o"), SampleKey{Key: "50", Kind: KindChanged})
 }
 
-func testTargetMapping(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testTargetMapping(t *testing.T, p *pair) {
 	p.source(t, itemsDDL, itemsFill)
 	p.target(t, `CREATE SCHEMA "Mirror"`, strings.Replace(itemsDDL, "public.items", `"Mirror"."Items"`, 1),
 		strings.Replace(itemsFill, "public.items", `"Mirror"."Items"`, 1))
@@ -461,8 +497,7 @@ func testTargetMapping(t *testing.T) {
 	}
 }
 
-func testPartitioned(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testPartitioned(t *testing.T, p *pair) {
 	p.both(t, `CREATE TABLE public.ev (id int, region text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)`,
 		`CREATE TABLE public.ev_n PARTITION OF public.ev FOR VALUES IN ('n')`,
 		`CREATE TABLE public.ev_s PARTITION OF public.ev FOR VALUES IN ('s')`,
@@ -477,8 +512,7 @@ func testPartitioned(t *testing.T) {
 	wantSamples(t, tr, SampleKey{Key: "(9,s)", Kind: KindMissing})
 }
 
-func testSubBuckets(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testSubBuckets(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
 	p.target(t, `UPDATE public.items SET name = 'renamed' WHERE id IN (100, 500, 900)`)
 	// One bucket of 1000 rows and room for 40 rows per fetch: drill-down
@@ -496,8 +530,7 @@ func testSubBuckets(t *testing.T) {
 	}
 }
 
-func testParallel(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testParallel(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
 	p.target(t, `DELETE FROM public.items WHERE id = 77`)
 	r := p.verify(t, Options{Tables: []string{"public.items"}, ParallelWorkers: 2})
@@ -540,8 +573,7 @@ func currentLSN(t *testing.T, url string) uint64 {
 	return uint64(lsn)
 }
 
-func testWatermarkCatchesUp(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testWatermarkCatchesUp(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
 	p.source(t, `INSERT INTO public.items VALUES (1001, 'late', 1, 2.00)`)
 	fa := newFakeApplier(currentLSN(t, p.c.URL(p.srcDB)) - 1) // behind
@@ -581,8 +613,7 @@ func testWatermarkCatchesUp(t *testing.T) {
 	}
 }
 
-func testWatermarkNeverCatchesUp(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testWatermarkNeverCatchesUp(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
 	p.source(t, `UPDATE public.items SET qty = -1 WHERE id = 12`)
 	fa := newFakeApplier(0x1000000)
@@ -602,8 +633,7 @@ func testWatermarkNeverCatchesUp(t *testing.T) {
 	}
 }
 
-func testSourceTableMissing(t *testing.T) {
-	p := newPair(t, cluster(t))
+func testSourceTableMissing(t *testing.T, p *pair) {
 	_, err := Verify(context.Background(), p.src, p.dst, Options{Tables: []string{"public.nope"}})
 	if !errors.Is(err, ErrSourceTable) || !strings.Contains(err.Error(), "public.nope") {
 		t.Fatalf("err %v, want ErrSourceTable naming public.nope", err)
