@@ -1,0 +1,316 @@
+package relay_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/segmentlog"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("TRELLARA_RELAY_CHILD") == "1" {
+		os.Exit(relayChild())
+	}
+	os.Exit(m.Run())
+}
+
+// relayChild is the process the crash test kills: a relay session from the
+// slot into a segment log, printing each acknowledgeable position before
+// the relay may send it to the server.
+func relayChild() int {
+	ctx := context.Background()
+	log, _, err := segmentlog.Open(os.Getenv("TRELLARA_LOG_DIR"), segmentlog.Options{SegmentBytesMax: 1 << 20})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	tr := transport.Local{Log: log}
+	res, err := relay.ResumeFrom(ctx, tr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	conn, err := pgconn.Connect(ctx, os.Getenv("TRELLARA_REPL_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	out := bufio.NewWriter(os.Stdout)
+	s := relay.NewSession(conn, tr, res, relay.Config{SourceID: "src", Slot: "crash", Publication: "pub", Streaming: true,
+		StatusInterval: 50 * time.Millisecond,
+		Assembler:      relay.AssemblerOptions{MemoryBytesMax: 64 << 10, ChunkBytesMax: 128 << 10, SpillDir: os.TempDir()},
+		OnDurable: func(end uint64) {
+			fmt.Fprintf(out, "durable %d\n", end)
+			out.Flush()
+		}})
+	if err := s.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
+	return 0
+}
+
+// The relay is SIGKILLed at random moments while a workload (including
+// streamed large transactions) commits. Throughout, the slot's confirmed
+// position never passes what the relay had made durable; afterwards the log
+// holds every committed transaction, none twice.
+func TestRelaySIGKILLNeverLosesOrAcksAhead(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	conn := c.Connect(ctx)
+	c.Exec(t, schemaSQL)
+	if _, err := relay.CreateSlot(ctx, replConn(t, c), "crash"); err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("TRELLARA_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (rerun with TRELLARA_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	dir := t.TempDir()
+
+	var (
+		mu     sync.Mutex
+		acks   []ackAt // every durable position any child printed
+		maxAck uint64
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Workload: ledger rows numbered 1..n, some inside large streamed
+	// transactions with rolled-back savepoints.
+	var wg sync.WaitGroup
+	committed := 0
+	workloadDone := make(chan struct{})
+	go func() {
+		defer close(workloadDone)
+		w, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer w.Close(context.Background())
+		for i := 1; i <= 400 && ctx.Err() == nil; i++ {
+			var sql string
+			if i%50 == 0 {
+				sql = fmt.Sprintf(`BEGIN; INSERT INTO ledger VALUES (%d);
+					INSERT INTO orders SELECT g, g, repeat('x', 80) FROM generate_series(%d, %d) g;
+					SAVEPOINT a; INSERT INTO ledger VALUES (%d); ROLLBACK TO a; COMMIT`, i, i*10000, i*10000+1500, 100000+i)
+			} else {
+				sql = fmt.Sprintf(`INSERT INTO ledger VALUES (%d)`, i)
+			}
+			if _, err := w.Exec(ctx, sql); err != nil {
+				t.Errorf("workload %d: %v", i, err)
+				return
+			}
+			committed = i
+			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+		}
+	}()
+
+	// Sampler: confirmed_flush_lsn must always be covered by an ack the
+	// relay printed before it could have sent it.
+	var samples []ackAt
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			return
+		}
+		defer s.Close(context.Background())
+		for ctx.Err() == nil {
+			var lsn string
+			if err := s.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'crash'`).Scan(&lsn); err == nil {
+				v, _ := pglogrepl.ParseLSN(lsn)
+				mu.Lock()
+				samples = append(samples, ackAt{lsn: uint64(v), at: time.Now()})
+				mu.Unlock()
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	runChild := func(after time.Duration) {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "TRELLARA_RELAY_CHILD=1", "TRELLARA_LOG_DIR="+dir, "TRELLARA_REPL_URL="+c.ReplicationURL("postgres"))
+		stdout, _ := cmd.StdoutPipe()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				var v uint64
+				if _, err := fmt.Sscanf(sc.Text(), "durable %d", &v); err == nil {
+					mu.Lock()
+					acks = append(acks, ackAt{lsn: v, at: time.Now()})
+					maxAck = max(maxAck, v)
+					mu.Unlock()
+				}
+			}
+		}()
+		time.Sleep(after)
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		_ = cmd.Wait()
+		waitInactive(t, conn, "crash")
+	}
+	kills := 12
+	if testing.Short() {
+		kills = 5
+	}
+	for k := 0; k < kills; k++ {
+		runChild(time.Duration(50+rng.IntN(400)) * time.Millisecond)
+	}
+	<-workloadDone
+
+	// A last run drains everything: stop it once the log holds the fence.
+	fence, err := relay.EmitFence(context.Background(), conn, "crash-end")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		runChild(2 * time.Second)
+		if logHasFence(t, dir, fence) || time.Now().After(deadline) {
+			break
+		}
+	}
+	cancel()
+	wg.Wait()
+
+	// Invariant 1: never acknowledged ahead of durability.
+	mu.Lock()
+	for _, s := range samples {
+		covered := s.lsn == 0
+		for _, a := range acks {
+			if a.lsn >= s.lsn && a.at.Before(s.at.Add(500*time.Millisecond)) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			mu.Unlock()
+			t.Fatalf("slot confirmed at %s at %s, but the relay had not made that position durable",
+				envelope.FormatLSN(s.lsn), s.at.Format(time.RFC3339Nano))
+		}
+	}
+	t.Logf("%d slot samples, %d acknowledgements, %d kills, %d transactions", len(samples), len(acks), kills, committed)
+	mu.Unlock()
+
+	// Invariant 2: every committed transaction in the log, none twice, no
+	// rolled-back savepoint rows.
+	log, _, err := segmentlog.Open(dir, segmentlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	seen := map[string]int{}
+	commits := map[uint64]bool{}
+	rd := log.NewReader(0)
+	defer rd.Close()
+	var partial map[string]int // rows of an unfinished chunk sequence
+	for o := uint64(0); o < log.NextOffset(); o++ {
+		_, b, err := rd.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := envelope.Decode(b)
+		if err != nil {
+			t.Fatalf("offset %d: %v", o, err)
+		}
+		bd := e.GetBoundary()
+		if bd.GetKind() == pb.UnitKind_UNIT_KIND_CHUNK && bd.ChunkIndex == 0 {
+			partial = map[string]int{}
+		}
+		target := seen
+		if bd.GetKind() == pb.UnitKind_UNIT_KIND_CHUNK {
+			target = partial
+		}
+		for _, r := range e.Rows {
+			if r.Op == pb.Op_OP_INSERT && e.Relations[r.RelationIndex].Name == "ledger" {
+				target[string(r.NewTuple[0].Data)]++
+			}
+		}
+		if bd.GetKind() == pb.UnitKind_UNIT_KIND_CHUNK && bd.ChunkIndex+1 == bd.ChunkCount {
+			for k, v := range partial {
+				seen[k] += v
+			}
+			partial = nil
+		}
+		final := bd.GetKind() != pb.UnitKind_UNIT_KIND_CHUNK || bd.ChunkIndex+1 == bd.ChunkCount
+		if final {
+			if commits[e.CommitLsn] {
+				t.Fatalf("transaction at %s is in the log twice", envelope.FormatLSN(e.CommitLsn))
+			}
+			commits[e.CommitLsn] = true
+		}
+	}
+	for i := 1; i <= committed; i++ {
+		if n := seen[strconv.Itoa(i)]; n != 1 {
+			t.Fatalf("ledger %d appears %d times in the log", i, n)
+		}
+	}
+	for k := range seen {
+		if n, _ := strconv.Atoi(k); n > 100000 {
+			t.Fatalf("rolled-back savepoint row %s reached the log", k)
+		}
+	}
+}
+
+type ackAt struct {
+	lsn uint64
+	at  time.Time
+}
+
+func waitInactive(t *testing.T, conn *pgx.Conn, slot string) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		si, err := relay.LookupSlot(context.Background(), conn, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !si.Active {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("slot %s stayed active", slot)
+}
+
+func logHasFence(t *testing.T, dir string, fence uint64) bool {
+	log, _, err := segmentlog.Open(dir, segmentlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	res, err := relay.ResumeFrom(context.Background(), transport.Local{Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.DurableEnd >= fence
+}
