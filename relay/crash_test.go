@@ -109,6 +109,7 @@ func TestRelaySIGKILLNeverLosesOrAcksAhead(t *testing.T) {
 			return
 		}
 		defer w.Close(context.Background())
+		wrng := rand.New(rand.NewPCG(seed, 4))
 		for i := 1; i <= 400 && ctx.Err() == nil; i++ {
 			var sql string
 			if i%50 == 0 {
@@ -123,7 +124,7 @@ func TestRelaySIGKILLNeverLosesOrAcksAhead(t *testing.T) {
 				return
 			}
 			committed = i
-			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			time.Sleep(time.Duration(wrng.IntN(3)) * time.Millisecond)
 		}
 	}()
 

@@ -33,6 +33,15 @@ func (m *memTransport) Publish(_ context.Context, b []byte) (uint64, error) {
 	return uint64(len(m.units) - 1), nil
 }
 
+func (m *memTransport) PublishBatch(ctx context.Context, bs [][]byte) error {
+	for _, b := range bs {
+		if _, err := m.Publish(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (m *memTransport) Last(context.Context) ([]byte, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -27,6 +28,9 @@ const FencePrefix = "trellara.fence"
 // payload is durable: that is the relay's licence to acknowledge the source.
 type Transport interface {
 	Publish(ctx context.Context, payload []byte) (offset uint64, err error)
+	// PublishBatch makes every payload durable together (one fsync or one
+	// produce round), returning once all are durable.
+	PublishBatch(ctx context.Context, payloads [][]byte) error
 	// Last returns the newest durable payload, ok false when empty.
 	Last(ctx context.Context) (payload []byte, ok bool, err error)
 }
@@ -119,9 +123,31 @@ type Session struct {
 
 	ackable uint64 // highest position safe to acknowledge
 	sent    uint64 // last position sent to the server
-	buf     []byte
-	pending bool // a multi-unit transaction is partly published
+	pending bool   // a multi-unit transaction is partly assembled
+
+	// Units assembled but not yet durable. They are published together
+	// (one fsync for many transactions) when the connection has nothing
+	// more buffered, or a bound is reached; only then does batchAck
+	// become acknowledgeable.
+	batch      [][]byte
+	batchBytes int
+	batchAck   uint64
+	fences     []fence
+
+	mu sync.Mutex // guards stats and ackable for Stats callers on other goroutines
 }
+
+type fence struct {
+	token     string
+	commitLSN uint64
+}
+
+// Publish-batch bounds: enough to amortise an fsync over many small
+// transactions, small enough to bound memory and acknowledgement delay.
+const (
+	batchUnitsMax = 4096
+	batchBytesMax = 8 << 20
+)
 
 // NewSession prepares a session; conn must be a replication=database
 // connection.
@@ -144,51 +170,90 @@ func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Sess
 
 // Stats returns a copy of the counters.
 func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	st := s.stats
-	st.Assembler = s.asm.Stats()
 	st.DurableEnd = s.ackable
 	return st
 }
 
 func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
-	ctx := context.Background()
 	if e != nil {
 		if e.CommitLsn < s.res.SkipThrough || (s.res.SkipEqual && e.CommitLsn == s.res.SkipThrough) {
 			if final {
+				s.mu.Lock()
 				s.stats.Skipped++
+				s.mu.Unlock()
 			}
 			return nil
 		}
-		var err error
-		s.buf, err = envelope.AppendEncode(s.buf[:0], e)
+		b, err := envelope.Encode(e)
 		if err != nil {
 			return fmt.Errorf("relay: encode transaction xid %d at %s: %w", e.Xid, envelope.FormatLSN(e.CommitLsn), err)
 		}
-		if _, err := s.tr.Publish(ctx, s.buf); err != nil {
-			// Not acknowledged: the source will resend it.
-			return fmt.Errorf("relay: publish transaction xid %d at %s: %w", e.Xid, envelope.FormatLSN(e.CommitLsn), err)
-		}
-		s.stats.Published++
-		s.stats.Bytes += uint64(len(s.buf))
+		s.batch = append(s.batch, b)
+		s.batchBytes += len(b)
+		s.mu.Lock()
 		s.stats.LastCommit = time.UnixMicro(e.CommitTimeUnixMicros)
-	}
-	s.pending = !final
-	if final {
-		if endLSN > s.ackable {
-			s.ackable = endLSN
-		}
-		if e != nil && s.cfg.OnFence != nil {
+		s.mu.Unlock()
+		if final {
 			for _, r := range e.Rows {
 				if r.Op == pb.Op_OP_MESSAGE && r.MessagePrefix == FencePrefix {
-					s.cfg.OnFence(string(r.MessageContent), e.CommitLsn)
+					s.fences = append(s.fences, fence{string(r.MessageContent), e.CommitLsn})
 				}
 			}
 		}
+	}
+	s.pending = !final
+	if final && endLSN > s.batchAck {
+		s.batchAck = endLSN
+	}
+	if len(s.batch) >= batchUnitsMax || s.batchBytes >= batchBytesMax {
+		return s.flush(context.Background())
+	}
+	if len(s.batch) == 0 && final && !s.pending {
+		// Nothing to publish (an empty or skipped transaction): its end
+		// is acknowledgeable as soon as everything before it is durable.
+		s.advance(s.batchAck)
+	}
+	return nil
+}
+
+// flush makes the batch durable, then — only then — advances the
+// acknowledgeable position.
+func (s *Session) flush(ctx context.Context) error {
+	if len(s.batch) > 0 {
+		if err := s.tr.PublishBatch(ctx, s.batch); err != nil {
+			// Not acknowledged: the source will resend all of it.
+			return fmt.Errorf("relay: publish %d units ending before %s: %w", len(s.batch), envelope.FormatLSN(s.batchAck), err)
+		}
+		s.mu.Lock()
+		s.stats.Published += uint64(len(s.batch))
+		s.stats.Bytes += uint64(s.batchBytes)
+		s.stats.Assembler = s.asm.Stats()
+		s.mu.Unlock()
+		s.batch, s.batchBytes = s.batch[:0], 0
+	}
+	fences := s.fences
+	s.fences = nil
+	s.advance(s.batchAck)
+	for _, f := range fences {
+		if s.cfg.OnFence != nil {
+			s.cfg.OnFence(f.token, f.commitLSN)
+		}
+	}
+	return nil
+}
+
+func (s *Session) advance(to uint64) {
+	if to > s.ackable {
+		s.mu.Lock()
+		s.ackable = to
+		s.mu.Unlock()
 		if s.cfg.OnDurable != nil {
 			s.cfg.OnDurable(s.ackable)
 		}
 	}
-	return nil
 }
 
 // PluginArgs are the pgoutput options for cfg.
@@ -210,7 +275,12 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // The invariant it keeps: the flush position sent to the server never
 // passes a transaction that is not durable in the transport.
 func (s *Session) Run(ctx context.Context) error {
-	defer s.asm.Close()
+	defer func() {
+		s.mu.Lock()
+		s.stats.Assembler = s.asm.Stats()
+		s.mu.Unlock()
+		s.asm.Close()
+	}()
 	start := pglogrepl.LSN(s.res.DurableEnd)
 	if err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
 		PluginArgs: PluginArgs(s.cfg)}); err != nil {
@@ -220,9 +290,15 @@ func (s *Session) Run(ctx context.Context) error {
 	next := time.Now().Add(s.cfg.StatusInterval)
 	for {
 		if s.cfg.Stop != nil && s.cfg.Stop() {
+			if err := s.flush(ctx); err != nil {
+				return err
+			}
 			return s.sendStatus(ctx, false)
 		}
 		if time.Now().After(next) {
+			if err := s.flush(ctx); err != nil {
+				return err
+			}
 			// Ask for a reply: the server answers with a keepalive carrying
 			// its decoded position, which lets an idle slot advance.
 			if err := s.sendStatus(ctx, true); err != nil {
@@ -230,7 +306,13 @@ func (s *Session) Run(ctx context.Context) error {
 			}
 			next = time.Now().Add(s.cfg.StatusInterval)
 		}
-		rctx, cancel := context.WithDeadline(ctx, next)
+		deadline := next
+		if len(s.batch) > 0 || s.batchAck > s.ackable {
+			// Units are waiting to be made durable: if the server has
+			// nothing more for us right now, publish them.
+			deadline = time.Now().Add(time.Millisecond)
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		raw, err := s.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
@@ -239,6 +321,11 @@ func (s *Session) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
+				if len(s.batch) > 0 || s.batchAck > s.ackable {
+					if err := s.flush(ctx); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			return fmt.Errorf("relay: receive from slot %s: %w", s.cfg.Slot, err)
@@ -266,16 +353,21 @@ func (s *Session) handleCopyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("relay: keepalive: %w", err)
 		}
+		s.mu.Lock()
 		s.stats.ServerEnd = uint64(k.ServerWALEnd)
+		s.mu.Unlock()
 		// Nothing open and nothing half-published: every change the server
 		// decoded up to its WAL end has been made durable, so confirming
 		// that position loses nothing and keeps an idle slot from holding
 		// WAL (the server resends anything not yet decoded).
-		if s.asm.Idle() && !s.pending && uint64(k.ServerWALEnd) > s.ackable {
-			s.ackable = uint64(k.ServerWALEnd)
-			if s.cfg.OnDurable != nil {
-				s.cfg.OnDurable(s.ackable)
+		if k.ReplyRequested {
+			if err := s.flush(ctx); err != nil {
+				return err
 			}
+		}
+		if s.asm.Idle() && !s.pending && len(s.batch) == 0 && s.batchAck <= s.ackable {
+			s.advance(uint64(k.ServerWALEnd))
+			s.batchAck = max(s.batchAck, s.ackable)
 		}
 		if k.ReplyRequested {
 			return s.sendStatus(ctx, false)

@@ -452,4 +452,3 @@ func streamCommand() *cli.Command {
 		}},
 	}
 }
-

@@ -21,6 +21,12 @@ func (l Local) Publish(_ context.Context, payload []byte) (uint64, error) {
 	return l.Log.Append(payload)
 }
 
+// PublishBatch appends payloads in one commit group: one fsync for all.
+func (l Local) PublishBatch(_ context.Context, payloads [][]byte) error {
+	_, err := l.Log.AppendBatch(payloads)
+	return err
+}
+
 // Last returns the newest entry.
 func (l Local) Last(ctx context.Context) ([]byte, bool, error) {
 	next := l.Log.NextOffset()
