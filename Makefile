@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/trellara/trellara/internal/cli.Version=$(VERSION)
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test lint fmt-check vet staticcheck generate generate-check unit demo bench fuzz clean
+.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo bench fuzz clean
 
 all: build
 
@@ -23,8 +23,16 @@ build:
 # make test: everything CI gates on. Integration tests start real PostgreSQL
 # servers; TRELLARA_REQUIRE_PG=1 (set by .ci/run) turns "no server binary"
 # from a skip into a failure.
-test: lint generate-check build
+test: lint generate-check build ext-test
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+
+# The native extension: -Wall -Werror build, PGXS regression suite and the
+# live background-worker test on PostgreSQL 15 (installs into that server's
+# directories; needs root or write access there).
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+ext-test:
+	PG_CONFIG=$(PG_CONFIG) bash ext/run-regress.sh
+	PG_CONFIG=$(PG_CONFIG) bash ext/run-worker-test.sh
 
 unit:
 	$(GO) test -short $(PKGS)
@@ -64,3 +72,23 @@ fuzz:
 
 clean:
 	rm -rf bin dist
+
+# --- Packages, install test and the PostgreSQL 15-18 matrix ------------------
+# packaging/README.md and pgmatrix/README.md describe these.
+.PHONY: packages install-test pgmatrix
+
+# dist/: trellara .deb/.rpm, postgresql-NN-trellara .deb per major whose
+# extension builds here, the CycloneDX SBOM and SHA256SUMS.
+packages: build
+	VERSION='$(VERSION)' packaging/packages.sh
+
+# Installs dist/'s .deb on this machine, checks units, binaries and the
+# extension in a throwaway PostgreSQL 15 cluster, purges, checks leftovers;
+# inspects the .rpm. Needs root.
+install-test: packages
+	packaging/install-test.sh
+
+# Integration suite + extension tests on PostgreSQL 15, 16, 17, 18; writes
+# pgmatrix/results/pgNN.json and docs/SUPPORT.md.
+pgmatrix:
+	pgmatrix/run.sh
