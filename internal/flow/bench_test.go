@@ -172,7 +172,9 @@ CREATE TABLE history (id bigserial PRIMARY KEY, aid int, tid int, bid int, delta
 	// Both consumers start from the same point with empty targets: copy
 	// the static tables first, then let each catch up on the backlog.
 	src.Exec(b, `SELECT pg_create_logical_replication_slot('native', 'pgoutput')`)
-	for _, t := range []*pgtest.Cluster{native, trel} {
+	// The native target gets the static rows by hand (copy_data = false);
+	// Trellara's first run snapshots them.
+	for _, t := range []*pgtest.Cluster{native} {
 		t.Exec(b, `INSERT INTO accounts SELECT g, 0, repeat('a', 80) FROM generate_series(1, 100000) g`,
 			`INSERT INTO tellers SELECT g, 0, repeat('t', 80) FROM generate_series(1, 100) g`,
 			`INSERT INTO branches SELECT g, 0, repeat('b', 80) FROM generate_series(1, 10) g`)
