@@ -1,6 +1,8 @@
 package check
 
 import (
+	"github.com/trellara/trellara/internal/config"
+
 	"context"
 	"errors"
 	"fmt"
@@ -127,6 +129,10 @@ func TestStarterConfig(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("missing %q in\n%s", want, b)
 		}
+	}
+	// What it writes is a valid schema v2 configuration.
+	if _, err := config.Parse(b); err != nil {
+		t.Errorf("the starting config does not validate: %v\n%s", err, b)
 	}
 	r.Findings = []Finding{{Severity: Critical, Title: "wal_level is replica"}}
 	_, err = StarterConfig(r)

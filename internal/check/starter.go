@@ -50,6 +50,11 @@ func StarterConfig(r *Report) ([]byte, error) {
 	for _, t := range skipped {
 		fmt.Fprintf(&b, "    # left out %s: %s\n", strconv.Quote(t.Schema+"."+t.Name), strings.Join(t.Problems, ", "))
 	}
+	b.WriteString("transport:\n")
+	b.WriteString("  local:\n")
+	fmt.Fprintf(&b, "    dir: /var/lib/trellara/%s\n", name)
+	b.WriteString("    fsync: always\n")
+	b.WriteString("    retention: {max_bytes: 50GiB}\n")
 	b.WriteString("target:\n")
 	b.WriteString("  database_url: {env: TRELLARA_TARGET_URL}\n")
 	b.WriteString("  mode: strict\n")
