@@ -160,8 +160,9 @@ func checkCommand() *cli.Command {
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
-		Usage: "capture, publish, apply (bounded with --local; the long-running service is not implemented yet)",
+		Usage: "capture, publish, apply: a bounded run with --local, else the long-running service",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
+			&cli.StringFlag{Name: "role", Usage: "service role: all (relay and applier in one process) or relay", Value: "all"},
 			&cli.BoolFlag{Name: "local", Usage: "bounded run on the local segment log: snapshot, relay and apply until caught up with the source, then exit"},
 			&cli.BoolFlag{Name: "verify", Usage: "after a bounded run, verify convergence; exit 0 only on CONVERGED"},
 			&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created and the local state (owns_slot flows only)"},
@@ -186,7 +187,8 @@ func runCommand() *cli.Command {
 				return nil
 			}
 			if !c.Bool("local") {
-				return cli.Exit("not implemented yet: run (long-running service); use run --local for a bounded run", ExitError)
+				f.Close()
+				return serve(c, ctx)
 			}
 			var progress func(flow.Progress)
 			if format == "text" {
@@ -220,6 +222,32 @@ func runCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// serve runs the long-running service: health and metrics on
+// run.listen.relay / run.listen.applier, SIGTERM drain, SIGHUP reload.
+func serve(c *cli.Context, ctx context.Context) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := make(chan struct{})
+	go func() {
+		for range hup {
+			reload <- struct{}{}
+		}
+	}()
+	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	err := flow.Serve(ctx, flow.ServiceOptions{ConfigPath: c.String("config"), Role: c.String("role"), Logger: log, Reload: reload,
+		Listening: func(component, addr string) {
+			log.Info("listening", "component", component, "addr", addr, "endpoints", "/livez /readyz /healthz /metrics")
+		}})
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	if strings.HasPrefix(err.Error(), "not implemented yet") {
+		return cli.Exit(err.Error(), ExitError)
+	}
+	return failure(err)
 }
 
 // textProgress renders a one-line progress display on a terminal-ish
