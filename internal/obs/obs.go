@@ -86,7 +86,9 @@ type Health struct {
 }
 
 // NewHealth starts in state "starting", not ready.
-func NewHealth() *Health { return &Health{state: "starting", since: time.Now(), details: map[string]any{}} }
+func NewHealth() *Health {
+	return &Health{state: "starting", since: time.Now(), details: map[string]any{}}
+}
 
 // Set records the state; ready components answer /readyz with 200.
 func (h *Health) Set(state string, ready bool, err error) {
