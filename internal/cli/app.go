@@ -53,7 +53,7 @@ func App() *cli.App {
 			chaosCommand(),
 			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
 			notImplemented("schema", "schema contracts and DDL plans (ddl-plan)", true, configFlag(), formatFlag()),
-			notImplemented("repair-plan", "the recovery plan for a diverged or quarantined flow", true, configFlag(), formatFlag()),
+			repairPlanCommand(),
 			notImplemented("reseed", "re-snapshot a consumer past retention with a visibility boundary", true, configFlag(), formatFlag()),
 			streamCommand(),
 			notImplemented("pilot-scorecard", "pilot scorecard: convergence, drills, contract tests", true, configFlag(), formatFlag()),

@@ -480,3 +480,40 @@ func streamCommand() *cli.Command {
 		}},
 	}
 }
+
+func repairPlanCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "repair-plan",
+		Usage:  "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
+		Hidden: true,
+		Flags: []cli.Flag{configFlag(), formatFlag(),
+			&cli.StringSliceFlag{Name: "table", Usage: "accepted for the command named by verify; the plan covers the whole flow"}},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			f, err := openFlow(c)
+			if err != nil {
+				return failure(err)
+			}
+			defer f.Close()
+			p, err := f.RepairPlan(c.Context)
+			if err != nil {
+				return failure(err)
+			}
+			if format == "json" {
+				err = writeJSON(c.App.Writer, p)
+			} else {
+				p.RenderText(c.App.Writer)
+			}
+			if err != nil {
+				return failure(err)
+			}
+			if len(p.Steps) > 0 {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
+		},
+	}
+}

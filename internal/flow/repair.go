@@ -1,0 +1,105 @@
+package flow
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/trellara/trellara/apply"
+)
+
+// RepairStep is one thing to do, in order.
+type RepairStep struct {
+	Problem string `json:"problem"`
+	Fix     string `json:"fix"`
+	Then    string `json:"then"`
+}
+
+// RepairPlan is `trellara repair-plan`: what is wrong with a flow and the
+// commands that recover it, from the target's quarantine and the last
+// verify result.
+type RepairPlan struct {
+	Flow  string       `json:"flow"`
+	Steps []RepairStep `json:"steps"`
+	Notes []string     `json:"notes"`
+}
+
+// RenderText prints the numbered plan.
+func (p *RepairPlan) RenderText(w io.Writer) {
+	if len(p.Steps) == 0 {
+		fmt.Fprintf(w, "flow %s: nothing to repair (no open quarantine, last verify not diverged)\n", p.Flow)
+	}
+	for i, s := range p.Steps {
+		fmt.Fprintf(w, "%d. %s\n   fix:  %s\n   then: %s\n", i+1, s.Problem, s.Fix, s.Then)
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// sqlstateFix suggests a fix by SQLSTATE class.
+func sqlstateFix(state, relation string) string {
+	switch {
+	case state == "42P01":
+		return fmt.Sprintf("create %s on the target (trellara preflight --create-target-tables creates it from the source definition)", relation)
+	case state == "42703":
+		return fmt.Sprintf("add the missing column to %s on the target (the source gained it; see trellara preflight)", relation)
+	case strings.HasPrefix(state, "23"):
+		return fmt.Sprintf("the target's %s rejects the source's row (constraint %s): remove the conflicting target row or the target-only constraint", relation, state)
+	case strings.HasPrefix(state, "22"):
+		return fmt.Sprintf("a value does not fit %s's target column type (%s): align the target column type with the source", relation, state)
+	case state == "":
+		return "the target row the change addresses is missing or different (a divergence): inspect with trellara verify --table " + relation
+	default:
+		return "see the error; fix the target so the statement can succeed"
+	}
+}
+
+// RepairPlan builds the plan.
+func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
+	p := &RepairPlan{Flow: f.Cfg.Flow, Steps: []RepairStep{}, Notes: []string{}}
+	rerun := fmt.Sprintf("trellara run --config %s --local --verify   (the applier retries the quarantined transaction first; it is marked replayed once it applies)", f.ConfigPath)
+	if f.Cfg.Target != nil {
+		tgt, err := f.ConnectTarget(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer tgt.Close(context.Background())
+		st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range st.Quarantine {
+			p.Steps = append(p.Steps, RepairStep{
+				Problem: fmt.Sprintf("quarantined %s at commit %s on %s: %s (SQLSTATE %s, %d attempts)", q.Unit, lsnString(q.CommitLSN), q.Relation, q.Error, q.SQLState, q.Attempts),
+				Fix:     sqlstateFix(q.SQLState, q.Relation),
+				Then:    rerun,
+			})
+		}
+	}
+	st, err := f.Status(ctx, "report")
+	if err == nil && st.LastVerify != nil {
+		for _, t := range st.LastVerify.Tables {
+			if t.Verdict == "CONVERGED" {
+				continue
+			}
+			p.Steps = append(p.Steps, RepairStep{
+				Problem: fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
+				Fix: fmt.Sprintf("re-copy the table: reseed is not implemented yet; for an evaluation flow, %s then run again (full resnapshot)",
+					"trellara run --config "+f.ConfigPath+" --cleanup and empty the target tables,"),
+				Then: fmt.Sprintf("trellara verify --config %s --table %s", f.ConfigPath, t.Table),
+			})
+		}
+	}
+	for _, c := range f.Log.Stats().Cursors {
+		if c.PastRetention {
+			p.Steps = append(p.Steps, RepairStep{
+				Problem: fmt.Sprintf("consumer %s is past the local log's retention", c.Name),
+				Fix:     "reseed is not implemented yet: for an evaluation flow, run --cleanup and start over",
+				Then:    fmt.Sprintf("trellara verify --config %s", f.ConfigPath),
+			})
+		}
+	}
+	return p, nil
+}
