@@ -54,9 +54,20 @@ func relayChild() int {
 		return 3
 	}
 	out := bufio.NewWriter(os.Stdout)
-	s := relay.NewSession(conn, tr, res, relay.Config{SourceID: "src", Slot: "crash", Publication: "pub", Streaming: true,
+	memMax, chunkMax := int64(64<<10), int64(128<<10)
+	if v, err := strconv.ParseInt(os.Getenv("TRELLARA_MEM_MAX"), 10, 64); err == nil {
+		memMax = v
+	}
+	if v, err := strconv.ParseInt(os.Getenv("TRELLARA_CHUNK_MAX"), 10, 64); err == nil {
+		chunkMax = v
+	}
+	slot := os.Getenv("TRELLARA_SLOT")
+	if slot == "" {
+		slot = "crash"
+	}
+	s := relay.NewSession(conn, tr, res, relay.Config{SourceID: "src", Slot: slot, Publication: "pub", Streaming: true,
 		StatusInterval: 50 * time.Millisecond,
-		Assembler:      relay.AssemblerOptions{MemoryBytesMax: 64 << 10, ChunkBytesMax: 128 << 10, SpillDir: os.TempDir()},
+		Assembler:      relay.AssemblerOptions{MemoryBytesMax: memMax, ChunkBytesMax: chunkMax, SpillDir: os.Getenv("TRELLARA_LOG_DIR")},
 		OnDurable: func(end uint64) {
 			fmt.Fprintf(out, "durable %d\n", end)
 			out.Flush()
