@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -88,6 +89,13 @@ func TestCrashMatrixConverges(t *testing.T) {
 		"--table", "public.orders", "--table", "public.line_items", "--table", "public.counters", "--flow", "crash", "--evaluate",
 		"--output", cfgPath).CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)
+	}
+
+	// The initial snapshot completes before the kills start: an
+	// interrupted snapshot is a documented refusal (its exported snapshot
+	// cannot be resumed), covered by TestInterruptedSnapshotRefuses.
+	if out, err := run(context.Background(), "run", "--config", cfgPath, "--local").CombinedOutput(); err != nil {
+		t.Fatalf("initial run: %v\n%s", err, out)
 	}
 
 	seed := uint64(time.Now().UnixNano())
@@ -211,4 +219,59 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// A snapshot killed half-way leaves a slot whose exported snapshot is gone:
+// the next run refuses, naming the recovery, instead of streaming past rows
+// it never copied.
+func TestInterruptedSnapshotRefuses(t *testing.T) {
+	pgtest.Require(t)
+	bin := buildCLI(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, crashSchema, `INSERT INTO orders SELECT g, g, repeat('x', 200) FROM generate_series(1, 200000) g`)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "trellara.yml")
+	if out, err := exec.Command(bin, "init", "--source-database-url", src.URL("postgres"), "--target-database-url", dst.URL("postgres"),
+		"--table", "public.orders", "--flow", "snap", "--evaluate", "--output", cfgPath).CombinedOutput(); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "run", "--config", cfgPath, "--local")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill once the slot exists (the snapshot starts right after).
+	ctx := context.Background()
+	conn := src.Connect(ctx)
+	for i := 0; ; i++ {
+		var n int
+		_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara_snap'`).Scan(&n)
+		if n == 1 {
+			break
+		}
+		if i > 3000 {
+			t.Fatal("slot never created")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if _, err := os.Stat(filepath.Join(dir, "trellara-data", "snap", "snapshot.done")); err == nil {
+		t.Fatal("the snapshot finished before the kill landed (200,000 rows copied in milliseconds?)")
+	}
+	for i := 0; i < 3; i++ {
+		out, err := exec.Command(bin, "run", "--config", cfgPath, "--local").CombinedOutput()
+		if err == nil {
+			t.Fatalf("a run after an interrupted snapshot succeeded:\n%s", out)
+		}
+		if strings.Contains(string(out), "in use by another process") {
+			time.Sleep(time.Second) // the killed walsender has not exited yet
+			continue
+		}
+		if !strings.Contains(string(out), "initial snapshot did not complete") || !strings.Contains(string(out), "--cleanup") {
+			t.Fatalf("refusal does not name the recovery:\n%s", out)
+		}
+		return
+	}
+	t.Fatal("slot stayed in use")
 }

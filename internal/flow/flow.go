@@ -225,7 +225,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		if src.OwnsSlot {
 			if _, err := os.Stat(f.snapshotDonePath()); err != nil {
 				return fmt.Errorf("flow %s: slot %s exists but the initial snapshot did not complete (%s missing); "+
-					"the exported snapshot cannot be resumed: %s, then run again", f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
+					"the exported snapshot cannot be resumed: %s, empty the flow's target tables (the applier refuses rows it already holds), then run again",
+					f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
 			}
 		}
 		if si.ConfirmedFlush > res.DurableEnd && !res.Empty {
