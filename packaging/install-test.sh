@@ -111,18 +111,18 @@ enabled=$(find /etc/systemd/system -name 'trellara-*' 2>/dev/null)
 [ -z "$enabled" ] || fail "install enabled units: $enabled"
 ok "no unit enabled or started"
 
-for u in relay applier sidecar; do
-	unit=/usr/lib/systemd/system/trellara-$u@.service
+for u in trellara trellara-relay trellara-applier trellara-sidecar; do
+	unit=/usr/lib/systemd/system/$u@.service
 	[ -f "$unit" ] || fail "$unit not installed"
 	# verify prints nothing for a clean unit; any output is a finding. The
 	# template is checked as an instance, the way systemd would load it.
-	out=$(systemd-analyze verify "trellara-$u@install-test.service" 2>&1) ||
-		fail "systemd-analyze verify trellara-$u@install-test.service: $out"
-	[ -z "$out" ] || fail "systemd-analyze verify trellara-$u@install-test.service: $out"
+	out=$(systemd-analyze verify "$u@install-test.service" 2>&1) ||
+		fail "systemd-analyze verify $u@install-test.service: $out"
+	[ -z "$out" ] || fail "systemd-analyze verify $u@install-test.service: $out"
 	# The exposure score (0 = fully sandboxed, 10 = not at all) is
 	# informational; the units are written against the hardening list.
 	exposure=$(systemd-analyze security --offline=true "$unit" 2>/dev/null | grep -o 'exposure level for [^:]*: [0-9.]* [A-Z]*' || true)
-	ok "systemd-analyze verify trellara-$u@.service clean${exposure:+ (${exposure})}"
+	ok "systemd-analyze verify $u@.service clean${exposure:+ (${exposure})}"
 done
 
 # The binary's stamped version must be the one the package is named after.
@@ -222,7 +222,7 @@ ok "rpm -K --nosignature $rpm"
 list=$(rpm -qpl "$rpm")
 for p in /usr/bin/trellara /usr/bin/trellara-check /usr/bin/trellara-full /etc/trellara/example.yml \
 	/usr/lib/systemd/system/trellara-relay@.service /usr/lib/systemd/system/trellara-applier@.service \
-	/usr/lib/systemd/system/trellara-sidecar@.service; do
+	/usr/lib/systemd/system/trellara-sidecar@.service /usr/lib/systemd/system/trellara@.service; do
 	grep -qx "$p" <<<"$list" || fail "rpm -qpl: $p missing"
 done
 ok "rpm -qpl lists the binaries, units and config ($(wc -l <<<"$list") paths)"
