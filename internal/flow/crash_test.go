@@ -240,12 +240,14 @@ func TestInterruptedSnapshotRefuses(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Kill once the slot exists (the snapshot starts right after).
+	// Kill once the slot is persistent (confirmed_flush_lsn is set when
+	// creation completes; a slot still being created is dropped with its
+	// connection) and the snapshot is under way.
 	ctx := context.Background()
 	conn := src.Connect(ctx)
 	for i := 0; ; i++ {
 		var n int
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara_snap'`).Scan(&n)
+		_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara_snap' AND confirmed_flush_lsn IS NOT NULL`).Scan(&n)
 		if n == 1 {
 			break
 		}

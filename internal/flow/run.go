@@ -83,7 +83,10 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 			return
 		}
 		errMu.Lock()
-		if firstErr == nil {
+		// An error that arrives after the run was cancelled is a
+		// consequence of the cancel (connections torn down under it), not
+		// its cause: keep the first real one.
+		if firstErr == nil && ctx.Err() == nil {
 			firstErr = err
 		}
 		errMu.Unlock()
