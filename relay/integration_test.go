@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,46 +15,18 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
 
-// memTransport is an in-memory durable transport for tests.
-type memTransport struct {
-	mu    sync.Mutex
-	units [][]byte
-}
-
-func (m *memTransport) Publish(_ context.Context, b []byte) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.units = append(m.units, append([]byte(nil), b...))
-	return uint64(len(m.units) - 1), nil
-}
-
-func (m *memTransport) PublishBatch(ctx context.Context, bs [][]byte) error {
-	for _, b := range bs {
-		if _, err := m.Publish(ctx, b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (m *memTransport) Last(context.Context) ([]byte, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.units) == 0 {
-		return nil, false, nil
-	}
-	return m.units[len(m.units)-1], true, nil
-}
+// memTransport is the in-memory transport with a decoding helper.
+type memTransport struct{ transport.Memory }
 
 func (m *memTransport) envelopes(t *testing.T) []*pb.Envelope {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]*pb.Envelope, len(m.units))
-	for i, b := range m.units {
+	units := m.Units()
+	out := make([]*pb.Envelope, len(units))
+	for i, b := range units {
 		e, err := envelope.Decode(b)
 		if err != nil {
 			t.Fatalf("unit %d: %v", i, err)

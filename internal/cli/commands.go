@@ -58,6 +58,23 @@ func openFlow(c *cli.Context) (*flow.Flow, error) {
 	return flow.Open(c.String("config"), logger(c))
 }
 
+// flowAction is an action on the flow named by --config, with the
+// validated --format; the flow's log is closed when it returns.
+func flowAction(fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		format, err := outputFormat(c)
+		if err != nil {
+			return err
+		}
+		f, err := openFlow(c)
+		if err != nil {
+			return failure(err)
+		}
+		defer f.Close()
+		return fn(c, f, format)
+	}
+}
+
 func initCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "init",
@@ -168,60 +185,59 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created and the local state (owns_slot flows only)"},
 		},
 		Action: func(c *cli.Context) error {
-			format, err := outputFormat(c)
-			if err != nil {
-				return err
-			}
-			ctx, stop := signalContext(c)
-			defer stop()
-			f, err := openFlow(c)
-			if err != nil {
-				return failure(err)
-			}
-			defer f.Close()
-			if c.Bool("cleanup") {
-				if err := f.Cleanup(ctx); err != nil {
-					return failure(err)
-				}
-				fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
-				return nil
-			}
-			if !c.Bool("local") {
-				f.Close()
+			if !c.Bool("local") && !c.Bool("cleanup") {
+				ctx, stop := signalContext(c)
+				defer stop()
 				return serve(c, ctx)
 			}
-			var progress func(flow.Progress)
-			if format == "text" {
-				progress = textProgress(c.App.ErrWriter)
-			}
-			res, err := f.RunLocal(ctx, c.Bool("verify"), progress)
-			if err != nil {
-				return failure(err)
-			}
-			if format == "json" {
-				if err := writeJSON(c.App.Writer, res); err != nil {
-					return failure(err)
-				}
-			} else {
-				w := c.App.Writer
-				fmt.Fprintf(w, "flow          %s\n", res.Flow)
-				fmt.Fprintf(w, "transport     %s\n", res.Transport)
-				fmt.Fprintf(w, "transactions  %d applied atomically (%d redelivered, skipped), %d rows\n", res.Applied, res.Skipped, res.Rows)
-				fmt.Fprintf(w, "checkpoint    %s (caught up with %s)\n", res.Checkpoint, res.CatchUpLSN)
-				fmt.Fprintf(w, "duration      %.1fs\n", res.DurationSecs)
-				if res.Verify != nil {
-					fmt.Fprintln(w)
-					if err := res.Verify.RenderText(w); err != nil {
-						return failure(err)
-					}
-				}
-			}
-			if res.Verify != nil && res.Verify.Verdict != verify.Converged {
-				return cli.Exit("", ExitFindings)
-			}
-			return nil
+			return flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+				return runLocal(c, f, format)
+			})(c)
 		},
 	}
+}
+
+// runLocal is `run --local` and `run --cleanup`.
+func runLocal(c *cli.Context, f *flow.Flow, format string) error {
+	ctx, stop := signalContext(c)
+	defer stop()
+	if c.Bool("cleanup") {
+		if err := f.Cleanup(ctx); err != nil {
+			return failure(err)
+		}
+		fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
+		return nil
+	}
+	var progress func(flow.Progress)
+	if format == "text" {
+		progress = textProgress(c.App.ErrWriter)
+	}
+	res, err := f.RunLocal(ctx, c.Bool("verify"), progress)
+	if err != nil {
+		return failure(err)
+	}
+	if format == "json" {
+		if err := writeJSON(c.App.Writer, res); err != nil {
+			return failure(err)
+		}
+	} else {
+		w := c.App.Writer
+		fmt.Fprintf(w, "flow          %s\n", res.Flow)
+		fmt.Fprintf(w, "transport     %s\n", res.Transport)
+		fmt.Fprintf(w, "transactions  %d applied atomically (%d redelivered, skipped), %d rows\n", res.Applied, res.Skipped, res.Rows)
+		fmt.Fprintf(w, "checkpoint    %s (caught up with %s)\n", res.Checkpoint, res.CatchUpLSN)
+		fmt.Fprintf(w, "duration      %.1fs\n", res.DurationSecs)
+		if res.Verify != nil {
+			fmt.Fprintln(w)
+			if err := res.Verify.RenderText(w); err != nil {
+				return failure(err)
+			}
+		}
+	}
+	if res.Verify != nil && res.Verify.Verdict != verify.Converged {
+		return cli.Exit("", ExitFindings)
+	}
+	return nil
 }
 
 // serve runs the long-running service: health and metrics on
@@ -281,18 +297,9 @@ func verifyCommand() *cli.Command {
 		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 2 error)",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"}},
-		Action: func(c *cli.Context) error {
-			format, err := outputFormat(c)
-			if err != nil {
-				return err
-			}
+		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			ctx, stop := signalContext(c)
 			defer stop()
-			f, err := openFlow(c)
-			if err != nil {
-				return failure(err)
-			}
-			defer f.Close()
 			res, err := f.Verify(ctx, c.StringSlice("table"))
 			if err != nil {
 				return failure(err)
@@ -309,7 +316,7 @@ func verifyCommand() *cli.Command {
 				return cli.Exit("", ExitFindings)
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -319,22 +326,13 @@ func statusCommand() *cli.Command {
 		Usage: "slot, lag, log retention, cursors, checkpoint, quarantine",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringFlag{Name: "view", Usage: "report, diagnostics or quarantine", Value: "report"}},
-		Action: func(c *cli.Context) error {
-			format, err := outputFormat(c)
-			if err != nil {
-				return err
-			}
+		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			view := c.String("view")
 			switch view {
 			case "report", "diagnostics", "quarantine":
 			default:
 				return cli.Exit(fmt.Sprintf("--view %q: must be report, diagnostics or quarantine", view), ExitError)
 			}
-			f, err := openFlow(c)
-			if err != nil {
-				return failure(err)
-			}
-			defer f.Close()
 			st, err := f.Status(c.Context, view)
 			if err != nil {
 				return failure(err)
@@ -343,7 +341,7 @@ func statusCommand() *cli.Command {
 				return writeJSON(c.App.Writer, st)
 			}
 			return st.RenderText(c.App.Writer, view)
-		},
+		}),
 	}
 }
 
@@ -353,16 +351,7 @@ func preflightCommand() *cli.Command {
 		Usage: "check connectivity, privileges, wal_level, slots, publication and target tables; each failure names its fix",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.BoolFlag{Name: "create-target-tables", Usage: "create missing target tables from the source definitions"}},
-		Action: func(c *cli.Context) error {
-			format, err := outputFormat(c)
-			if err != nil {
-				return err
-			}
-			f, err := openFlow(c)
-			if err != nil {
-				return failure(err)
-			}
-			defer f.Close()
+		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			rep := f.Preflight(c.Context, c.Bool("create-target-tables"))
 			if format == "json" {
 				if err := writeJSON(c.App.Writer, rep); err != nil {
@@ -375,7 +364,7 @@ func preflightCommand() *cli.Command {
 				return cli.Exit("", ExitFindings)
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -452,19 +441,10 @@ func streamCommand() *cli.Command {
 				&cli.StringFlag{Name: "lsn", Usage: "commit LSN (X/X) of the transaction"},
 				&cli.Uint64Flag{Name: "offset", Usage: "log offset"},
 			},
-			Action: func(c *cli.Context) error {
-				format, err := outputFormat(c)
-				if err != nil {
-					return err
-				}
+			Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
 				if c.IsSet("lsn") == c.IsSet("offset") {
 					return cli.Exit("stream locate-local: give exactly one of --lsn or --offset", ExitError)
 				}
-				f, err := openFlow(c)
-				if err != nil {
-					return failure(err)
-				}
-				defer f.Close()
 				loc, err := f.Locate(c.Context, c.String("lsn"), c.Uint64("offset"), c.IsSet("offset"))
 				if err != nil {
 					return failure(err)
@@ -476,7 +456,7 @@ func streamCommand() *cli.Command {
 					return writeJSON(c.App.Writer, loc)
 				}
 				return loc.RenderText(c.App.Writer)
-			},
+			}),
 		}},
 	}
 }
@@ -488,16 +468,7 @@ func repairPlanCommand() *cli.Command {
 		Hidden: true,
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "accepted for the command named by verify; the plan covers the whole flow"}},
-		Action: func(c *cli.Context) error {
-			format, err := outputFormat(c)
-			if err != nil {
-				return err
-			}
-			f, err := openFlow(c)
-			if err != nil {
-				return failure(err)
-			}
-			defer f.Close()
+		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			p, err := f.RepairPlan(c.Context)
 			if err != nil {
 				return failure(err)
@@ -514,6 +485,6 @@ func repairPlanCommand() *cli.Command {
 				return cli.Exit("", ExitFindings)
 			}
 			return nil
-		},
+		}),
 	}
 }
