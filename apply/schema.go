@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -114,10 +115,22 @@ func EnsureSchema(ctx context.Context, db DB, schema string) error {
 		return nil
 	}
 	q := fmt.Sprintf(schemaDDL, qs, int64(schemaLockKey), schemaVersion)
-	if _, err := db.Exec(ctx, q); err != nil {
+	for attempt := 0; ; attempt++ {
+		_, err := db.Exec(ctx, q)
+		if err == nil {
+			return nil
+		}
+		// CREATE ... IF NOT EXISTS is not safe against a concurrent
+		// creator that does not take our lock (or one that was killed
+		// mid-way and whose backend is still finishing): the loser gets a
+		// duplicate error although the object now exists. Run it again;
+		// the second time it finds everything in place.
+		var pe *pgconn.PgError
+		if attempt == 0 && errors.As(err, &pe) && (pe.Code == "23505" || pe.Code == "42P06" || pe.Code == "42P07" || pe.Code == "42710") {
+			continue
+		}
 		return fmt.Errorf("apply: create schema %q on the target: %w", schema, err)
 	}
-	return nil
 }
 
 // stateSQL holds the statements on the Trellara tables, rendered once for

@@ -120,6 +120,9 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	if err != nil {
 		cancel()
 		wg.Wait()
+		if firstErr != nil {
+			return nil, firstErr
+		}
 		return nil, err
 	}
 	defer src.Close(context.Background())
@@ -127,6 +130,9 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	if err != nil {
 		cancel()
 		wg.Wait()
+		if firstErr != nil {
+			return nil, firstErr // the fence failed because a component did
+		}
 		return nil, err
 	}
 	res := &RunResult{Flow: f.Cfg.Flow, Transport: "local segment log · fsync " + f.Cfg.Transport.Local.Fsync, CatchUpLSN: lsnString(fence)}
@@ -155,6 +161,9 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		if err != nil {
 			cancel()
 			wg.Wait()
+			if firstErr != nil {
+				return nil, firstErr
+			}
 			return nil, err
 		}
 		res.Verify = vr
