@@ -1,0 +1,85 @@
+package flow
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/trellara/trellara/envelope"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/sidecar"
+)
+
+// CaptureExtension is Capture for source.capture: extension: it streams
+// committed transactions from the trellara extension's socket
+// (source.socket) into the local log until ctx ends or o.Stop reports true.
+// The envelopes are the ones the pgoutput path would write for the same
+// history, so the log, the applier and verify cannot tell the paths apart.
+//
+// Unlike Capture it creates no slot and no publication and takes no
+// snapshot: the extension's decoder worker owns its slot and exports no
+// snapshot. A new flow therefore gets its initial snapshot from the
+// pgoutput path (run it once with capture: pgoutput and owns_slot, then
+// switch) or from a reseed; on an empty log this refuses to start rather
+// than stream changes to tables whose starting state the log never had.
+// The worker's slot must have existed since before the log's newest
+// transaction; otherwise the slot is confirmed past the log and the
+// sidecar reports a gap (relay.GapError) instead of skipping what lies
+// between. o.Session and o.Snapshot are not used.
+func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
+	src := f.Cfg.Source
+	if src.Capture != config.CaptureExtension {
+		return fmt.Errorf("flow %s: source.capture is %s, not extension", f.Cfg.Flow, src.Capture)
+	}
+	conn, err := f.ConnectSource(ctx)
+	if err != nil {
+		return err
+	}
+	info, err := sidecar.CheckServer(ctx, conn)
+	conn.Close(context.Background())
+	if err != nil {
+		return fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
+	}
+	if !info.IncludeMessages {
+		// Fences are transactional messages: without them run and verify
+		// could never prove the target caught up, and the log would differ
+		// from the pgoutput path's (which always carries messages).
+		return fmt.Errorf("flow %s: the extension does not forward logical messages, which Trellara's fences need; "+
+			"fix: ALTER SYSTEM SET trellara.include_messages = on and restart the server", f.Cfg.Flow)
+	}
+	if info.SocketPath != src.Socket {
+		f.Logger.Warn("source.socket differs from the server's trellara.socket_path", "flow", f.Cfg.Flow,
+			"socket", src.Socket, "server_socket", info.SocketPath)
+	}
+	if info.DecoderPID == 0 {
+		f.Logger.Warn("the trellara decoder worker is not running right now; the sidecar waits for it (see the server log)",
+			"flow", f.Cfg.Flow, "slot", info.SlotName)
+	}
+
+	tr := transport.Local{Log: f.Log}
+	res, err := relay.ResumeFrom(ctx, tr)
+	if err != nil {
+		return err
+	}
+	if res.Empty {
+		return fmt.Errorf("flow %s: the local log is empty and the extension cannot take the initial snapshot "+
+			"(its decoder owns slot %s and exports no snapshot). Run the flow once with source.capture: pgoutput "+
+			"(trellara run --config %s), which creates a slot and snapshots the tables, then switch to capture: extension; "+
+			"or seed the log with trellara reseed --config %s", f.Cfg.Flow, info.SlotName, f.ConfigPath, f.ConfigPath)
+	}
+	if o.Streaming != nil {
+		close(o.Streaming)
+	}
+	f.Logger.Info("capturing from the trellara extension", "flow", f.Cfg.Flow, "socket", src.Socket,
+		"slot", info.SlotName, "slot_confirmed", envelope.FormatLSN(info.SlotConfirmed), "log_durable", envelope.FormatLSN(res.DurableEnd))
+	return sidecar.Run(ctx, sidecar.Options{
+		SocketPath: src.Socket, Transport: tr, SourceID: src.ID, Pins: f.Pins,
+		MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir,
+		InspectCommand: fmt.Sprintf("trellara status --config %s --view diagnostics", f.ConfigPath),
+		Progress:       sidecar.FileProgress{Path: filepath.Join(f.dir, "extension-progress")},
+		GapRecovery:    fmt.Sprintf("trellara reseed --config %s", f.ConfigPath),
+		Logger:         f.Logger, Stop: o.Stop, OnFence: o.OnFence,
+	})
+}

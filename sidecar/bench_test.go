@@ -1,0 +1,216 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/segmentlog"
+)
+
+// benchTxns sizes the workload; TRELLARA_BENCH_TXNS overrides.
+func benchTxns() int {
+	if v, err := strconv.Atoi(os.Getenv("TRELLARA_BENCH_TXNS")); err == nil && v > 0 {
+		return v
+	}
+	return 20000
+}
+
+// The schema and TPC-B-like script of internal/flow's
+// BenchmarkRelayVsRecvlogical, so the numbers compare.
+const benchSchema = `
+CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
+CREATE TABLE tellers (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
+CREATE TABLE branches (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
+CREATE TABLE history (id bigserial PRIMARY KEY, aid int, tid int, bid int, delta int, mtime timestamptz DEFAULT clock_timestamp(), filler text);
+INSERT INTO accounts SELECT g, 0, repeat('a', 80) FROM generate_series(1, 100000) g;
+INSERT INTO tellers SELECT g, 0, repeat('t', 80) FROM generate_series(1, 100) g;
+INSERT INTO branches SELECT g, 0, repeat('b', 80) FROM generate_series(1, 10) g;
+CREATE PUBLICATION pub FOR TABLE accounts, tellers, branches, history;
+`
+
+const tpcbScript = `\set aid random(1, 100000)
+\set tid random(1, 100)
+\set bid random(1, 10)
+\set delta random(-5000, 5000)
+BEGIN;
+UPDATE accounts SET balance = balance + :delta WHERE id = :aid;
+UPDATE tellers SET balance = balance + :delta WHERE id = :tid;
+UPDATE branches SET balance = balance + :delta WHERE id = :bid;
+INSERT INTO history (aid, tid, bid, delta) VALUES (:aid, :tid, :bid, :delta);
+END;
+`
+
+// BenchmarkSidecarVsRelay drains the same TPC-B-like history twice on one
+// server, each into its own fsync'd local segment log: with the external
+// relay from a pgoutput slot (protocol 2, streaming, as `trellara run`),
+// and with the extension's decoder worker and this sidecar. Both stop at
+// the same fence. Reports both rates and sidecar/relay.
+func BenchmarkSidecarVsRelay(b *testing.B) {
+	// The schema and its 100 000-row load first, without workers; then the
+	// pgoutput slot; then the decoder creates its slot: both start after
+	// the load and before the workload.
+	l := startLive(b, "", map[string]string{"logical_decoding_work_mem": "64MB"})
+	ctx := context.Background()
+	l.c.Exec(b, benchSchema)
+	l.c.Exec(b, `SELECT pg_create_logical_replication_slot('relay', 'pgoutput')`)
+	l.configure(b, map[string]string{"trellara.database": "postgres",
+		"trellara.tables": "public.accounts, public.tellers, public.branches, public.history"})
+	l.waitFor(b, "the decoder's slot", 30*time.Second, func() bool {
+		return l.query(b, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara'`) == "1"
+	})
+	txns := benchTxns()
+	script := filepath.Join(b.TempDir(), "tpcb.sql")
+	if err := os.WriteFile(script, []byte(tpcbScript), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(l.c.BinDir(), "pgbench"), "-n", "-c", "4", "-j", "2",
+		"-t", strconv.Itoa(txns/4), "-f", script, l.c.URL("postgres"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("pgbench: %v\n%s", err, out)
+	}
+	fence := l.fence(b, "bench")
+
+	b.ResetTimer()
+	relayLog, _, err := segmentlog.Open(b.TempDir(), segmentlog.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer relayLog.Close()
+	rc, err := pgconn.Connect(ctx, l.c.ReplicationURL("postgres"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close(ctx)
+	var relayDurable uint64
+	rs := relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Config{
+		SourceID: "bench", Slot: "relay", Publication: "pub", Streaming: true,
+		Assembler: relay.AssemblerOptions{SpillDir: b.TempDir()},
+		OnDurable: func(e uint64) { relayDurable = e },
+		Stop:      func() bool { return relayDurable > fence },
+	})
+	go func() {
+		// The walsender appears once the session starts streaming.
+		for i := 0; i < 100 && walsenderPID.Load() == 0; i++ {
+			time.Sleep(10 * time.Millisecond)
+			if p, err := strconv.Atoi(l.query(b, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'walsender'`)); err == nil {
+				walsenderPID.Store(int64(p))
+			}
+		}
+	}()
+	self0 := selfCPU()
+	t0 := time.Now()
+	if err := rs.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	relaySecs := time.Since(t0).Seconds()
+	relayGo := selfCPU() - self0
+	walsenderCPU := procCPU(int(walsenderPID.Load()))
+
+	sideLog, _, err := segmentlog.Open(b.TempDir(), segmentlog.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sideLog.Close()
+	// The workers' CPU is read when the fence is acknowledged: once the
+	// sidecar disconnects the decoder restarts (by design) and its process
+	// is gone.
+	decPID, _ := strconv.Atoi(l.query(b, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'trellara decoder'`))
+	sockPID := procByTitle("trellara socket server")
+	dec0, sock0 := procCPU(decPID), procCPU(sockPID)
+	var decCPU, sockCPU float64
+	var acked atomic.Uint64
+	s, err := New(Options{Dial: l.dialer(b), SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
+		SpillDir: b.TempDir(), OnDurable: func(e uint64) { acked.Store(e) },
+		Stop: func() bool {
+			if acked.Load() <= fence {
+				return false
+			}
+			if decCPU == 0 {
+				decCPU, sockCPU = procCPU(decPID)-dec0, procCPU(sockPID)-sock0
+			}
+			return true
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	self0 = selfCPU()
+	t1 := time.Now()
+	if err := s.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	sideSecs := time.Since(t1).Seconds()
+	sideGo := selfCPU() - self0
+	b.StopTimer()
+
+	rst, sst := rs.Stats(), s.Stats()
+	if rst.Published != sst.Published || rst.Bytes != sst.Bytes {
+		b.Fatalf("the two paths published different histories: relay %d units %d bytes, sidecar %d units %d bytes",
+			rst.Published, rst.Bytes, sst.Published, sst.Bytes)
+	}
+	b.ReportMetric(float64(txns)/relaySecs, "relay_txn/s")
+	b.ReportMetric(float64(txns)/sideSecs, "sidecar_txn/s")
+	b.ReportMetric(relaySecs/sideSecs, "sidecar/relay")
+	b.Logf("%d TPC-B-like transactions (%d units, %d envelope bytes each path): relay %.2fs, extension+sidecar %.2fs (%d frames), ratio %.2f",
+		txns, sst.Published, sst.Bytes, relaySecs, sideSecs, sst.Frames, relaySecs/sideSecs)
+	if dst := os.Getenv("TRELLARA_BENCH_SERVERLOG"); dst != "" {
+		lb, _ := os.ReadFile(l.c.LogPath())
+		_ = os.WriteFile(dst, lb, 0o644)
+	}
+	b.Logf("CPU seconds: relay path walsender %.2f + Go %.2f; extension path decoder %.2f + socket worker %.2f + Go %.2f",
+		walsenderCPU, relayGo, decCPU, sockCPU, sideGo)
+}
+
+var walsenderPID atomic.Int64
+
+// procCPU is the user+system CPU time of a process, from /proc (0 if gone).
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if pid == 0 || err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// procByTitle finds a process by its title (the socket worker holds no
+// database connection, so pg_stat_activity does not list it).
+func procByTitle(title string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), title) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// selfCPU is this process's user+system CPU time.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}

@@ -1,0 +1,243 @@
+package sidecar
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/trellara/trellara/envelope"
+)
+
+// Socket protocol constants. Part of the wire contract; do not change.
+const (
+	ProtocolVersion = 1
+
+	protocolMagic  = "TRLA"
+	msgHello       = 'H'
+	msgAck         = 'A'
+	msgFrame       = 'F'
+	msgKeepalive   = 'K'
+	msgError       = 'E'
+	helloReplyLen  = 28
+	keepaliveLen   = 17
+	chunkBytesMax  = 64 << 10 // the extension's queue slot size
+	chunkFlagMore  = 0x01
+	errorBytesMax  = 1 << 16 // u16 length
+	readBufferSize = 1 << 20 // many small frames per read syscall
+	// deadlineSlack is how stale the dead-server deadline may get: the
+	// effective timeout is between DeadServerTimeout minus this and
+	// DeadServerTimeout.
+	deadlineSlack = time.Second
+)
+
+// Hello is the server's reply to the sidecar's hello.
+type Hello struct {
+	ProtocolVersion  uint16
+	FrameVersion     uint8
+	ServerVersionNum uint32
+	SystemIdentifier uint64
+	// SlotConfirmedLSN is the slot's confirmed position when the
+	// connection was accepted (0 if the decoder has not created it yet):
+	// replay starts after it.
+	SlotConfirmedLSN uint64
+}
+
+// client is one connection to the extension's socket. Reads happen on one
+// goroutine; acks may be written from another (the publisher), guarded by
+// wmu.
+type client struct {
+	conn net.Conn
+	br   *bufio.Reader
+	wmu  sync.Mutex
+
+	deadTimeout time.Duration
+	deadlineSet time.Time // when the read deadline was last moved
+	frameMax    int64
+	frame       []byte // frame being reassembled; reused
+}
+
+// dialUnix connects to path. A missing socket or a refused connection is
+// the server (re)starting; both are retried by Run.
+func dialUnix(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", path)
+}
+
+func newClient(conn net.Conn, deadTimeout time.Duration, frameMax int64) *client {
+	return &client{conn: conn, br: bufio.NewReaderSize(conn, readBufferSize), deadTimeout: deadTimeout, frameMax: frameMax}
+}
+
+// handshake sends hello and reads the reply. A refusal arrives as an 'E'
+// instead of the reply, possibly after the server closed its side: a failed
+// write of the hello is ignored so the explanation can still be read.
+func (c *client) handshake() (Hello, error) {
+	var h [7]byte
+	h[0] = msgHello
+	copy(h[1:5], protocolMagic)
+	binary.BigEndian.PutUint16(h[5:], ProtocolVersion)
+	c.wmu.Lock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(c.deadTimeout))
+	_, werr := c.conn.Write(h[:])
+	c.wmu.Unlock()
+
+	c.deadlineSet = time.Now()
+	_ = c.conn.SetReadDeadline(c.deadlineSet.Add(c.deadTimeout))
+	typ, err := c.br.ReadByte()
+	if err != nil {
+		if werr != nil {
+			return Hello{}, fmt.Errorf("sidecar: send hello: %w", werr)
+		}
+		return Hello{}, fmt.Errorf("sidecar: read hello reply: %w", err)
+	}
+	switch typ {
+	case msgError:
+		return Hello{}, c.readError()
+	case msgHello:
+	default:
+		return Hello{}, &ProtocolError{Reason: fmt.Sprintf("expected a hello reply, got message type %q", rune(typ))}
+	}
+	var b [helloReplyLen - 1]byte
+	if _, err := io.ReadFull(c.br, b[:]); err != nil {
+		return Hello{}, fmt.Errorf("sidecar: read hello reply: %w", err)
+	}
+	if string(b[0:4]) != protocolMagic {
+		return Hello{}, &ProtocolError{Reason: fmt.Sprintf("hello reply magic %q, want %q: not a trellara socket", b[0:4], protocolMagic)}
+	}
+	hello := Hello{ProtocolVersion: binary.BigEndian.Uint16(b[4:]), FrameVersion: b[6],
+		ServerVersionNum: binary.BigEndian.Uint32(b[7:]), SystemIdentifier: binary.BigEndian.Uint64(b[11:]),
+		SlotConfirmedLSN: binary.BigEndian.Uint64(b[19:])}
+	if hello.ProtocolVersion != ProtocolVersion || hello.FrameVersion != FrameVersion {
+		return hello, &ProtocolError{Reason: fmt.Sprintf("server speaks protocol %d with frame version %d; this sidecar speaks protocol %d, frame version %d: install matching versions",
+			hello.ProtocolVersion, hello.FrameVersion, ProtocolVersion, FrameVersion)}
+	}
+	return hello, nil
+}
+
+func (c *client) readError() error {
+	var l [2]byte
+	if _, err := io.ReadFull(c.br, l[:]); err != nil {
+		return &ServerError{Message: "(error message cut off: " + err.Error() + ")"}
+	}
+	msg := make([]byte, binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(c.br, msg); err != nil {
+		return &ServerError{Message: string(msg) + " (cut off)"}
+	}
+	return &ServerError{Message: string(msg)}
+}
+
+// message is one server message after the handshake; frame aliases the
+// client's buffer until the next call.
+type message struct {
+	typ         byte
+	frame       []byte
+	ackableLSN  uint64 // keepalive
+	serverMicro int64  // keepalive
+}
+
+// next reads the next complete frame or keepalive; at names the position
+// in errors.
+func (c *client) next(at uint64) (message, error) {
+	c.frame = c.frame[:0]
+	for {
+		// Keep the dead-server deadline current before anything that may
+		// block. Moved at most every deadlineSlack, not per read: a deadline
+		// update is a timer operation, and messages are many and small.
+		if now := time.Now(); now.Sub(c.deadlineSet) > deadlineSlack {
+			_ = c.conn.SetReadDeadline(now.Add(c.deadTimeout))
+			c.deadlineSet = now
+		}
+		if c.br.Buffered() == 0 {
+			if _, err := c.br.Peek(1); err != nil {
+				return message{}, c.readErr(err, at)
+			}
+		}
+		typ, _ := c.br.ReadByte()
+		switch typ {
+		case msgFrame:
+			var h [5]byte
+			if _, err := io.ReadFull(c.br, h[:]); err != nil {
+				return message{}, c.readErr(err, at)
+			}
+			flags, n := h[0], binary.BigEndian.Uint32(h[1:])
+			if n > chunkBytesMax {
+				return message{}, &ProtocolError{LSN: at, Reason: fmt.Sprintf("frame chunk of %d bytes, at most %d allowed", n, chunkBytesMax)}
+			}
+			if flags&^chunkFlagMore != 0 {
+				return message{}, &ProtocolError{LSN: at, Reason: fmt.Sprintf("frame chunk flags %#x: only bit 0 (more) is defined", flags)}
+			}
+			if int64(len(c.frame))+int64(n) > c.frameMax {
+				return message{}, &FrameTooLargeError{LSN: at, Bytes: int64(len(c.frame)) + int64(n), Max: c.frameMax}
+			}
+			start := len(c.frame)
+			c.frame = slices.Grow(c.frame, int(n))[:start+int(n)]
+			if _, err := io.ReadFull(c.br, c.frame[start:]); err != nil {
+				return message{}, c.readErr(err, at)
+			}
+			if flags&chunkFlagMore == 0 {
+				return message{typ: msgFrame, frame: c.frame}, nil
+			}
+		case msgKeepalive:
+			if len(c.frame) > 0 {
+				return message{}, &ProtocolError{LSN: at, Reason: "keepalive inside a chunked frame"}
+			}
+			var b [keepaliveLen - 1]byte
+			if _, err := io.ReadFull(c.br, b[:]); err != nil {
+				return message{}, c.readErr(err, at)
+			}
+			return message{typ: msgKeepalive, ackableLSN: binary.BigEndian.Uint64(b[:]),
+				serverMicro: int64(binary.BigEndian.Uint64(b[8:]))}, nil
+		case msgError:
+			return message{}, c.readError()
+		default:
+			return message{}, &ProtocolError{LSN: at, Reason: fmt.Sprintf("unknown message type %q (0x%02x)", rune(typ), typ)}
+		}
+	}
+}
+
+// ConnectionError is a lost connection: EOF, reset, or no message within
+// the dead-server timeout. Run reconnects; the server replays from the
+// slot's confirmed position.
+type ConnectionError struct {
+	LSN uint64
+	Err error
+}
+
+func (e *ConnectionError) Error() string {
+	return fmt.Sprintf("sidecar: connection to the extension lost near LSN %s: %v", envelope.FormatLSN(e.LSN), e.Err)
+}
+
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+func (c *client) readErr(err error, at uint64) error {
+	if isTimeout(err) {
+		err = fmt.Errorf("no message for %s (the server sends a keepalive every 10 s): %w", c.deadTimeout, err)
+	}
+	return &ConnectionError{LSN: at, Err: err}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// ack tells the server everything through lsn is durable.
+func (c *client) ack(lsn uint64) error {
+	var b [9]byte
+	b[0] = msgAck
+	binary.BigEndian.PutUint64(b[1:], lsn)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(c.deadTimeout))
+	if _, err := c.conn.Write(b[:]); err != nil {
+		return &ConnectionError{LSN: lsn, Err: fmt.Errorf("send acknowledgement: %w", err)}
+	}
+	return nil
+}

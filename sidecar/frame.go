@@ -1,0 +1,315 @@
+package sidecar
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/trellara/trellara/relay/pgoutput"
+)
+
+// Frame format constants. Part of the wire contract; do not change.
+const (
+	FrameVersion = 1
+
+	frameBegin    = 'B'
+	frameRelation = 'R'
+	frameInsert   = 'I'
+	frameUpdate   = 'U'
+	frameDelete   = 'D'
+	frameTruncate = 'T'
+	frameMessage  = 'M'
+	frameCommit   = 'C'
+	frameProgress = 'P'
+
+	oldKey  = 'K'
+	oldFull = 'O'
+	oldNone = '-'
+
+	colNull      = 'n'
+	colUnchanged = 'u'
+	colText      = 't'
+
+	colFlagKey       = 0x01
+	truncCascade     = 0x01
+	truncRestartSeqs = 0x02
+)
+
+// postgresEpochUnixMicros is 2000-01-01 UTC in Unix microseconds: frames
+// carry Unix times, pgoutput carries PostgreSQL's epoch.
+const postgresEpochUnixMicros = 946_684_800_000_000
+
+// Progress is a 'P' frame: every transaction committed before LSN has
+// already been delivered, so LSN may be acknowledged once they are durable.
+type Progress struct {
+	LSN pgoutput.LSN
+}
+
+// MessageType lets a Progress travel as a pgoutput.Message; the byte is not
+// a pgoutput type and the assembler never sees one.
+func (*Progress) MessageType() pgoutput.MessageType { return frameProgress }
+
+// DecodeFrame decodes one complete frame into the pgoutput message it
+// corresponds to (*pgoutput.Begin, *Relation, *Insert, *Update, *Delete,
+// *Truncate, *LogicalMessage, *Commit) or a *Progress. A delete or update
+// without an old tuple has OldKind pgoutput.TupleNone.
+//
+// at is the LSN named in errors (the open transaction's, where known).
+// Column values alias b; copy them before b is reused. DecodeFrame never
+// panics; every failure is a *FrameError.
+func DecodeFrame(b []byte, at uint64) (pgoutput.Message, error) {
+	r := frameReader{buf: b}
+	version := r.u8("version")
+	typ := r.u8("type")
+	if r.failed() {
+		return nil, r.err(at, 0)
+	}
+	if version != FrameVersion {
+		r.failAt(0, "frame version %d, this sidecar reads version %d", version, FrameVersion)
+		return nil, r.err(at, typ)
+	}
+	var m pgoutput.Message
+	switch typ {
+	case frameBegin:
+		m = &pgoutput.Begin{Xid: pgoutput.XID(r.u32("xid")), FinalLSN: pgoutput.LSN(r.u64("final_lsn")),
+			CommitTime: r.time("commit_time")}
+	case frameRelation:
+		m = r.relation()
+	case frameInsert:
+		m = &pgoutput.Insert{RelationID: pgoutput.OID(r.u32("relid")), New: r.tuple("new tuple")}
+	case frameUpdate:
+		u := &pgoutput.Update{RelationID: pgoutput.OID(r.u32("relid"))}
+		u.OldKind = r.oldKind()
+		if u.OldKind != pgoutput.TupleNone {
+			u.Old = r.tuple("old tuple")
+		}
+		u.New = r.tuple("new tuple")
+		m = u
+	case frameDelete:
+		d := &pgoutput.Delete{RelationID: pgoutput.OID(r.u32("relid"))}
+		d.OldKind = r.oldKind()
+		if d.OldKind != pgoutput.TupleNone {
+			d.Old = r.tuple("old tuple")
+		}
+		m = d
+	case frameTruncate:
+		m = r.truncate()
+	case frameMessage:
+		m = &pgoutput.LogicalMessage{Transactional: true, LSN: pgoutput.LSN(r.u64("lsn")),
+			Prefix: string(r.str("prefix")), Content: r.str("content")}
+	case frameCommit:
+		if f := r.u8("flags"); f != 0 && !r.failed() {
+			r.failAt(r.off-1, "commit flags %#x, version 1 defines none", f)
+		}
+		m = &pgoutput.Commit{CommitLSN: pgoutput.LSN(r.u64("commit_lsn")), EndLSN: pgoutput.LSN(r.u64("end_lsn")),
+			CommitTime: r.time("commit_time")}
+	case frameProgress:
+		m = &Progress{LSN: pgoutput.LSN(r.u64("lsn"))}
+	default:
+		r.failAt(1, "unknown frame type %q", rune(typ))
+	}
+	if !r.failed() && r.remaining() > 0 {
+		r.fail("%d trailing bytes", r.remaining())
+	}
+	if r.failed() {
+		return nil, r.err(at, typ)
+	}
+	if c, ok := m.(*pgoutput.Commit); ok && c.EndLSN < c.CommitLSN {
+		return nil, &FrameError{LSN: uint64(c.CommitLSN), Type: typ, Offset: 11,
+			Reason: fmt.Sprintf("end LSN %s precedes commit LSN %s", c.EndLSN, c.CommitLSN)}
+	}
+	return m, nil
+}
+
+func (r *frameReader) relation() *pgoutput.Relation {
+	m := &pgoutput.Relation{RelationID: pgoutput.OID(r.u32("relid"))}
+	m.Namespace = string(r.str("namespace"))
+	m.Name = string(r.str("name"))
+	ri := pgoutput.ReplicaIdentity(r.u8("replica identity"))
+	switch ri {
+	case pgoutput.ReplicaIdentityDefault, pgoutput.ReplicaIdentityNothing, pgoutput.ReplicaIdentityFull, pgoutput.ReplicaIdentityIndex:
+	default:
+		if !r.failed() {
+			r.failAt(r.off-1, "replica identity %q is not d, n, f or i", rune(ri))
+		}
+	}
+	m.ReplicaIdentity = ri
+	n := int(r.u16("column count"))
+	// Each column takes at least 13 bytes: refuse a count the frame cannot
+	// hold before allocating for it.
+	if !r.failed() && n*13 > r.remaining() {
+		r.fail("%d columns cannot fit in the %d remaining bytes", n, r.remaining())
+	}
+	if r.failed() {
+		return m
+	}
+	m.Columns = make([]pgoutput.RelationColumn, n)
+	for i := range m.Columns {
+		flags := r.u8("column flags")
+		if flags&^colFlagKey != 0 && !r.failed() {
+			r.failAt(r.off-1, "column %d flags %#x: only bit 0 (key) is defined", i, flags)
+		}
+		m.Columns[i] = pgoutput.RelationColumn{Key: flags&colFlagKey != 0, Name: string(r.str("column name")),
+			TypeOID: pgoutput.OID(r.u32("column type")), TypeModifier: int32(r.u32("column typmod"))}
+		if r.failed() {
+			return m
+		}
+	}
+	return m
+}
+
+func (r *frameReader) truncate() *pgoutput.Truncate {
+	flags := r.u8("truncate flags")
+	if flags&^(truncCascade|truncRestartSeqs) != 0 && !r.failed() {
+		r.failAt(r.off-1, "truncate flags %#x: only bits 0 and 1 are defined", flags)
+	}
+	m := &pgoutput.Truncate{Cascade: flags&truncCascade != 0, RestartIdentity: flags&truncRestartSeqs != 0}
+	n := r.u32("relation count")
+	if r.failed() {
+		return m
+	}
+	if n == 0 || uint64(n)*4 != uint64(r.remaining()) {
+		r.fail("relation count %d does not match the %d remaining bytes", n, r.remaining())
+		return m
+	}
+	m.RelationIDs = make([]pgoutput.OID, n)
+	for i := range m.RelationIDs {
+		m.RelationIDs[i] = pgoutput.OID(r.u32("relid"))
+	}
+	return m
+}
+
+func (r *frameReader) oldKind() pgoutput.TupleKind {
+	k := r.u8("old tuple kind")
+	switch k {
+	case oldKey:
+		return pgoutput.TupleKey
+	case oldFull:
+		return pgoutput.TupleOld
+	case oldNone:
+		return pgoutput.TupleNone
+	}
+	if !r.failed() {
+		r.failAt(r.off-1, "old tuple kind %q is not K, O or -", rune(k))
+	}
+	return pgoutput.TupleNone
+}
+
+func (r *frameReader) tuple(what string) []pgoutput.Column {
+	n := int(r.u16(what + " column count"))
+	if !r.failed() && n > r.remaining() {
+		r.fail("%s: %d columns cannot fit in the %d remaining bytes", what, n, r.remaining())
+	}
+	if r.failed() {
+		return nil
+	}
+	cols := make([]pgoutput.Column, n)
+	for i := range cols {
+		k := r.u8(what + " value kind")
+		switch k {
+		case colNull:
+			cols[i].Kind = pgoutput.ColumnNull
+		case colUnchanged:
+			cols[i].Kind = pgoutput.ColumnUnchangedToast
+		case colText:
+			cols[i] = pgoutput.Column{Kind: pgoutput.ColumnText, Data: r.str(what + " value")}
+		default:
+			if !r.failed() {
+				r.failAt(r.off-1, "%s column %d: value kind %q is not n, u or t", what, i, rune(k))
+			}
+		}
+		if r.failed() {
+			return nil
+		}
+	}
+	return cols
+}
+
+// frameReader is a bounds-checked cursor over one frame: the first failed
+// read records where and why, later reads return zero values, and the
+// decoder checks once.
+type frameReader struct {
+	buf    []byte
+	off    int
+	reason string
+	errOff int
+}
+
+func (r *frameReader) remaining() int { return len(r.buf) - r.off }
+func (r *frameReader) failed() bool   { return r.reason != "" }
+
+func (r *frameReader) fail(format string, args ...any) { r.failAt(r.off, format, args...) }
+
+func (r *frameReader) failAt(off int, format string, args ...any) {
+	if r.reason == "" {
+		r.reason, r.errOff = fmt.Sprintf(format, args...), off
+	}
+}
+
+func (r *frameReader) err(at uint64, typ byte) error {
+	return &FrameError{LSN: at, Type: typ, Offset: r.errOff, Reason: r.reason}
+}
+
+func (r *frameReader) need(n int, field string) bool {
+	if r.reason != "" {
+		return false
+	}
+	if n > r.remaining() {
+		r.fail("truncated: %s needs %d bytes, %d remain", field, n, r.remaining())
+		return false
+	}
+	return true
+}
+
+func (r *frameReader) u8(field string) uint8 {
+	if !r.need(1, field) {
+		return 0
+	}
+	r.off++
+	return r.buf[r.off-1]
+}
+
+func (r *frameReader) u16(field string) uint16 {
+	if !r.need(2, field) {
+		return 0
+	}
+	r.off += 2
+	return binary.BigEndian.Uint16(r.buf[r.off-2:])
+}
+
+func (r *frameReader) u32(field string) uint32 {
+	if !r.need(4, field) {
+		return 0
+	}
+	r.off += 4
+	return binary.BigEndian.Uint32(r.buf[r.off-4:])
+}
+
+func (r *frameReader) u64(field string) uint64 {
+	if !r.need(8, field) {
+		return 0
+	}
+	r.off += 8
+	return binary.BigEndian.Uint64(r.buf[r.off-8:])
+}
+
+// time reads a Unix-microsecond time as a pgoutput timestamp. Wrapping
+// arithmetic: an absurd value stays absurd, it cannot panic.
+func (r *frameReader) time(field string) pgoutput.Timestamp {
+	return pgoutput.Timestamp(int64(r.u64(field)) - postgresEpochUnixMicros)
+}
+
+// str reads a u32-length string without copying; the slice's capacity ends
+// at its length so an append by a consumer cannot overwrite what follows.
+func (r *frameReader) str(field string) []byte {
+	n := r.u32(field + " length")
+	if r.failed() {
+		return nil
+	}
+	if uint64(n) > uint64(r.remaining()) {
+		r.fail("truncated: %s is %d bytes, %d remain", field, n, r.remaining())
+		return nil
+	}
+	s := r.buf[r.off : r.off+int(n) : r.off+int(n)]
+	r.off += int(n)
+	return s
+}

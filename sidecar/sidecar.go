@@ -1,0 +1,658 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/relay/pgoutput"
+)
+
+// Options configure a sidecar. Transport, SourceID and SocketPath (or Dial)
+// are required; zero values of the rest take the defaults named.
+type Options struct {
+	// SocketPath is the extension's socket: the trellara.socket_path
+	// setting, or <data_directory>/trellara.sock when that is empty
+	// (CheckServer resolves it).
+	SocketPath string
+	// Dial, when set, replaces dialling SocketPath (tests, socket
+	// activation). The server accepts only connections whose peer is its
+	// own OS user.
+	Dial func(ctx context.Context) (net.Conn, error)
+
+	Transport relay.Transport
+	SourceID  string
+	Pins      relay.Pins
+	// MemoryBytesMax bounds row data held for open transactions before
+	// the assembler spills to SpillDir (default 64 MiB); ChunkBytesMax is
+	// the largest unit before a transaction is split into CHUNK units
+	// (default 4 MiB). Both as in relay.AssemblerOptions: the two capture
+	// paths must cut transactions identically.
+	MemoryBytesMax int64
+	ChunkBytesMax  int64
+	SpillDir       string
+	InspectCommand string
+	// FrameBytesMax refuses frames (one change: one row with all its
+	// values) larger than this; default 64 MiB, at most 1 GiB + 1 MiB.
+	FrameBytesMax int64
+	// DeadServerTimeout: with no message at all for this long the
+	// connection is considered dead and re-established (default 30 s:
+	// three of the server's keepalive intervals).
+	DeadServerTimeout time.Duration
+	// ReconnectBackoffMax caps the wait between reconnect attempts
+	// (default 5 s; attempts start at 100 ms and double).
+	ReconnectBackoffMax time.Duration
+
+	// Progress, when set, records acknowledged positions that no published
+	// unit covers ('P' frames), so that a restart can tell a slot moved by
+	// this sidecar from one moved by something else (GapError). Without it
+	// that check is skipped.
+	Progress ProgressStore
+	// GapRecovery is the command a GapError names.
+	GapRecovery string
+
+	Logger *slog.Logger
+	// Stop is polled after every durable advance and every 100 ms; Run
+	// returns nil once it reports true. OnDurable, OnFence and Stop are
+	// called from one goroutine (the publisher), never concurrently.
+	Stop      func() bool
+	OnDurable func(endLSN uint64)
+	OnFence   func(token string, commitLSN uint64)
+
+	// Test hooks: beforeAck runs after a group is durable and before its
+	// acknowledgement is sent, and withholds it by returning false (a
+	// sidecar dying at that point); onFrame sees every complete frame.
+	beforeAck func(lsn uint64) bool
+	onFrame   func(frame []byte)
+}
+
+// Limits, named so validate and the docs agree.
+const (
+	frameBytesMaxDefault       = 64 << 20
+	frameBytesMaxLimit         = 1<<30 + 1<<20 // a 1 GiB value plus its frame
+	deadServerTimeoutDefault   = 30 * time.Second
+	deadServerTimeoutMin       = 11 * time.Second // above the 10 s keepalive interval
+	reconnectBackoffMaxDefault = 5 * time.Second
+	reconnectBackoffStart      = 100 * time.Millisecond
+
+	// Publish-group bounds, as the relay's: enough to amortise an fsync
+	// over many small transactions, small enough to bound memory (one group
+	// being published and one being filled) and acknowledgement delay.
+	batchUnitsMax = 4096
+	batchBytesMax = 8 << 20
+
+	// stopPoll bounds how long Stop may go unpolled when nothing arrives.
+	stopPoll = 100 * time.Millisecond
+)
+
+// validate rejects options that cannot work and fills defaults.
+func (o *Options) validate() error {
+	if o.FrameBytesMax == 0 {
+		o.FrameBytesMax = frameBytesMaxDefault
+	}
+	if o.DeadServerTimeout == 0 {
+		o.DeadServerTimeout = deadServerTimeoutDefault
+	}
+	if o.ReconnectBackoffMax == 0 {
+		o.ReconnectBackoffMax = reconnectBackoffMaxDefault
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.GapRecovery == "" {
+		o.GapRecovery = "trellara reseed --config <flow config>"
+	}
+	checks := []struct {
+		bad    bool
+		field  string
+		reason string
+	}{
+		{o.Transport == nil, "Transport", "is required"},
+		{o.SocketPath == "" && o.Dial == nil, "SocketPath", "is required (the trellara.socket_path setting)"},
+		{o.SourceID == "" || len(o.SourceID) > 256, "SourceID", "must be 1..256 bytes"},
+		{o.MemoryBytesMax < 0, "MemoryBytesMax", "must not be negative"},
+		{o.ChunkBytesMax < 0, "ChunkBytesMax", "must not be negative"},
+		{o.FrameBytesMax < chunkBytesMax || o.FrameBytesMax > frameBytesMaxLimit, "FrameBytesMax",
+			fmt.Sprintf("must be %d..%d bytes", chunkBytesMax, frameBytesMaxLimit)},
+		{o.DeadServerTimeout < deadServerTimeoutMin, "DeadServerTimeout",
+			fmt.Sprintf("must be at least %s (the server sends a keepalive every 10 s)", deadServerTimeoutMin)},
+		{o.ReconnectBackoffMax < reconnectBackoffStart, "ReconnectBackoffMax", fmt.Sprintf("must be at least %s", reconnectBackoffStart)},
+	}
+	for _, c := range checks {
+		if c.bad {
+			return fmt.Errorf("sidecar: option %s %s", c.field, c.reason)
+		}
+	}
+	return nil
+}
+
+// Stats are a sidecar's counters.
+type Stats struct {
+	Connections  uint64
+	Frames       uint64
+	Transactions uint64 // committed transactions received, including skipped ones
+	Published    uint64 // units made durable
+	Skipped      uint64 // transactions already in the transport (replays)
+	Bytes        uint64 // envelope bytes published
+	Groups       uint64 // PublishBatch calls (fsyncs)
+	Durable      uint64 // highest end LSN of a transaction durable in the transport
+	Acked        uint64 // last position acknowledged to the server
+	Hello        Hello  // of the current or last connection
+	Assembler    relay.AssemblerStats
+}
+
+// Sidecar is one sidecar process's capture loop.
+type Sidecar struct {
+	o   Options
+	log *slog.Logger
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// New validates o.
+func New(o Options) (*Sidecar, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &Sidecar{o: o, log: o.Logger}, nil
+}
+
+// Run is New(o) followed by Run.
+func Run(ctx context.Context, o Options) error {
+	s, err := New(o)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// Stats returns a copy of the counters.
+func (s *Sidecar) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+func (s *Sidecar) count(f func(*Stats)) {
+	s.mu.Lock()
+	f(&s.stats)
+	s.mu.Unlock()
+}
+
+// errStopped is the cause with which the publisher ends a session when Stop
+// reports true.
+var errStopped = errors.New("sidecar: stop requested")
+
+// Run connects, streams and reconnects until ctx ends (ctx.Err()), Stop
+// reports true (nil) or an error that reconnecting cannot cure (malformed
+// input, schema drift, a publish failure, a refused connection, a gap).
+func (s *Sidecar) Run(ctx context.Context) error {
+	backoff := reconnectBackoffStart
+	for {
+		progressed, err := s.session(ctx)
+		if errors.Is(err, errStopped) {
+			s.log.Info("sidecar stopped", "acked", envelope.FormatLSN(s.Stats().Acked))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !retryable(err) {
+			return err
+		}
+		if progressed {
+			backoff = reconnectBackoffStart
+		}
+		// Logged here, where it is handled; the error is not returned.
+		s.log.Warn("sidecar reconnecting", "err", err, "after", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, s.o.ReconnectBackoffMax)
+	}
+}
+
+// DialError is a failed connect to the socket.
+type DialError struct {
+	Path string
+	Err  error
+}
+
+func (e *DialError) Error() string {
+	hint := ""
+	if errors.Is(e.Err, syscall.EACCES) || errors.Is(e.Err, syscall.EPERM) {
+		hint = "; the socket is mode 0600: run the sidecar as the PostgreSQL server's OS user (usually postgres)"
+	}
+	return fmt.Sprintf("sidecar: connect to %s: %v%s", e.Path, e.Err, hint)
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
+
+// retryable classifies errors for Run; every branch says why.
+func retryable(err error) bool {
+	var (
+		de *DialError
+		ce *ConnectionError
+		se *ServerError
+	)
+	switch {
+	case errors.As(err, &de):
+		// A missing socket or a refused connect is a server (re)starting
+		// or its socket worker restarting; permissions never fix themselves.
+		return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EAGAIN)
+	case errors.As(err, &ce):
+		// The server restarted, crashed or the worker was terminated: it
+		// replays from the slot's confirmed position on the next connection.
+		return true
+	case errors.As(err, &se):
+		return se.Retryable()
+	}
+	// Malformed input, protocol violations, schema drift, publish and
+	// progress-store failures and gaps repeat identically on every attempt.
+	return false
+}
+
+// batch is a group of units published with one PublishBatch, and the
+// position that becomes acknowledgeable once they are durable.
+type batch struct {
+	units  [][]byte
+	bytes  int
+	ack    uint64 // highest complete transaction or progress position in it
+	covers uint64 // highest end LSN of a complete transaction whose unit is in it
+	fences []fence
+}
+
+type fence struct {
+	token     string
+	commitLSN uint64
+}
+
+func (b *batch) empty() bool { return len(b.units) == 0 && b.ack == 0 }
+
+func (b *batch) full() bool { return len(b.units) >= batchUnitsMax || b.bytes >= batchBytesMax }
+
+// merge appends o (later in the stream) to b.
+func (b *batch) merge(o *batch) {
+	b.units = append(b.units, o.units...)
+	b.bytes += o.bytes
+	b.ack = max(b.ack, o.ack)
+	b.covers = max(b.covers, o.covers)
+	b.fences = append(b.fences, o.fences...)
+}
+
+// session is one connection: handshake, then frames until an error. It
+// reports whether any frame arrived (the connection was useful, so the
+// reconnect backoff restarts).
+func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
+	res, err := relay.ResumeFrom(ctx, s.o.Transport)
+	if err != nil {
+		return false, fmt.Errorf("sidecar: read the transport's newest unit: %w", err)
+	}
+	dial := s.o.Dial
+	if dial == nil {
+		dial = func(ctx context.Context) (net.Conn, error) { return dialUnix(ctx, s.o.SocketPath) }
+	}
+	dctx, dcancel := context.WithTimeout(ctx, s.o.DeadServerTimeout)
+	conn, err := dial(dctx)
+	dcancel()
+	if err != nil {
+		return false, &DialError{Path: s.o.SocketPath, Err: err}
+	}
+	defer conn.Close()
+	rctx, rcancel := context.WithCancelCause(ctx)
+	defer rcancel(nil)
+	// Ends a read in progress when the session must end. Closing, not a
+	// past deadline: the reader refreshes its deadline and could overwrite
+	// one.
+	defer context.AfterFunc(rctx, func() { _ = conn.Close() })()
+
+	c := newClient(conn, s.o.DeadServerTimeout, s.o.FrameBytesMax)
+	hello, err := c.handshake()
+	if err != nil {
+		return false, err
+	}
+	s.count(func(st *Stats) { st.Connections++; st.Hello = hello })
+	s.log.Info("sidecar connected", "socket", s.o.SocketPath, "server_version", hello.ServerVersionNum,
+		"system_identifier", hello.SystemIdentifier, "slot_confirmed", envelope.FormatLSN(hello.SlotConfirmedLSN),
+		"transport_durable", envelope.FormatLSN(res.DurableEnd))
+	if err := s.checkGap(hello, res); err != nil {
+		return false, err
+	}
+
+	p := &publisher{s: s, c: c, rctx: rctx, cancel: rcancel, durable: res.DurableEnd,
+		notify: make(chan struct{}, 1), space: make(chan struct{}, 1), closed: make(chan struct{}), done: make(chan struct{})}
+	go p.run(ctx)
+	r := &reader{s: s, c: c, p: p, res: res, cur: &batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
+	r.asm = relay.NewAssembler(relay.AssemblerOptions{SourceID: s.o.SourceID, MemoryBytesMax: s.o.MemoryBytesMax,
+		ChunkBytesMax: s.o.ChunkBytesMax, SpillDir: s.o.SpillDir, Pins: s.o.Pins, InspectCommand: s.o.InspectCommand}, r.emit)
+	err = r.loop(rctx)
+	r.asm.Close()
+	close(p.closed)
+	<-p.done
+	s.count(func(st *Stats) { st.Assembler = r.asm.Stats() })
+	// Whichever side ended the session first names the reason: the
+	// publisher's cause (stop, publish failure) wins over the reader's
+	// resulting "connection closed".
+	if cause := context.Cause(rctx); rctx.Err() != nil && ctx.Err() == nil && cause != nil {
+		err = cause
+	}
+	return r.total > 0, err
+}
+
+func (s *Sidecar) checkGap(h Hello, res relay.Resume) error {
+	if s.o.Progress == nil || res.Empty {
+		return nil
+	}
+	saved, err := s.o.Progress.LoadProgress()
+	if err != nil {
+		return err
+	}
+	if h.SlotConfirmedLSN > max(res.DurableEnd, saved) {
+		return &relay.GapError{Slot: "of the trellara extension", SlotConfirmedLSN: h.SlotConfirmedLSN,
+			TransportDurable: max(res.DurableEnd, saved), RecoveryCommand: s.o.GapRecovery}
+	}
+	return nil
+}
+
+// relFrame is the last 'R' frame of a relation and its schema.name.
+type relFrame struct {
+	raw  []byte
+	name string
+}
+
+// reader turns frames into units on the connection's goroutine.
+type reader struct {
+	s   *Sidecar
+	c   *client
+	p   *publisher
+	asm *relay.Assembler
+	res relay.Resume
+
+	cur    *batch
+	rels   map[pgoutput.OID]relFrame
+	at     uint64 // open transaction's commit LSN, else last end LSN
+	frames uint64 // since the last commit, for Stats
+	total  uint64 // this connection
+}
+
+func (r *reader) loop(ctx context.Context) error {
+	for {
+		m, err := r.c.next(r.at)
+		if err != nil {
+			return err
+		}
+		if m.typ != msgFrame {
+			continue // keepalive: liveness only; acks follow durability, not the server
+		}
+		r.frames++
+		r.total++
+		if r.s.o.onFrame != nil {
+			r.s.o.onFrame(m.frame)
+		}
+		if err := r.frame(ctx, m.frame); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *reader) frame(ctx context.Context, f []byte) error {
+	if len(f) > 6 && f[0] == FrameVersion && f[1] == frameRelation {
+		// The extension repeats a relation's 'R' frame in every transaction
+		// (so any transaction decodes alone); the assembler would rebuild
+		// and re-fingerprint identical metadata each time only to ignore
+		// it. Byte-identical to the last one for this relation: nothing new.
+		if rf, ok := r.rels[pgoutput.OID(binary.BigEndian.Uint32(f[2:]))]; ok && bytes.Equal(rf.raw, f) {
+			return nil
+		}
+	}
+	msg, err := DecodeFrame(f, r.at)
+	if err != nil {
+		return err
+	}
+	switch m := msg.(type) {
+	case *Progress:
+		if !r.asm.Idle() {
+			return &ProtocolError{LSN: r.at, Reason: fmt.Sprintf("progress frame %s inside an open transaction", m.LSN)}
+		}
+		r.cur.ack = max(r.cur.ack, uint64(m.LSN))
+		return r.submit(ctx)
+	case *pgoutput.Begin:
+		r.at = uint64(m.FinalLSN)
+	case *pgoutput.Relation:
+		ns := m.Namespace
+		if ns == "" {
+			ns = "pg_catalog"
+		}
+		// Only once the assembler has accepted it (below) may the cache
+		// short-cut it; a rejected one must be rejected every time.
+		defer func() {
+			if err == nil {
+				r.rels[m.RelationID] = relFrame{raw: append([]byte(nil), f...), name: ns + "." + m.Name}
+			}
+		}()
+	case *pgoutput.Delete:
+		if m.OldKind == pgoutput.TupleNone {
+			return &UnsupportedChangeError{Relation: r.relName(m.RelationID), LSN: r.at,
+				Reason: "a DELETE without an old tuple (the table has no replica identity)"}
+		}
+	}
+	if err = r.asm.Handle(msg, pgoutput.LSN(r.at)); err != nil {
+		return err
+	}
+	if c, ok := msg.(*pgoutput.Commit); ok {
+		r.at = uint64(c.EndLSN)
+		r.s.count(func(st *Stats) { st.Frames += r.frames; st.Transactions++ })
+		r.frames = 0
+		return r.submit(ctx)
+	}
+	return nil
+}
+
+func (r *reader) relName(id pgoutput.OID) string {
+	if rf, ok := r.rels[id]; ok {
+		return rf.name
+	}
+	return fmt.Sprintf("relation OID %d", id)
+}
+
+// emit receives the assembler's units (see relay.Emit).
+func (r *reader) emit(e *pb.Envelope, endLSN uint64, final bool) error {
+	b := r.cur
+	if e == nil {
+		// A committed transaction without rows: nothing to publish, its end
+		// is acknowledgeable after everything before it.
+		b.ack = max(b.ack, endLSN)
+		return nil
+	}
+	if e.CommitLsn < r.res.SkipThrough || (r.res.SkipEqual && e.CommitLsn == r.res.SkipThrough) {
+		// Already durable in the transport: a replay after a reconnect
+		// or restart. Acknowledging it again is harmless and moves a slot
+		// that lags the transport.
+		if final {
+			b.ack = max(b.ack, endLSN)
+			r.s.count(func(st *Stats) { st.Skipped++ })
+		}
+		return nil
+	}
+	u, err := envelope.Encode(e)
+	if err != nil {
+		return fmt.Errorf("sidecar: encode transaction xid %d at %s: %w", e.Xid, envelope.FormatLSN(e.CommitLsn), err)
+	}
+	b.units = append(b.units, u)
+	b.bytes += len(u)
+	if final {
+		b.ack = max(b.ack, endLSN)
+		b.covers = max(b.covers, endLSN)
+		for _, row := range e.Rows {
+			if row.Op == pb.Op_OP_MESSAGE && row.MessagePrefix == relay.FencePrefix {
+				b.fences = append(b.fences, fence{string(row.MessageContent), e.CommitLsn})
+			}
+		}
+	}
+	if b.full() {
+		// Mid-transaction for a CHUNK sequence: its units become durable
+		// now, its end only becomes acknowledgeable with its last unit.
+		return r.submit(context.Background())
+	}
+	return nil
+}
+
+// submit moves what the reader has assembled into the publisher's pending
+// group, waiting only while that group is full. The publisher takes the
+// whole pending group whenever it finishes the previous one, so groups grow
+// to what arrives during one publish: group commit without a timer, and a
+// quiet stream is published at once.
+func (r *reader) submit(ctx context.Context) error {
+	if r.cur.empty() {
+		return nil
+	}
+	p := r.p
+	for {
+		p.mu.Lock()
+		if p.pending == nil || !p.pending.full() {
+			if p.pending == nil {
+				p.pending, r.cur = r.cur, &batch{}
+			} else {
+				p.pending.merge(r.cur)
+				r.cur.units, r.cur.bytes, r.cur.ack, r.cur.covers, r.cur.fences = r.cur.units[:0], 0, 0, 0, nil
+			}
+			p.mu.Unlock()
+			select {
+			case p.notify <- struct{}{}:
+			default:
+			}
+			return nil
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.space:
+		case <-p.rctx.Done():
+			return context.Cause(p.rctx)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// publisher makes groups durable and then acknowledges them, in order, on
+// its own goroutine, so reading and assembling continue during an fsync.
+type publisher struct {
+	s      *Sidecar
+	c      *client
+	rctx   context.Context
+	cancel context.CancelCauseFunc
+
+	mu      sync.Mutex
+	pending *batch        // the group the reader fills; nil when empty
+	notify  chan struct{} // pending has something (capacity 1)
+	space   chan struct{} // pending was taken (capacity 1)
+	closed  chan struct{} // the reader is done
+	done    chan struct{}
+
+	durable uint64 // highest end LSN covered by a durable unit
+	acked   uint64
+	failed  bool
+}
+
+func (p *publisher) take() *batch {
+	p.mu.Lock()
+	b := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	select {
+	case p.space <- struct{}{}:
+	default:
+	}
+	return b
+}
+
+func (p *publisher) run(ctx context.Context) {
+	defer close(p.done)
+	tick := time.NewTicker(stopPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.notify:
+		case <-tick.C:
+			if !p.failed && p.s.o.Stop != nil && p.s.o.Stop() {
+				p.failed = true
+				p.cancel(errStopped)
+			}
+			continue
+		case <-p.closed:
+			// The reader is gone: what it handed over is complete
+			// transactions, worth making durable; acknowledging will
+			// usually fail with the connection, which is harmless.
+			if b := p.take(); b != nil && !p.failed {
+				_ = p.publish(ctx, b)
+			}
+			return
+		}
+		if b := p.take(); b != nil && !p.failed {
+			if err := p.publish(ctx, b); err != nil {
+				p.failed = true
+				p.cancel(err)
+			}
+		}
+	}
+}
+
+func (p *publisher) publish(ctx context.Context, b *batch) error {
+	o := &p.s.o
+	if len(b.units) > 0 {
+		if err := o.Transport.PublishBatch(ctx, b.units); err != nil {
+			// Not acknowledged: the server replays all of it.
+			return fmt.Errorf("sidecar: publish %d units (acknowledgeable through %s): %w", len(b.units), envelope.FormatLSN(b.ack), err)
+		}
+		p.durable = max(p.durable, b.covers)
+		p.s.count(func(st *Stats) {
+			st.Published += uint64(len(b.units))
+			st.Bytes += uint64(b.bytes)
+			st.Durable = p.durable
+			st.Groups++
+		})
+	}
+	if b.ack > p.acked {
+		if b.ack > p.durable && o.Progress != nil {
+			// No unit covers this position: remember durably that we
+			// acknowledged it, or the next start would see the slot past
+			// the transport and report a gap.
+			if err := o.Progress.SaveProgress(b.ack); err != nil {
+				return err
+			}
+		}
+		if o.beforeAck != nil && !o.beforeAck(b.ack) {
+			return nil
+		}
+		if err := p.c.ack(b.ack); err != nil {
+			return err
+		}
+		p.acked = b.ack
+		p.s.count(func(st *Stats) { st.Acked = b.ack })
+		if o.OnDurable != nil {
+			o.OnDurable(b.ack)
+		}
+	}
+	for _, f := range b.fences {
+		if o.OnFence != nil {
+			o.OnFence(f.token, f.commitLSN)
+		}
+	}
+	if o.Stop != nil && o.Stop() {
+		return errStopped
+	}
+	return nil
+}
