@@ -179,7 +179,7 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "capture, publish, apply: a bounded run with --local, else the long-running service",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
-			&cli.StringFlag{Name: "role", Usage: "service role: all (relay and applier in one process) or relay", Value: "all"},
+			&cli.StringFlag{Name: "role", Usage: "service role: all (capture and applier in one process), relay (pgoutput capture only) or sidecar (native extension capture only)", Value: "all"},
 			&cli.BoolFlag{Name: "local", Usage: "bounded run on the local segment log: snapshot, relay and apply until caught up with the source, then exit"},
 			&cli.BoolFlag{Name: "verify", Usage: "after a bounded run, verify convergence; exit 0 only on CONVERGED"},
 			&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created and the local state (owns_slot flows only)"},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -43,13 +44,13 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 		o.Logger = slog.Default()
 	}
 	switch o.Role {
-	case "relay", "all":
+	case "relay", "all", "sidecar":
 	case "applier":
 		// The local log admits one process; a separate applier process
 		// would need a read-only log open that does not exist yet.
 		return fmt.Errorf("not implemented yet: run --role applier as its own process on the local log; use --role all (one process runs relay and applier)")
 	default:
-		return fmt.Errorf("--role %q: must be relay, applier or all", o.Role)
+		return fmt.Errorf("--role %q: must be all, relay or sidecar", o.Role)
 	}
 	metrics := obs.NewMetrics()
 	for {
@@ -157,6 +158,12 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics) 
 				last = st
 			}
 		}()
+		if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
+			// The native extension path: frames from the extension's socket
+			// into the same assembly, log and applier.
+			h.Set("streaming", true, nil)
+			return f.CaptureExtension(ctx, CaptureOptions{})
+		}
 		return f.Capture(ctx, CaptureOptions{
 			Streaming: nil,
 			Session: func(s *relay.Session) {
