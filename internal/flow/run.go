@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/verify"
 	"github.com/trellara/trellara/relay"
 )
@@ -96,7 +97,11 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		fail(f.Capture(ctx, CaptureOptions{
+		capture := f.Capture
+		if f.Cfg.Source.Capture == config.CaptureExtension {
+			capture = f.CaptureExtension
+		}
+		fail(capture(ctx, CaptureOptions{
 			Streaming: streaming,
 			Snapshot: func(p relay.SnapshotProgress) {
 				report(Progress{Phase: "snapshot", Snapshot: &p})
