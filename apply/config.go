@@ -13,11 +13,17 @@ type Config struct {
 	// SourceID is the source database's id (config `source.id`). Units from
 	// any other source are refused.
 	SourceID string
+	// Mode is the target mode (config `target.mode`): "strict" (default)
+	// applies source transactions one after another in commit order, a
+	// large one from its consecutive CHUNK units. "partitioned" is refused
+	// with ErrPartitioned: it needs a manifest-barrier coordinator this
+	// applier does not have.
+	Mode string
 	// Schema is the Trellara-owned schema on the target holding the
 	// checkpoint, snapshot progress and quarantine tables. Default "trellara".
 	Schema string
 	// MaxBatchTxns bounds how many whole source transactions share one
-	// target transaction. Default 256.
+	// target transaction. Default 1024: more whole transactions per target transaction fold into fewer set-based statements (compact.go).
 	MaxBatchTxns int
 	// MaxBatchRows bounds the rows of one target transaction. A single
 	// source transaction larger than this is still applied whole, alone.
@@ -37,10 +43,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Target modes (Config.Mode).
+const (
+	ModeStrict      = "strict"
+	ModePartitioned = "partitioned"
+)
+
 // Limits. Each bounds memory or the size of one target transaction.
 const (
 	defaultSchema        = "trellara"
-	defaultMaxBatchTxns  = 256
+	defaultMaxBatchTxns  = 1024
 	defaultMaxBatchRows  = 20000
 	defaultMaxBatchBytes = 32 << 20
 	maxBatchTxnsMax      = 10000
@@ -68,6 +80,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = defaultMaxBatchBytes
 	}
+	if c.Mode == "" {
+		c.Mode = ModeStrict
+	}
 	if c.ConfigPath == "" {
 		c.ConfigPath = "trellara.yml"
 	}
@@ -92,6 +107,13 @@ func (c Config) Validate() error {
 		{"MaxBatchTxns", c.MaxBatchTxns >= 1 && c.MaxBatchTxns <= maxBatchTxnsMax, fmt.Sprintf("1..%d", maxBatchTxnsMax), c.MaxBatchTxns},
 		{"MaxBatchRows", c.MaxBatchRows >= 1 && c.MaxBatchRows <= maxBatchRowsMax, fmt.Sprintf("1..%d", maxBatchRowsMax), c.MaxBatchRows},
 		{"MaxBatchBytes", c.MaxBatchBytes >= 1<<10 && c.MaxBatchBytes <= maxBatchBytesMax, fmt.Sprintf("%d..%d", 1<<10, maxBatchBytesMax), c.MaxBatchBytes},
+	}
+	switch c.Mode {
+	case ModeStrict:
+	case ModePartitioned:
+		return fmt.Errorf("%w (flow %q)", ErrPartitioned, c.Flow)
+	default:
+		return fmt.Errorf("%w: Mode must be %q or %q (got %q)", ErrInvalidConfig, ModeStrict, ModePartitioned, c.Mode)
 	}
 	for _, ch := range checks {
 		if !ch.ok {

@@ -198,13 +198,14 @@ CREATE TABLE history (id bigserial PRIMARY KEY, aid int, tid int, bid int, delta
 	t0 := time.Now()
 	native.Exec(b, fmt.Sprintf(`CREATE SUBSCRIPTION sub CONNECTION '%s' PUBLICATION pub WITH (create_slot = false, slot_name = 'native', copy_data = false)`,
 		src.URL("postgres")))
+	poll := native.Connect(ctx)
 	for {
 		var s *string
-		if err := native.Connect(ctx).QueryRow(ctx, `SELECT latest_end_lsn::text FROM pg_stat_subscription WHERE subname = 'sub'`).Scan(&s); err == nil && s != nil {
+		if err := poll.QueryRow(ctx, `SELECT latest_end_lsn::text FROM pg_stat_subscription WHERE subname = 'sub'`).Scan(&s); err == nil && s != nil {
 			v, _ := pglogrepl.ParseLSN(*s)
 			if uint64(v) >= end {
 				var n int
-				_ = native.Connect(ctx).QueryRow(ctx, `SELECT count(*) FROM history`).Scan(&n)
+				_ = poll.QueryRow(ctx, `SELECT count(*) FROM history`).Scan(&n)
 				if n >= txns {
 					break
 				}

@@ -1,0 +1,239 @@
+package apply
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+)
+
+// compactMinUnits: folding pays only when several source transactions
+// share the target transaction; a single one goes row by row, which also
+// keeps its failures attributed to the exact statement.
+const compactMinUnits = 2
+
+// netUnit marks statements written from a folded batch: a failure cannot be
+// attributed to one source transaction, so it is reported as unit -1 and
+// the applier retries the batch one transaction at a time.
+const netUnit = -2
+
+// deferredUnit is a TRANSACTION unit whose rows wait for the batch to fold.
+type deferredUnit struct {
+	ui  int
+	env *pb.Envelope
+}
+
+// targetTypes returns the target's column types for p's columns, by name
+// (format_type, so domains, enums, arrays and modifiers cast exactly).
+func (t *pgTarget) targetTypes(ctx context.Context, p *relPlan) ([]string, error) {
+	if t.types == nil {
+		t.types = map[*relPlan][]string{}
+	}
+	if ty, ok := t.types[p]; ok {
+		return ty, nil
+	}
+	rows, err := t.conn.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, p.target)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]string{}
+	for rows.Next() {
+		var n, ty string
+		if err := rows.Scan(&n, &ty); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		byName[n] = ty
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(p.names))
+	for i, n := range p.names {
+		ty, ok := byName[n]
+		if !ok {
+			return nil, &unitError{fmt.Sprintf("target table %s has no column %s", p.target, n)}
+		}
+		out[i] = ty
+	}
+	t.types[p] = out
+	return out, nil
+}
+
+// textArray is one column of a set-based statement: text values, NULL kept.
+func textArray(vals []*pb.Value) []pgtype.Text {
+	out := make([]pgtype.Text, len(vals))
+	for i, v := range vals {
+		if v.GetKind() == pb.ValueKind_VALUE_KIND_TEXT {
+			out[i] = pgtype.Text{String: string(v.Data), Valid: true}
+		}
+	}
+	return out
+}
+
+// applyDeferred writes the deferred units: folded into set-based statements
+// when compact allows it, row by row otherwise.
+func (x *pgTx) applyDeferred(ctx context.Context) error {
+	units := x.deferred
+	x.deferred = nil
+	if len(units) >= compactMinUnits {
+		envs := make([]*pb.Envelope, len(units))
+		for i, u := range units {
+			envs[i] = u.env
+		}
+		if b, ok := compact(envs); ok {
+			return x.queueNet(ctx, b)
+		}
+	}
+	for _, u := range units {
+		if _, _, err := x.applyRows(ctx, u.ui, u.env); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueNet queues, per table, one DELETE for deleted and replaced rows, one
+// INSERT for inserted and replaced rows, and one UPDATE per set of sent
+// columns. Each must affect exactly as many rows as it names: anything
+// else is a divergence, reported as unit -1.
+func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
+	t := x.t
+	for _, nt := range b.tables {
+		p := t.plan(nt.rel)
+		types, err := t.targetTypes(ctx, p)
+		if err != nil {
+			return &Refusal{Unit: -1, Relation: p.source, Err: err}
+		}
+		var dels, ins []*netRow
+		updates := map[string][]*netRow{}
+		var masks []string
+		for _, k := range nt.order {
+			r := nt.rows[k]
+			switch r.op {
+			case netDelete:
+				dels = append(dels, r)
+			case netInsert:
+				ins = append(ins, r)
+			case netReplace:
+				dels = append(dels, r)
+				ins = append(ins, r)
+			case netUpdate:
+				m := updateMask(nt, r)
+				if _, ok := updates[m]; !ok {
+					masks = append(masks, m)
+				}
+				updates[m] = append(updates[m], r)
+			}
+		}
+		alias := func(i int) string { return pgx.Identifier{fmt.Sprintf("c%d", i)}.Sanitize() }
+		unnest := func(cols []int) (string, string) {
+			parts, names := make([]string, len(cols)), make([]string, len(cols))
+			for j, c := range cols {
+				parts[j] = fmt.Sprintf("$%d::text[]", j+1)
+				names[j] = alias(c)
+			}
+			return "unnest(" + strings.Join(parts, ", ") + ")", "v(" + strings.Join(names, ", ") + ")"
+		}
+		keyWhere := func() string {
+			w := make([]string, len(nt.key))
+			for j, c := range nt.key {
+				w[j] = fmt.Sprintf("t.%s = v.%s::%s", p.cols[c], alias(c), types[c])
+			}
+			return strings.Join(w, " AND ")
+		}
+		if len(dels) > 0 {
+			fn, al := unnest(nt.key)
+			sql := fmt.Sprintf("DELETE FROM %s AS t USING %s AS %s WHERE %s", p.target, fn, al, keyWhere())
+			args := make([]any, len(nt.key))
+			for j := range nt.key {
+				col := make([]*pb.Value, len(dels))
+				for i, r := range dels {
+					col[i] = r.oldKey[j]
+				}
+				args[j] = textArray(col)
+			}
+			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(dels)), op: "DELETE"}, sql, args...); err != nil {
+				return err
+			}
+		}
+		if len(ins) > 0 {
+			all := make([]int, len(p.cols))
+			sel := make([]string, len(p.cols))
+			for i := range all {
+				all[i] = i
+				sel[i] = fmt.Sprintf("v.%s::%s", alias(i), types[i])
+			}
+			fn, al := unnest(all)
+			sql := fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM %s AS %s",
+				p.target, strings.Join(p.cols, ", "), strings.Join(sel, ", "), fn, al)
+			args := make([]any, len(p.cols))
+			for c := range p.cols {
+				col := make([]*pb.Value, len(ins))
+				for i, r := range ins {
+					col[i] = r.vals[c]
+				}
+				args[c] = textArray(col)
+			}
+			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(ins)), op: "INSERT"}, sql, args...); err != nil {
+				return err
+			}
+		}
+		for _, m := range masks {
+			rows := updates[m]
+			var set []string
+			cols := append([]int(nil), nt.key...)
+			for c := range p.cols {
+				if m[c] == '1' && !isKey(nt, c) {
+					set = append(set, fmt.Sprintf("%s = v.%s::%s", p.cols[c], alias(c), types[c]))
+					cols = append(cols, c)
+				}
+			}
+			if len(set) == 0 {
+				continue // only unchanged values: nothing to write
+			}
+			fn, al := unnest(cols)
+			sql := fmt.Sprintf("UPDATE %s AS t SET %s FROM %s AS %s WHERE %s", p.target, strings.Join(set, ", "), fn, al, keyWhere())
+			args := make([]any, len(cols))
+			for j, c := range cols {
+				col := make([]*pb.Value, len(rows))
+				for i, r := range rows {
+					col[i] = r.vals[c]
+				}
+				args[j] = textArray(col)
+			}
+			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(rows)), op: "UPDATE"}, sql, args...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// updateMask marks the columns an update sends ('1') and those it leaves
+// as unchanged TOAST ('0'); rows with the same mask share a statement.
+func updateMask(nt *netTable, r *netRow) string {
+	m := make([]byte, len(r.vals))
+	for i, v := range r.vals {
+		if v.GetKind() == pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST {
+			m[i] = '0'
+		} else {
+			m[i] = '1'
+		}
+	}
+	return string(m)
+}
+
+func isKey(nt *netTable, c int) bool {
+	for _, k := range nt.key {
+		if k == c {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,520 @@
+package apply
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+)
+
+// pgTarget is the PostgreSQL Target: it owns one connection and turns the
+// applier's decisions into SQL. Statements are prepared once per shape and
+// pipelined (pgx.Batch) in round trips of at most pipelineStmtsMax.
+type pgTarget struct {
+	conn *pgx.Conn
+	cfg  Config
+	log  *slog.Logger
+	sql  stateSQL
+	lock string // advisory lock key text
+
+	plans    map[uint64]*relPlan
+	sqlCache map[string]string
+	prepared map[string]struct{}
+	keyBuf   []byte
+	copyBuf  []byte
+	types    map[*relPlan][]string // target column types, for set-based statements
+}
+
+var _ Target = (*pgTarget)(nil)
+
+func newPGTarget(conn *pgx.Conn, cfg Config) *pgTarget {
+	return &pgTarget{
+		conn:     conn,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		sql:      newStateSQL(cfg.Schema),
+		lock:     "trellara.apply/" + cfg.Schema + "/" + cfg.Flow + "/" + cfg.SourceID,
+		plans:    map[uint64]*relPlan{},
+		sqlCache: map[string]string{},
+		prepared: map[string]struct{}{},
+	}
+}
+
+// Start implements Target: schema, the flow's advisory lock, durable
+// commits, the flow's state.
+func (t *pgTarget) Start(ctx context.Context) (State, error) {
+	if err := EnsureSchema(ctx, t.conn, t.cfg.Schema); err != nil {
+		return State{}, err
+	}
+	// One applier per flow and target: a session-level advisory lock,
+	// released by the server if this process dies.
+	var ok bool
+	if err := t.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, t.lock).Scan(&ok); err != nil {
+		return State{}, err
+	}
+	if !ok {
+		return State{}, &finalError{fmt.Errorf("%w (flow %q, source %q, schema %q): stop the other `trellara run` for this flow first",
+			ErrBusy, t.cfg.Flow, t.cfg.SourceID, t.cfg.Schema)}
+	}
+	// The cursor moves once COMMIT returns, so COMMIT must mean durable: with
+	// synchronous_commit off a target crash could lose a transaction the
+	// transport no longer redelivers. 'local' keeps whatever stronger
+	// setting (replica acknowledgement) the target already has.
+	if _, err := t.conn.Exec(ctx, `SELECT set_config('synchronous_commit', 'local', false)
+		WHERE current_setting('synchronous_commit') = 'off'`); err != nil {
+		t.Stop(ctx)
+		return State{}, err
+	}
+	st, err := t.load(ctx)
+	if err != nil {
+		t.Stop(ctx)
+		return State{}, err
+	}
+	// Prepared now, a missing privilege on the Trellara tables shows up
+	// before any unit is attempted, and never looks like a data failure.
+	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
+		if err := t.prepare(ctx, q); err != nil {
+			t.Stop(ctx)
+			return State{}, err
+		}
+	}
+	return st, nil
+}
+
+// load reads the checkpoint, snapshot progress and open quarantine rows.
+func (t *pgTarget) load(ctx context.Context) (State, error) {
+	f, s := t.cfg.Flow, t.cfg.SourceID
+	if _, err := t.conn.Exec(ctx, t.sql.initCheckpoint, f, s); err != nil {
+		return State{}, err
+	}
+	cp := Checkpoint{Flow: f, SourceID: s}
+	var commit, end string
+	var offset *int64
+	var at *time.Time
+	if err := t.conn.QueryRow(ctx, t.sql.readCheckpoint, f, s).Scan(&commit, &end, &offset, &at,
+		&cp.TxnsApplied, &cp.TxnsSkipped, &cp.RowsApplied); err != nil {
+		return State{}, err
+	}
+	var err error
+	if cp.CommitLSN, err = parseLSN(commit); err != nil {
+		return State{}, err
+	}
+	if cp.EndLSN, err = parseLSN(end); err != nil {
+		return State{}, err
+	}
+	if offset != nil {
+		cp.Offset, cp.HasOffset = uint64(*offset), true
+	}
+	if at != nil {
+		cp.AppliedAt = *at
+	}
+
+	st := State{Checkpoint: cp, Snapshots: map[string]SnapshotProgress{}, OpenQuarantine: map[string]int64{}}
+	rows, err := t.conn.Query(ctx, t.sql.readProgress, f, s)
+	if err != nil {
+		return State{}, err
+	}
+	for rows.Next() {
+		var p SnapshotProgress
+		var next int64
+		var boundary *string
+		if err := rows.Scan(&p.Relation, &next, &p.Done, &boundary, &p.Rows); err != nil {
+			rows.Close()
+			return State{}, err
+		}
+		p.NextBatch = uint32(next)
+		if boundary != nil {
+			if p.BoundaryLSN, err = parseLSN(*boundary); err != nil {
+				rows.Close()
+				return State{}, err
+			}
+		}
+		st.Snapshots[p.Relation] = p
+	}
+	if err := rows.Err(); err != nil {
+		return State{}, err
+	}
+
+	rows, err = t.conn.Query(ctx, t.sql.readOpenQuar, f, s)
+	if err != nil {
+		return State{}, err
+	}
+	for rows.Next() {
+		var id int64
+		var key string
+		if err := rows.Scan(&id, &key); err != nil {
+			rows.Close()
+			return State{}, err
+		}
+		st.OpenQuarantine[key] = id
+	}
+	return st, rows.Err()
+}
+
+// Stop implements Target: releases the flow's advisory lock.
+func (t *pgTarget) Stop(ctx context.Context) {
+	// The lock must go even when ctx is cancelled, or a reconnecting caller
+	// on the same session would find itself busy.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = t.conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, t.lock)
+}
+
+// Quarantine implements Target.
+func (t *pgTarget) Quarantine(ctx context.Context, q QuarantineRecord) (int64, error) {
+	var id int64
+	err := t.conn.QueryRow(ctx, t.sql.recordQuarantine, q.Flow, q.SourceID, q.Key, q.Unit,
+		formatLSN(q.CommitLSN), formatLSN(q.EndLSN), q.CommitTime, int64(q.Offset), q.Relation,
+		q.Error, q.SQLState, q.Envelope).Scan(&id)
+	return id, err
+}
+
+// CountSkipped implements Target: one statement, so it commits atomically
+// on its own.
+func (t *pgTarget) CountSkipped(ctx context.Context, n int64) error {
+	_, err := t.conn.Exec(ctx, t.sql.skipCheckpoint, t.cfg.Flow, t.cfg.SourceID, n)
+	return err
+}
+
+// Begin implements Target.
+func (t *pgTarget) Begin(ctx context.Context) (TargetTx, error) {
+	t.trimPrepared(ctx)
+	tx, err := t.conn.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
+		if err := t.prepare(ctx, q); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+	}
+	return &pgTx{t: t, tx: tx}, nil
+}
+
+// prepare makes sql a named prepared statement on first use. Preparing
+// ahead, rather than letting the batch describe it, ties a failure such as a
+// missing table or column to the relation that caused it.
+func (t *pgTarget) prepare(ctx context.Context, sql string) error {
+	if _, ok := t.prepared[sql]; ok {
+		return nil
+	}
+	if _, err := t.conn.Prepare(ctx, sql, sql); err != nil {
+		return err
+	}
+	t.prepared[sql] = struct{}{}
+	return nil
+}
+
+// trimPrepared bounds the server-side prepared statements (one per distinct
+// statement shape). Called between target transactions.
+func (t *pgTarget) trimPrepared(ctx context.Context) {
+	if len(t.prepared) < preparedMax {
+		return
+	}
+	// pgx forgets its side even when the server call fails; ours must too.
+	_ = t.conn.DeallocateAll(ctx)
+	clear(t.prepared)
+}
+
+// refusal turns an error from a unit's statement into a *Refusal (the data
+// was refused) or leaves it as it is (anything else).
+func (t *pgTarget) refusal(ctx context.Context, unit int, relation string, err error) error {
+	if ctx.Err() != nil || classify(err) != classApply {
+		return err
+	}
+	return &Refusal{Unit: unit, Relation: relation, SQLState: sqlState(err), Err: err}
+}
+
+// pgTx is one target transaction on the pgTarget's connection.
+type pgTx struct {
+	t     *pgTarget
+	tx    pgx.Tx
+	b     pgx.Batch
+	metas []stmtMeta
+	at    *time.Time // applied_at returned by the checkpoint statement
+	// deferred TRANSACTION units, folded together at Flush (compact.go).
+	deferred []deferredUnit
+}
+
+// stmtMeta describes one queued statement, to attribute its result.
+type stmtMeta struct {
+	unit      int // the unit number given to Apply; -1 for state statements
+	plan      *relPlan
+	row       *pb.Row
+	relation  string
+	expectOne bool // UPDATE/DELETE: must match exactly one row
+	returnsAt bool // the checkpoint statement: RETURNING applied_at
+	// Set-based statements of a folded batch (unit netUnit): how many rows
+	// the statement must affect, and its verb for the message.
+	expectRows int64
+	op         string
+}
+
+// Apply implements TargetTx. Whole-transaction units are deferred so a
+// batch of them can be folded into set-based statements at Flush; their
+// row counts are known now.
+func (x *pgTx) Apply(ctx context.Context, ui int, env *pb.Envelope) (int, int, error) {
+	if env.GetBoundary().GetKind() == pb.UnitKind_UNIT_KIND_TRANSACTION {
+		rows, msgs := 0, 0
+		for _, r := range env.Rows {
+			switch r.Op {
+			case pb.Op_OP_MESSAGE:
+				msgs++
+			case pb.Op_OP_INSERT, pb.Op_OP_UPDATE, pb.Op_OP_DELETE:
+				rows++
+			}
+		}
+		x.deferred = append(x.deferred, deferredUnit{ui: ui, env: env})
+		return rows, msgs, nil
+	}
+	if err := x.applyDeferred(ctx); err != nil {
+		return 0, 0, err
+	}
+	return x.applyRows(ctx, ui, env)
+}
+
+// applyRows writes env's changes one statement per row.
+func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, int, error) {
+	t := x.t
+	rows, msgs := 0, 0
+	for i := 0; i < len(env.Rows); i++ {
+		r := env.Rows[i]
+		switch r.Op {
+		case pb.Op_OP_MESSAGE:
+			msgs++
+			continue
+		case pb.Op_OP_TRUNCATE:
+			// Relations truncated together must stay together: a table
+			// referenced by a foreign key can only be truncated in the same
+			// statement as the tables referencing it.
+			var names, targets []string
+			j := i
+			for ; j < len(env.Rows) && env.Rows[j].Op == pb.Op_OP_TRUNCATE && env.Rows[j].TruncateFlags == r.TruncateFlags; j++ {
+				p := t.plan(env.Relations[env.Rows[j].RelationIndex])
+				names = append(names, p.source)
+				targets = append(targets, p.target)
+			}
+			sql := "TRUNCATE TABLE " + strings.Join(targets, ", ")
+			if r.TruncateFlags&truncateRestartIdentity != 0 {
+				sql += " RESTART IDENTITY"
+			}
+			if r.TruncateFlags&truncateCascade != 0 {
+				sql += " CASCADE"
+			}
+			rel := strings.Join(names, ", ")
+			if err := t.prepare(ctx, sql); err != nil {
+				return 0, 0, t.refusal(ctx, ui, rel, err)
+			}
+			if err := x.queue(ctx, stmtMeta{unit: ui, relation: rel}, sql); err != nil {
+				return 0, 0, err
+			}
+			i = j - 1
+			continue
+		}
+		rel := env.Relations[r.RelationIndex]
+		p := t.plan(rel)
+		var sql string
+		var args []any
+		switch r.Op {
+		case pb.Op_OP_INSERT:
+			sql = p.insertSQL
+			args = make([]any, len(r.NewTuple))
+			for j, v := range r.NewTuple {
+				args[j] = textArg(v)
+			}
+		case pb.Op_OP_UPDATE, pb.Op_OP_DELETE:
+			var err error
+			sql, args, err = t.rowStmt(ctx, p, rel, r)
+			var ue *unitError
+			if errors.As(err, &ue) {
+				return 0, 0, &Refusal{Unit: ui, Relation: p.source, Err: err}
+			}
+			if err != nil {
+				return 0, 0, t.refusal(ctx, ui, p.source, err)
+			}
+		default:
+			return 0, 0, &Refusal{Unit: ui, Relation: p.source, Err: &unitError{fmt.Sprintf("row %d has unknown op %s", i, r.Op)}}
+		}
+		if err := t.prepare(ctx, sql); err != nil {
+			return 0, 0, t.refusal(ctx, ui, p.source, err)
+		}
+		m := stmtMeta{unit: ui, plan: p, row: r, relation: p.source, expectOne: r.Op != pb.Op_OP_INSERT}
+		if err := x.queue(ctx, m, sql, args...); err != nil {
+			return 0, 0, err
+		}
+		rows++
+	}
+	return rows, msgs, nil
+}
+
+// TRUNCATE option bits (Row.truncate_flags).
+const (
+	truncateCascade         = 1
+	truncateRestartIdentity = 2
+)
+
+// Copy implements TargetTx with COPY in text format.
+func (x *pgTx) Copy(ctx context.Context, ui int, env *pb.Envelope) error {
+	if len(env.Rows) == 0 {
+		return nil
+	}
+	t := x.t
+	if err := x.Flush(ctx); err != nil {
+		return err
+	}
+	p := t.plan(env.Relations[env.Rows[0].RelationIndex])
+	buf := t.copyBuf[:0]
+	for _, r := range env.Rows {
+		buf = appendCopyRow(buf, r.NewTuple)
+	}
+	if cap(buf) <= copyBufKeepMax {
+		t.copyBuf = buf
+	}
+	if _, err := t.conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf), p.copySQL); err != nil {
+		return t.refusal(ctx, ui, env.Boundary.GetSnapshotRelation(), err)
+	}
+	return nil
+}
+
+// copyBufKeepMax bounds the COPY buffer kept between batches; a larger one
+// is used once and left to the garbage collector.
+const copyBufKeepMax = 8 << 20
+
+// SetProgress implements TargetTx.
+func (x *pgTx) SetProgress(ctx context.Context, p SnapshotProgress) error {
+	var boundary any
+	if p.Done {
+		boundary = formatLSN(p.BoundaryLSN)
+	}
+	return x.queue(ctx, stmtMeta{unit: -1}, x.t.sql.upsertProgress, x.t.cfg.Flow, x.t.cfg.SourceID, p.Relation,
+		int64(p.NextBatch), p.Done, boundary, p.Rows)
+}
+
+// SetCheckpoint implements TargetTx.
+func (x *pgTx) SetCheckpoint(ctx context.Context, u CheckpointUpdate) error {
+	t := x.t
+	m := stmtMeta{unit: -1, returnsAt: true}
+	if !u.MovesPosition {
+		return x.queue(ctx, m, t.sql.skipCheckpoint, t.cfg.Flow, t.cfg.SourceID, u.TxnsSkipped)
+	}
+	var commit, end any
+	if u.MovesLSN {
+		commit, end = formatLSN(u.CommitLSN), formatLSN(u.EndLSN)
+	}
+	return x.queue(ctx, m, t.sql.applyCheckpoint, t.cfg.Flow, t.cfg.SourceID, commit, end,
+		int64(u.Offset), u.TxnsApplied, u.TxnsSkipped, u.RowsApplied)
+}
+
+// MarkReplayed implements TargetTx.
+func (x *pgTx) MarkReplayed(ctx context.Context, id int64) error {
+	return x.queue(ctx, stmtMeta{unit: -1}, x.t.sql.markReplayed, id)
+}
+
+// Commit implements TargetTx.
+func (x *pgTx) Commit(ctx context.Context) (time.Time, error) {
+	if err := x.Flush(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if err := x.tx.Commit(ctx); err != nil {
+		// A deferred constraint is refused data that no single statement
+		// can be blamed for.
+		return time.Time{}, x.t.refusal(ctx, -1, "", err)
+	}
+	if x.at != nil {
+		return *x.at, nil
+	}
+	return time.Time{}, nil
+}
+
+// Rollback implements TargetTx.
+func (x *pgTx) Rollback(ctx context.Context) { _ = x.tx.Rollback(ctx) }
+
+// pipelineStmtsMax bounds the statements sent in one pipeline round trip.
+// A source transaction larger than this is sent in several round trips
+// inside the same target transaction, so the client's buffers stay bounded
+// and the server never has to hold back results while the client is still
+// writing.
+const pipelineStmtsMax = 2048
+
+func (x *pgTx) queue(ctx context.Context, m stmtMeta, sql string, args ...any) error {
+	x.b.Queue(sql, args...)
+	x.metas = append(x.metas, m)
+	if len(x.metas) >= pipelineStmtsMax {
+		return x.Flush(ctx)
+	}
+	return nil
+}
+
+// Flush implements TargetTx: sends what is queued and checks each result.
+func (x *pgTx) Flush(ctx context.Context) error {
+	if len(x.deferred) > 0 {
+		if err := x.applyDeferred(ctx); err != nil {
+			return err
+		}
+	}
+	if len(x.metas) == 0 {
+		return nil
+	}
+	err := x.runBatch(ctx)
+	x.b = pgx.Batch{}
+	x.metas = x.metas[:0]
+	return err
+}
+
+func (x *pgTx) runBatch(ctx context.Context) error {
+	t := x.t
+	br := x.tx.SendBatch(ctx, &x.b)
+	defer br.Close()
+	for _, m := range x.metas {
+		if m.returnsAt {
+			var at *time.Time
+			if err := br.QueryRow().Scan(&at); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					return &finalError{fmt.Errorf("apply: flow %q (source %q): the checkpoint row in %s.checkpoints disappeared while applying; "+
+						"something else is writing the Trellara schema", t.cfg.Flow, t.cfg.SourceID, t.cfg.Schema)}
+				}
+				return err
+			}
+			if at != nil {
+				x.at = at
+			}
+			continue
+		}
+		tag, err := br.Exec()
+		if m.unit == netUnit {
+			// A folded batch: the failing transaction is unknown; the
+			// applier retries the batch one transaction at a time.
+			if err != nil {
+				return t.refusal(ctx, -1, m.relation, err)
+			}
+			if tag.RowsAffected() != m.expectRows {
+				return &Refusal{Unit: -1, Relation: m.relation, Err: &unitError{fmt.Sprintf(
+					"a folded %s on %s affected %d rows, not %d: the target differs from the source", m.op, m.relation, tag.RowsAffected(), m.expectRows)}}
+			}
+			continue
+		}
+		if err != nil {
+			if m.unit < 0 {
+				return err
+			}
+			return t.refusal(ctx, m.unit, m.relation, err)
+		}
+		if m.expectOne && tag.RowsAffected() != 1 {
+			op := "UPDATE"
+			if m.row.Op == pb.Op_OP_DELETE {
+				op = "DELETE"
+			}
+			return &Refusal{Unit: m.unit, Relation: m.relation, Err: &divergenceError{
+				op: op, matched: tag.RowsAffected(), key: describeKey(m.plan, m.row)}}
+		}
+	}
+	return br.Close()
+}
