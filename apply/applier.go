@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +56,8 @@ type Checkpoint struct {
 // Stats are this Applier's counters since New, plus its latest checkpoint.
 type Stats struct {
 	Checkpoint Checkpoint
-	// TxnsApplied counts TRANSACTION units applied.
+	// TxnsApplied counts source transactions applied: TRANSACTION units
+	// and complete CHUNK sequences.
 	TxnsApplied int64
 	// TxnsSkipped counts redelivered units of any kind that were skipped.
 	TxnsSkipped int64
@@ -72,6 +72,9 @@ type Stats struct {
 	// TargetTxns counts committed target transactions; TxnsApplied divided
 	// by it is the achieved batching.
 	TargetTxns int64
+	// ChunkedTxns counts source transactions applied from CHUNK
+	// sequences (also counted in TxnsApplied).
+	ChunkedTxns int64
 }
 
 // Caches and their bounds. Each is cleared when full: a miss costs one
@@ -82,23 +85,19 @@ const (
 	preparedMax  = 1000
 )
 
-// Applier applies one flow's units to a PostgreSQL target.
+// Applier applies one flow's units to a target: PostgreSQL (New) or any
+// Target (NewWithTarget). It holds the decision logic — redelivery,
+// batching, chunk sequencing, quarantine, checkpoint and cursor order —
+// and the Target carries it out.
 //
-// It owns its connection: nothing else may use the connection while Run is
-// in progress, and after Run returns a *TransientError the connection should
-// be closed and a new Applier made on a fresh one.
+// With New it owns its connection: nothing else may use the connection
+// while Run is in progress, and after Run returns a *TransientError the
+// connection should be closed and a new Applier made on a fresh one.
 type Applier struct {
-	conn *pgx.Conn
-	cfg  Config
-	log  *slog.Logger
-	sql  stateSQL
-	lock string // advisory lock key text
-
-	plans    map[uint64]*relPlan
-	sqlCache map[string]string
-	prepared map[string]struct{}
-	keyBuf   []byte
-	copyBuf  []byte
+	t   Target
+	pg  *pgTarget // nil for other targets
+	cfg Config
+	log *slog.Logger
 
 	// cp mirrors the target's checkpoint row as of the last commit; the
 	// redelivery rule compares against it. Written by Run only; read by
@@ -106,6 +105,15 @@ type Applier struct {
 	cp       Checkpoint
 	progress map[string]*snapshotState
 	openQuar map[string]int64 // unit key → id of its open quarantine row
+	mutation Mutation
+
+	// cursorAt is the last offset committed to the Cursor (cursorSet).
+	cursorAt  uint64
+	cursorSet bool
+
+	// Step's source and the unit it read but left for the next Step.
+	stepSrc  PollSource
+	stepHeld *item
 
 	running atomic.Bool
 	mu      sync.Mutex
@@ -120,26 +128,44 @@ type snapshotState struct {
 	rows        int64
 }
 
-// New returns an Applier that applies to conn.
+// New returns an Applier that applies to the PostgreSQL target conn.
 func New(conn *pgx.Conn, cfg Config) (*Applier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	pg := newPGTarget(conn, cfg)
+	a := newEngine(pg, cfg)
+	a.pg = pg
+	return a, nil
+}
+
+// NewWithTarget returns an Applier that applies to t. The deterministic
+// simulator uses it to run this decision logic against a simulated
+// database; Status is not available on such an Applier.
+func NewWithTarget(t Target, cfg Config) (*Applier, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return newEngine(t, cfg.withDefaults()), nil
+}
+
+func newEngine(t Target, cfg Config) *Applier {
 	return &Applier{
-		conn:     conn,
+		t:        t,
 		cfg:      cfg,
 		log:      cfg.Logger.With("flow", cfg.Flow, "source_id", cfg.SourceID),
-		sql:      newStateSQL(cfg.Schema),
-		lock:     "trellara.apply/" + cfg.Schema + "/" + cfg.Flow + "/" + cfg.SourceID,
-		plans:    map[uint64]*relPlan{},
-		sqlCache: map[string]string{},
-		prepared: map[string]struct{}{},
 		progress: map[string]*snapshotState{},
 		openQuar: map[string]int64{},
 		cp:       Checkpoint{Flow: cfg.Flow, SourceID: cfg.SourceID},
-	}, nil
+	}
 }
+
+// Mutate removes the protections in m. Only the failure matrix's mutation
+// tests call it, to show the simulations catch a broken applier.
+func (a *Applier) Mutate(m Mutation) { a.mutation = m }
+
+func (a *Applier) mutated(m Mutation) bool { return a.mutation&m != 0 }
 
 // Checkpoint returns the checkpoint as of the last target commit.
 func (a *Applier) Checkpoint() Checkpoint {
@@ -167,19 +193,18 @@ func (a *Applier) Stats() Stats {
 // read-ahead queue (MaxBatchTxns units) filled from src, and a batch takes
 // what the queue holds when the previous batch commits. SNAPSHOT and
 // SNAPSHOT_END units are applied in target transactions of their own.
+// A CHUNK sequence (one large source transaction) is applied as one target
+// transaction of its own, chunk by chunk, holding one chunk in memory at a
+// time (chunk.go).
 //
 // Errors: *QuarantinedError (a unit could not be applied and was recorded;
 // strict mode stops there), *TransientError (reconnect and run again),
 // ErrSequence, ErrPartitioned, ErrBusy, ErrWrongSource, or ctx's error.
 func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Checkpoint) bool) error {
-	if !a.running.CompareAndSwap(false, true) {
-		return ErrRunning
-	}
-	defer a.running.Store(false)
-	if err := a.start(ctx); err != nil {
+	if err := a.Open(ctx); err != nil {
 		return err
 	}
-	defer a.unlock(ctx)
+	defer a.Close(ctx)
 	if stop != nil && stop(a.Checkpoint()) {
 		return nil
 	}
@@ -190,11 +215,11 @@ func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Che
 		<-rd.done
 	}()
 	for {
-		batch, err := rd.next(ctx, a.cfg)
+		batch, err := nextBatch(ctx, rd, a.cfg)
 		if err != nil {
 			return err
 		}
-		if err := a.process(ctx, batch, cur); err != nil {
+		if err := a.process(ctx, rd, batch, cur); err != nil {
 			return err
 		}
 		if stop != nil && stop(a.Checkpoint()) {
@@ -203,138 +228,76 @@ func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Che
 	}
 }
 
-// start prepares the target and loads the flow's state.
-func (a *Applier) start(ctx context.Context) error {
-	if err := EnsureSchema(ctx, a.conn, a.cfg.Schema); err != nil {
-		return a.targetErr(ctx, 0, err)
+// Open starts the applier on its target (schema, the flow's lock, the
+// recorded state) for a driver that calls Step. Run calls it itself.
+func (a *Applier) Open(ctx context.Context) error {
+	if !a.running.CompareAndSwap(false, true) {
+		return ErrRunning
 	}
-	// One applier per flow and target: a session-level advisory lock,
-	// released by the server if this process dies.
-	var ok bool
-	if err := a.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, a.lock).Scan(&ok); err != nil {
-		return a.targetErr(ctx, 0, err)
-	}
-	if !ok {
-		return fmt.Errorf("%w (flow %q, source %q, schema %q): stop the other `trellara run` for this flow first",
-			ErrBusy, a.cfg.Flow, a.cfg.SourceID, a.cfg.Schema)
-	}
-	// The cursor moves once COMMIT returns, so COMMIT must mean durable: with
-	// synchronous_commit off a target crash could lose a transaction the
-	// transport no longer redelivers. 'local' keeps whatever stronger
-	// setting (replica acknowledgement) the target already has.
-	if _, err := a.conn.Exec(ctx, `SELECT set_config('synchronous_commit', 'local', false)
-		WHERE current_setting('synchronous_commit') = 'off'`); err != nil {
-		a.unlock(ctx)
-		return a.targetErr(ctx, 0, err)
-	}
-	if err := a.load(ctx); err != nil {
-		a.unlock(ctx)
-		return a.targetErr(ctx, 0, err)
-	}
-	// Prepared now, a missing privilege on the Trellara tables shows up
-	// before any unit is attempted, and never looks like a data failure.
-	for _, q := range []string{a.sql.applyCheckpoint, a.sql.skipCheckpoint, a.sql.upsertProgress, a.sql.markReplayed} {
-		if err := a.prepare(ctx, q); err != nil {
-			a.unlock(ctx)
-			return a.targetErr(ctx, 0, err)
+	st, err := a.t.Start(ctx)
+	if err != nil {
+		a.running.Store(false)
+		if errors.Is(err, ErrBusy) {
+			return err
 		}
+		return a.targetErr(ctx, 0, err)
 	}
+	progress := map[string]*snapshotState{}
 	pending := 0
-	for _, s := range a.progress {
-		if !s.done {
+	for rel, p := range st.Snapshots {
+		progress[rel] = &snapshotState{nextBatch: p.NextBatch, done: p.Done, boundaryLSN: p.BoundaryLSN, rows: p.Rows}
+		if !p.Done {
 			pending++
 		}
 	}
+	open := st.OpenQuarantine
+	if open == nil {
+		open = map[string]int64{}
+	}
+	cp := st.Checkpoint
+	cp.Flow, cp.SourceID = a.cfg.Flow, a.cfg.SourceID
+	a.mu.Lock()
+	a.cp = cp
+	a.mu.Unlock()
+	a.progress, a.openQuar = progress, open
 	a.log.Info("apply: starting", "commit_lsn", envelope.FormatLSN(a.cp.CommitLSN), "log_offset", a.cp.Offset,
 		"has_offset", a.cp.HasOffset, "snapshots_in_progress", pending, "quarantined_open", len(a.openQuar))
 	return nil
 }
 
-// load reads the checkpoint, snapshot progress and open quarantine rows.
-func (a *Applier) load(ctx context.Context) error {
-	f, s := a.cfg.Flow, a.cfg.SourceID
-	if _, err := a.conn.Exec(ctx, a.sql.initCheckpoint, f, s); err != nil {
-		return err
-	}
-	cp := Checkpoint{Flow: f, SourceID: s}
-	var commit, end string
-	var offset *int64
-	var at *time.Time
-	if err := a.conn.QueryRow(ctx, a.sql.readCheckpoint, f, s).Scan(&commit, &end, &offset, &at,
-		&cp.TxnsApplied, &cp.TxnsSkipped, &cp.RowsApplied); err != nil {
-		return err
-	}
-	var err error
-	if cp.CommitLSN, err = parseLSN(commit); err != nil {
-		return err
-	}
-	if cp.EndLSN, err = parseLSN(end); err != nil {
-		return err
-	}
-	if offset != nil {
-		cp.Offset, cp.HasOffset = uint64(*offset), true
-	}
-	if at != nil {
-		cp.AppliedAt = *at
-	}
-
-	progress := map[string]*snapshotState{}
-	rows, err := a.conn.Query(ctx, a.sql.readProgress, f, s)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var rel string
-		var next int64
-		var boundary *string
-		st := &snapshotState{}
-		if err := rows.Scan(&rel, &next, &st.done, &boundary, &st.rows); err != nil {
-			rows.Close()
-			return err
-		}
-		st.nextBatch = uint32(next)
-		if boundary != nil {
-			if st.boundaryLSN, err = parseLSN(*boundary); err != nil {
-				rows.Close()
-				return err
-			}
-		}
-		progress[rel] = st
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-
-	open := map[string]int64{}
-	rows, err = a.conn.Query(ctx, a.sql.readOpenQuar, f, s)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var id int64
-		var key string
-		if err := rows.Scan(&id, &key); err != nil {
-			rows.Close()
-			return err
-		}
-		open[key] = id
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	a.mu.Lock()
-	a.cp = cp
-	a.mu.Unlock()
-	a.progress, a.openQuar = progress, open
-	return nil
+// Close releases what Open took.
+func (a *Applier) Close(ctx context.Context) {
+	a.t.Stop(ctx)
+	a.running.Store(false)
 }
 
-func (a *Applier) unlock(ctx context.Context) {
-	// The lock must go even when ctx is cancelled, or a reconnecting caller
-	// on the same session would find itself busy.
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_, _ = a.conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, a.lock)
+// Step applies the next batch from src (one target transaction, or one
+// whole chunk sequence) for a driver that owns the schedule, such as the
+// deterministic simulator: it never waits. It reports false when src has
+// nothing to apply now, including a chunk sequence not yet complete in
+// src (its partial copy is rolled back and src is sought back to its
+// first chunk). Errors are those of Run.
+func (a *Applier) Step(ctx context.Context, src PollSource, cur Cursor) (bool, error) {
+	f := &pollFeed{a: a, src: src}
+	if a.stepSrc == src {
+		f.held = a.stepHeld
+	}
+	a.stepSrc, a.stepHeld = src, nil
+	batch, err := nextBatch(ctx, f, a.cfg)
+	if errors.Is(err, errIdle) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	err = a.process(ctx, f, batch, cur)
+	if errors.Is(err, errIdle) {
+		return false, src.Seek(batch[0].offset)
+	}
+	// A batch ends at the first unit that does not fit; that unit starts
+	// the next one.
+	a.stepHeld = f.held
+	return err == nil, err
 }
 
 // unit is one decoded envelope with its transport position.
@@ -342,6 +305,18 @@ type unit struct {
 	offset  uint64
 	payload []byte
 	env     *pb.Envelope
+	// done, for a CHUNK unit, holds the reader back until the chunk has
+	// been applied (release), so at most one chunk of a large
+	// transaction is in memory.
+	done chan struct{}
+}
+
+// release lets the reader fetch the entry after a CHUNK unit. Idempotent.
+func (u *unit) release() {
+	if u.done != nil {
+		close(u.done)
+		u.done = nil
+	}
 }
 
 func (u *unit) kind() pb.UnitKind { return u.env.GetBoundary().GetKind() }
@@ -371,21 +346,37 @@ func (u *unit) key() string {
 	}
 }
 
-// reader moves units from the Source into a bounded queue so that a batch
-// can take what is already available without blocking.
-type reader struct {
-	ch   chan item
-	held *item // taken from ch but belonging to the next batch
-	done chan struct{}
+// feed is where batches come from: the reader goroutine (Run) or a
+// PollSource (Step).
+type feed interface {
+	// one returns the next item, waiting for it; a poll feed with nothing
+	// available returns errIdle instead.
+	one(ctx context.Context) item
+	// ready returns the next item only if it is available without waiting.
+	ready() (item, bool)
+	// unread pushes it back: the next one or ready returns it.
+	unread(it item)
 }
+
+// errIdle: a poll feed has nothing available now.
+var errIdle = errors.New("apply: nothing available")
 
 type item struct {
 	u   *unit
 	err error
 }
 
+// reader moves units from the Source into a bounded queue so that a batch
+// can take what is already available without blocking.
+type reader struct {
+	cfg  Config
+	ch   chan item
+	held *item // taken from ch but belonging to the next batch
+	done chan struct{}
+}
+
 func (a *Applier) startReader(ctx context.Context, src Source) *reader {
-	r := &reader{ch: make(chan item, a.cfg.MaxBatchTxns), done: make(chan struct{})}
+	r := &reader{cfg: a.cfg, ch: make(chan item, a.cfg.MaxBatchTxns), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		for {
@@ -399,6 +390,11 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 			} else {
 				it.u, it.err = a.decode(offset, payload)
 			}
+			var wait chan struct{}
+			if it.err == nil && it.u.kind() == pb.UnitKind_UNIT_KIND_CHUNK {
+				wait = make(chan struct{})
+				it.u.done = wait
+			}
 			select {
 			case r.ch <- it:
 			case <-ctx.Done():
@@ -407,10 +403,90 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 			if it.err != nil {
 				return
 			}
+			if wait != nil {
+				// A chunk can be as large as the relay's chunk bound: read
+				// the next entry only once this one has been applied.
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return
+				}
+			}
 		}
 	}()
 	return r
 }
+
+func (r *reader) one(ctx context.Context) item {
+	if r.held != nil {
+		it := *r.held
+		r.held = nil
+		return it
+	}
+	select {
+	case it := <-r.ch:
+		return it
+	case <-ctx.Done():
+		return item{err: fmt.Errorf("apply: flow %q stopped: %w", r.cfg.Flow, ctx.Err())}
+	}
+}
+
+func (r *reader) ready() (item, bool) {
+	if r.held != nil {
+		it := *r.held
+		r.held = nil
+		return it, true
+	}
+	select {
+	case it := <-r.ch:
+		return it, true
+	default:
+		return item{}, false
+	}
+}
+
+func (r *reader) unread(it item) { r.held = &it }
+
+// next returns the next batch (nextBatch).
+func (r *reader) next(ctx context.Context, cfg Config) ([]*unit, error) {
+	return nextBatch(ctx, r, cfg)
+}
+
+// pollFeed reads a PollSource for Step.
+type pollFeed struct {
+	a    *Applier
+	src  PollSource
+	held *item
+}
+
+func (f *pollFeed) one(ctx context.Context) item {
+	if it, ok := f.ready(); ok {
+		return it
+	}
+	if err := ctx.Err(); err != nil {
+		return item{err: fmt.Errorf("apply: flow %q stopped: %w", f.a.cfg.Flow, err)}
+	}
+	return item{err: errIdle}
+}
+
+func (f *pollFeed) ready() (item, bool) {
+	if f.held != nil {
+		it := *f.held
+		f.held = nil
+		return it, true
+	}
+	offset, payload, ok, err := f.src.Poll(context.Background())
+	if err != nil {
+		return item{err: fmt.Errorf("apply: flow %q (source %q): read the transport: %w", f.a.cfg.Flow, f.a.cfg.SourceID, err)}, true
+	}
+	if !ok {
+		return item{}, false
+	}
+	u, err := f.a.decode(offset, payload)
+	return item{u: u, err: err}, true
+}
+
+func (f *pollFeed) unread(it item) { f.held = &it }
 
 // decode verifies and decodes one transport entry.
 func (a *Applier) decode(offset uint64, payload []byte) (*unit, error) {
@@ -425,26 +501,22 @@ func (a *Applier) decode(offset uint64, payload []byte) (*unit, error) {
 		return nil, fmt.Errorf("%w: entry at log offset %d (commit LSN %s) is from source %q, this flow applies source %q",
 			ErrWrongSource, offset, envelope.FormatLSN(env.CommitLsn), env.SourceId, a.cfg.SourceID)
 	}
-	if env.Boundary.Kind == pb.UnitKind_UNIT_KIND_CHUNK {
-		return nil, fmt.Errorf("%w (flow %q, log offset %d, commit LSN %s)", ErrPartitioned, a.cfg.Flow, offset, envelope.FormatLSN(env.CommitLsn))
+	if b := env.Boundary; b.Kind == pb.UnitKind_UNIT_KIND_CHUNK && b.Partition != 0 {
+		// Strict mode's chunks are the consecutive parts of one large
+		// transaction, all in partition 0; another partition means a
+		// partitioned writer, whose chunks interleave with other
+		// transactions and need a manifest barrier.
+		return nil, fmt.Errorf("%w (flow %q, log offset %d, commit LSN %s, partition %d)",
+			ErrPartitioned, a.cfg.Flow, offset, envelope.FormatLSN(env.CommitLsn), b.Partition)
 	}
 	return &unit{offset: offset, payload: payload, env: env}, nil
 }
 
-// next returns the next batch: one snapshot unit, or consecutive
-// transactions within the limits, taking only what is already queued after
-// the first.
-func (r *reader) next(ctx context.Context, cfg Config) ([]*unit, error) {
-	var first item
-	if r.held != nil {
-		first, r.held = *r.held, nil
-	} else {
-		select {
-		case first = <-r.ch:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("apply: flow %q stopped: %w", cfg.Flow, ctx.Err())
-		}
-	}
+// nextBatch returns the next batch: one snapshot unit, the first chunk of a
+// sequence, or consecutive transactions within the limits, taking only
+// what is already available after the first.
+func nextBatch(ctx context.Context, f feed, cfg Config) ([]*unit, error) {
+	first := f.one(ctx)
 	if first.err != nil {
 		return nil, first.err
 	}
@@ -454,15 +526,13 @@ func (r *reader) next(ctx context.Context, cfg Config) ([]*unit, error) {
 	}
 	rows, size := len(first.u.env.Rows), len(first.u.payload)
 	for len(batch) < cfg.MaxBatchTxns {
-		var it item
-		select {
-		case it = <-r.ch:
-		default:
+		it, ok := f.ready()
+		if !ok {
 			return batch, nil
 		}
 		if it.err != nil || it.u.kind() != pb.UnitKind_UNIT_KIND_TRANSACTION ||
 			rows+len(it.u.env.Rows) > cfg.MaxBatchRows || size+len(it.u.payload) > cfg.MaxBatchBytes {
-			r.held = &it
+			f.unread(it)
 			return batch, nil
 		}
 		batch = append(batch, it.u)
@@ -472,8 +542,10 @@ func (r *reader) next(ctx context.Context, cfg Config) ([]*unit, error) {
 	return batch, nil
 }
 
-func (a *Applier) process(ctx context.Context, batch []*unit, cur Cursor) error {
+func (a *Applier) process(ctx context.Context, f feed, batch []*unit, cur Cursor) error {
 	switch batch[0].kind() {
+	case pb.UnitKind_UNIT_KIND_CHUNK:
+		return a.processChunks(ctx, f, batch[0], cur)
 	case pb.UnitKind_UNIT_KIND_SNAPSHOT:
 		return a.processSnapshot(ctx, batch[0], cur)
 	case pb.UnitKind_UNIT_KIND_SNAPSHOT_END:
@@ -503,7 +575,7 @@ func (a *Applier) processTxns(ctx context.Context, units []*unit, cur Cursor) er
 		return err
 	}
 	if len(units) == 1 {
-		return a.quarantine(ctx, units[0], f)
+		return a.quarantine(ctx, units[0], f, cur)
 	}
 	a.log.Info("apply: a transaction in the batch failed; isolating it", "batch_txns", len(units),
 		"first_commit_lsn", envelope.FormatLSN(units[0].env.CommitLsn), "error", f.err)
@@ -525,16 +597,6 @@ func (a *Applier) processTxns(ctx context.Context, units []*unit, cur Cursor) er
 	return nil
 }
 
-// stmtMeta describes one queued statement, to attribute its result.
-type stmtMeta struct {
-	unit      int // index in the units being applied; -1 for state statements
-	plan      *relPlan
-	row       *pb.Row
-	relation  string
-	expectOne bool // UPDATE/DELETE: must match exactly one row
-	returnsAt bool // the checkpoint statement: RETURNING applied_at
-}
-
 // tryTxns runs one target transaction for units. It returns a failure when
 // the target refused a unit's data (nothing committed), an error for
 // anything else, and (nil, nil) once the transaction and the cursor have
@@ -547,7 +609,7 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	var lastApplied *unit
 	napply, nskip := 0, 0
 	for i, u := range units {
-		if u.env.CommitLsn <= last {
+		if u.env.CommitLsn <= last && !a.mutated(MutationSkipDedupe) {
 			skip[i] = true
 			nskip++
 			continue
@@ -555,30 +617,24 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 		last, lastApplied = u.env.CommitLsn, u
 		napply++
 	}
+	lsn := units[0].env.CommitLsn
 	lastOffset := units[len(units)-1].offset
 
-	a.trimPrepared(ctx)
-	tx, err := a.conn.Begin(ctx)
+	tx, err := a.t.Begin(ctx)
 	if err != nil {
-		return nil, a.targetErr(ctx, units[0].env.CommitLsn, err)
+		return nil, a.targetErr(ctx, lsn, err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
+	defer tx.Rollback(ctx) // no-op after Commit
 
-	for _, q := range []string{a.sql.applyCheckpoint, a.sql.skipCheckpoint, a.sql.markReplayed} {
-		if err := a.prepare(ctx, q); err != nil {
-			return nil, a.targetErr(ctx, units[0].env.CommitLsn, err)
-		}
-	}
-	pl := &pipeline{a: a, tx: tx, units: units}
 	rows, msgs := 0, 0
 	var replayed []string
 	for i, u := range units {
 		if skip[i] {
 			continue
 		}
-		n, m, f, err := a.queueTxn(ctx, pl, i, u)
-		if f != nil || err != nil {
-			return f, err
+		n, m, err := tx.Apply(ctx, i, u.env)
+		if err != nil {
+			return a.asFailure(ctx, lsn, err)
 		}
 		rows += n
 		msgs += m
@@ -586,37 +642,38 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 			replayed = append(replayed, u.key())
 		}
 	}
-	state := stmtMeta{unit: -1, returnsAt: true}
-	var f *failure
+	up := CheckpointUpdate{TxnsSkipped: int64(nskip)}
 	if napply > 0 {
-		f, err = pl.queue(ctx, state, a.sql.applyCheckpoint, a.cfg.Flow, a.cfg.SourceID, formatLSN(lastApplied.env.CommitLsn),
-			formatLSN(lastApplied.env.EndLsn), int64(lastOffset), int64(napply), int64(nskip), int64(rows))
-	} else {
-		f, err = pl.queue(ctx, state, a.sql.skipCheckpoint, a.cfg.Flow, a.cfg.SourceID, int64(nskip))
+		up = CheckpointUpdate{MovesPosition: true, MovesLSN: true, CommitLSN: lastApplied.env.CommitLsn, EndLSN: lastApplied.env.EndLsn,
+			Offset: lastOffset, TxnsApplied: int64(napply), TxnsSkipped: int64(nskip), RowsApplied: int64(rows)}
+	}
+	if err := tx.SetCheckpoint(ctx, up); err != nil {
+		return a.asFailure(ctx, lsn, err)
 	}
 	for _, k := range replayed {
-		if f != nil || err != nil {
-			break
+		if err := tx.MarkReplayed(ctx, a.openQuar[k]); err != nil {
+			return a.asFailure(ctx, lsn, err)
 		}
-		f, err = pl.queue(ctx, stmtMeta{unit: -1}, a.sql.markReplayed, a.openQuar[k])
 	}
-	if f == nil && err == nil {
-		f, err = pl.flush(ctx)
+	if err := tx.Flush(ctx); err != nil {
+		return a.asFailure(ctx, lsn, err)
 	}
-	if f != nil || err != nil {
-		return f, err
+	if a.mutated(MutationCursorBeforeCommit) {
+		if err := a.commitCursor(cur, lastOffset); err != nil {
+			return nil, err
+		}
 	}
-	at := pl.at
-	if err := tx.Commit(ctx); err != nil {
-		return a.commitErr(ctx, units, err)
+	at, err := tx.Commit(ctx)
+	if err != nil {
+		return a.commitFailure(ctx, units, err)
 	}
 
 	a.mu.Lock()
 	if napply > 0 {
 		a.cp.CommitLSN, a.cp.EndLSN = lastApplied.env.CommitLsn, lastApplied.env.EndLsn
 		a.cp.Offset, a.cp.HasOffset = lastOffset, true
-		if at != nil {
-			a.cp.AppliedAt = *at
+		if !at.IsZero() {
+			a.cp.AppliedAt = at
 		}
 	}
 	a.cp.TxnsApplied += int64(napply)
@@ -634,220 +691,23 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	return nil, a.commitCursor(cur, lastOffset)
 }
 
-// queueTxn queues the statements of one source transaction. It returns the
-// number of data rows and of ignored messages.
-func (a *Applier) queueTxn(ctx context.Context, pl *pipeline, ui int, u *unit) (int, int, *failure, error) {
-	env := u.env
-	rows, msgs := 0, 0
-	for i := 0; i < len(env.Rows); i++ {
-		r := env.Rows[i]
-		switch r.Op {
-		case pb.Op_OP_MESSAGE:
-			msgs++
-			continue
-		case pb.Op_OP_TRUNCATE:
-			// Relations truncated together must stay together: a table
-			// referenced by a foreign key can only be truncated in the same
-			// statement as the tables referencing it.
-			var names, targets []string
-			j := i
-			for ; j < len(env.Rows) && env.Rows[j].Op == pb.Op_OP_TRUNCATE && env.Rows[j].TruncateFlags == r.TruncateFlags; j++ {
-				p := a.plan(env.Relations[env.Rows[j].RelationIndex])
-				names = append(names, p.source)
-				targets = append(targets, p.target)
-			}
-			sql := "TRUNCATE TABLE " + strings.Join(targets, ", ")
-			if r.TruncateFlags&truncateRestartIdentity != 0 {
-				sql += " RESTART IDENTITY"
-			}
-			if r.TruncateFlags&truncateCascade != 0 {
-				sql += " CASCADE"
-			}
-			rel := strings.Join(names, ", ")
-			if err := a.prepare(ctx, sql); err != nil {
-				f, err := a.stmtErr(ctx, u, ui, rel, err)
-				return 0, 0, f, err
-			}
-			if f, err := pl.queue(ctx, stmtMeta{unit: ui, relation: rel}, sql); f != nil || err != nil {
-				return 0, 0, f, err
-			}
-			i = j - 1
-			continue
-		}
-		rel := env.Relations[r.RelationIndex]
-		p := a.plan(rel)
-		var sql string
-		var args []any
-		switch r.Op {
-		case pb.Op_OP_INSERT:
-			sql = p.insertSQL
-			args = make([]any, len(r.NewTuple))
-			for j, v := range r.NewTuple {
-				args[j] = textArg(v)
-			}
-		case pb.Op_OP_UPDATE, pb.Op_OP_DELETE:
-			var err error
-			sql, args, err = a.rowStmt(ctx, p, rel, r)
-			var ue *unitError
-			if errors.As(err, &ue) {
-				return 0, 0, &failure{unit: ui, relation: p.source, err: err}, nil
-			}
-			if err != nil {
-				f, err := a.stmtErr(ctx, u, ui, p.source, err)
-				return 0, 0, f, err
-			}
-		default:
-			return 0, 0, &failure{unit: ui, relation: p.source, err: &unitError{fmt.Sprintf("row %d has unknown op %s", i, r.Op)}}, nil
-		}
-		if err := a.prepare(ctx, sql); err != nil {
-			f, err := a.stmtErr(ctx, u, ui, p.source, err)
-			return 0, 0, f, err
-		}
-		m := stmtMeta{unit: ui, plan: p, row: r, relation: p.source, expectOne: r.Op != pb.Op_OP_INSERT}
-		if f, err := pl.queue(ctx, m, sql, args...); f != nil || err != nil {
-			return 0, 0, f, err
-		}
-		rows++
-	}
-	return rows, msgs, nil, nil
-}
-
-// TRUNCATE option bits (Row.truncate_flags).
-const (
-	truncateCascade         = 1
-	truncateRestartIdentity = 2
-)
-
-// prepare makes sql a named prepared statement on first use. Preparing
-// ahead, rather than letting the batch describe it, ties a failure such as a
-// missing table or column to the relation that caused it.
-func (a *Applier) prepare(ctx context.Context, sql string) error {
-	if _, ok := a.prepared[sql]; ok {
-		return nil
-	}
-	if _, err := a.conn.Prepare(ctx, sql, sql); err != nil {
-		return err
-	}
-	a.prepared[sql] = struct{}{}
-	return nil
-}
-
-// trimPrepared bounds the server-side prepared statements (one per distinct
-// statement shape). Called between target transactions.
-func (a *Applier) trimPrepared(ctx context.Context) {
-	if len(a.prepared) < preparedMax {
-		return
-	}
-	// pgx forgets its side even when the server call fails; ours must too.
-	_ = a.conn.DeallocateAll(ctx)
-	clear(a.prepared)
-}
-
-// pipelineStmtsMax bounds the statements sent in one pipeline round trip.
-// A source transaction larger than this is sent in several round trips
-// inside the same target transaction, so the client's buffers stay bounded
-// and the server never has to hold back results while the client is still
-// writing.
-const pipelineStmtsMax = 2048
-
-// pipeline accumulates the statements of one target transaction and sends
-// them in round trips of at most pipelineStmtsMax.
-type pipeline struct {
-	a     *Applier
-	tx    pgx.Tx
-	units []*unit
-	b     pgx.Batch
-	metas []stmtMeta
-	at    *time.Time // applied_at returned by the checkpoint statement
-}
-
-func (pl *pipeline) queue(ctx context.Context, m stmtMeta, sql string, args ...any) (*failure, error) {
-	pl.b.Queue(sql, args...)
-	pl.metas = append(pl.metas, m)
-	if len(pl.metas) >= pipelineStmtsMax {
-		return pl.flush(ctx)
-	}
-	return nil, nil
-}
-
-// flush sends what is queued and checks the results.
-func (pl *pipeline) flush(ctx context.Context) (*failure, error) {
-	if len(pl.metas) == 0 {
-		return nil, nil
-	}
-	at, f, err := pl.a.runBatch(ctx, pl.tx, &pl.b, pl.metas, pl.units)
-	if at != nil {
-		pl.at = at
-	}
-	pl.b = pgx.Batch{}
-	pl.metas = pl.metas[:0]
-	return f, err
-}
-
-// runBatch sends b and checks each result. It returns the checkpoint's
-// applied_at.
-func (a *Applier) runBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch, metas []stmtMeta, units []*unit) (*time.Time, *failure, error) {
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	var at *time.Time
-	for _, m := range metas {
-		if m.returnsAt {
-			if err := br.QueryRow().Scan(&at); err != nil {
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil, nil, fmt.Errorf("apply: flow %q (source %q): the checkpoint row in %s.checkpoints disappeared while applying; "+
-						"something else is writing the Trellara schema", a.cfg.Flow, a.cfg.SourceID, a.cfg.Schema)
-				}
-				return nil, nil, a.targetErr(ctx, units[0].env.CommitLsn, err)
-			}
-			continue
-		}
-		tag, err := br.Exec()
-		if err != nil {
-			if m.unit < 0 {
-				return nil, nil, a.targetErr(ctx, units[0].env.CommitLsn, err)
-			}
-			f, err := a.stmtErr(ctx, units[m.unit], m.unit, m.relation, err)
-			return nil, f, err
-		}
-		if m.expectOne && tag.RowsAffected() != 1 {
-			op := "UPDATE"
-			if m.row.Op == pb.Op_OP_DELETE {
-				op = "DELETE"
-			}
-			return nil, &failure{unit: m.unit, relation: m.relation, err: &divergenceError{
-				op: op, matched: tag.RowsAffected(), key: describeKey(m.plan, m.row)}}, nil
-		}
-	}
-	if err := br.Close(); err != nil {
-		return nil, nil, a.targetErr(ctx, units[0].env.CommitLsn, err)
-	}
-	return at, nil, nil
-}
-
-// stmtErr turns an error from a unit's statement into a failure (the data
-// was refused) or an error (anything else).
-func (a *Applier) stmtErr(ctx context.Context, u *unit, ui int, relation string, err error) (*failure, error) {
-	if ctx.Err() != nil || classify(err) != classApply {
-		return nil, a.targetErr(ctx, u.env.CommitLsn, err)
-	}
-	return &failure{unit: ui, relation: relation, err: err, sqlstate: sqlState(err)}, nil
-}
-
-// commitErr classifies a failed COMMIT. A deferred constraint is refused
-// data that no single statement can be blamed for.
-func (a *Applier) commitErr(ctx context.Context, units []*unit, err error) (*failure, error) {
-	if ctx.Err() != nil || classify(err) != classApply {
-		return nil, a.targetErr(ctx, units[0].env.CommitLsn, err)
-	}
-	f := &failure{unit: -1, err: err, sqlstate: sqlState(err)}
-	if len(units) == 1 {
+// commitFailure classifies a failed COMMIT. A deferred constraint is refused
+// data that no single statement can be blamed for; with one unit it is that
+// unit's.
+func (a *Applier) commitFailure(ctx context.Context, units []*unit, err error) (*failure, error) {
+	f, err := a.asFailure(ctx, units[0].env.CommitLsn, err)
+	if f != nil && f.unit < 0 && len(units) == 1 {
 		f.unit = 0
 	}
-	return f, nil
+	return f, err
 }
 
 // targetErr wraps an error that is not about a unit's data.
 func (a *Applier) targetErr(ctx context.Context, commitLSN uint64, err error) error {
+	var fe *finalError
+	if errors.As(err, &fe) {
+		return fe.err
+	}
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("apply: flow %q stopped: %w", a.cfg.Flow, cerr)
 	}
@@ -864,41 +724,79 @@ func (a *Applier) targetErr(ctx context.Context, commitLSN uint64, err error) er
 	}
 }
 
+// commitCursor moves the transport cursor to offset. It only moves
+// forward: a redelivered unit below the last committed offset (a
+// transport that replays older entries) is skipped at the target and
+// leaves the cursor where it is.
 func (a *Applier) commitCursor(cur Cursor, offset uint64) error {
-	if cur == nil {
+	if cur == nil || (a.cursorSet && offset <= a.cursorAt) {
 		return nil
 	}
 	if err := cur.Commit(offset); err != nil {
 		return fmt.Errorf("apply: flow %q: commit transport cursor at offset %d (the target already holds these units; "+
 			"after a restart they are redelivered and skipped): %w", a.cfg.Flow, offset, err)
 	}
+	a.cursorAt, a.cursorSet = offset, true
 	return nil
 }
 
 // quarantine records a refused unit in its own target transaction (the
 // unit's own transaction was rolled back) and returns the error that stops
 // the flow.
-func (a *Applier) quarantine(ctx context.Context, u *unit, f *failure) error {
+func (a *Applier) quarantine(ctx context.Context, u *unit, f *failure, cur Cursor) error {
+	if a.mutated(MutationDropRefused) {
+		return a.dropRefused(ctx, u, cur)
+	}
 	qe := &QuarantinedError{
 		Flow: a.cfg.Flow, SourceID: a.cfg.SourceID, CommitLSN: u.env.CommitLsn, Unit: u.kindName(),
 		Relation: f.relation, SQLState: f.sqlstate, ConfigPath: a.cfg.ConfigPath, Err: f.err,
 	}
-	var commitTime *time.Time
+	q := QuarantineRecord{Flow: a.cfg.Flow, SourceID: a.cfg.SourceID, Key: u.key(), Unit: u.kindName(),
+		CommitLSN: u.env.CommitLsn, EndLSN: u.env.EndLsn, Offset: u.offset, Relation: f.relation,
+		Error: f.err.Error(), SQLState: f.sqlstate, Envelope: u.payload}
 	if us := u.env.CommitTimeUnixMicros; us != 0 {
 		t := time.UnixMicro(us).UTC()
-		commitTime = &t
+		q.CommitTime = &t
 	}
-	err := a.conn.QueryRow(ctx, a.sql.recordQuarantine, a.cfg.Flow, a.cfg.SourceID, u.key(), u.kindName(),
-		formatLSN(u.env.CommitLsn), formatLSN(u.env.EndLsn), commitTime, int64(u.offset), f.relation,
-		f.err.Error(), f.sqlstate, u.payload).Scan(&qe.ID)
+	id, err := a.t.Quarantine(ctx, q)
 	if err != nil {
 		// Not recorded: the unit was not applied either, so a retry meets
 		// the same failure and records it then.
 		return a.targetErr(ctx, u.env.CommitLsn, fmt.Errorf("record quarantine (%v): %w", qe, err))
 	}
-	a.openQuar[u.key()] = qe.ID
+	qe.ID = id
+	a.openQuar[u.key()] = id
 	a.mu.Lock()
 	a.stats.Quarantined++
 	a.mu.Unlock()
 	return qe
+}
+
+// dropRefused is MutationDropRefused: the refused unit is passed over as if
+// it had been applied.
+func (a *Applier) dropRefused(ctx context.Context, u *unit, cur Cursor) error {
+	tx, err := a.t.Begin(ctx)
+	if err != nil {
+		return a.targetErr(ctx, u.env.CommitLsn, err)
+	}
+	defer tx.Rollback(ctx)
+	if err := tx.SetCheckpoint(ctx, CheckpointUpdate{MovesPosition: true, MovesLSN: true,
+		CommitLSN: u.env.CommitLsn, EndLSN: u.env.EndLsn, Offset: u.offset}); err != nil {
+		return a.targetErr(ctx, u.env.CommitLsn, err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		return a.targetErr(ctx, u.env.CommitLsn, err)
+	}
+	a.mu.Lock()
+	a.cp.CommitLSN, a.cp.EndLSN, a.cp.Offset, a.cp.HasOffset = u.env.CommitLsn, u.env.EndLsn, u.offset, true
+	a.mu.Unlock()
+	return a.commitCursor(cur, u.offset)
+}
+
+// plan and rowStmt are the PostgreSQL target's statement builders, reached
+// through the Applier for the statement tests.
+func (a *Applier) plan(rel *pb.Relation) *relPlan { return a.pg.plan(rel) }
+
+func (a *Applier) rowStmt(ctx context.Context, p *relPlan, rel *pb.Relation, r *pb.Row) (string, []any, error) {
+	return a.pg.rowStmt(ctx, p, rel, r)
 }

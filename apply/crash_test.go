@@ -49,8 +49,12 @@ func TestCrashTargetKilled(t *testing.T) {
 	c.Restart()
 	conn2 := connect(t, c.URL("target"))
 	st := readStatus(t, conn2)
-	if st.Checkpoint.TxnsApplied != before.Checkpoint.TxnsApplied || st.Checkpoint.CommitLSN != before.Checkpoint.CommitLSN {
-		t.Errorf("after crash recovery the checkpoint is %+v; the applier last committed %+v", st.Checkpoint, before.Checkpoint)
+	// The kill can land after the server committed a batch but before the
+	// reply reached the applier: then the target holds that one batch (at
+	// most MaxBatchTxns transactions) beyond what the applier saw commit.
+	if got, saw := st.Checkpoint, before.Checkpoint; got.TxnsApplied < saw.TxnsApplied || got.TxnsApplied > saw.TxnsApplied+16 ||
+		got.CommitLSN < saw.CommitLSN || (got.TxnsApplied == saw.TxnsApplied) != (got.CommitLSN == saw.CommitLSN) {
+		t.Errorf("after crash recovery the checkpoint is %+v; the applier last committed %+v", got, saw)
 	}
 	checkInvariant(t, conn2)
 

@@ -13,7 +13,8 @@
 //     checkpoint, or a snapshot batch below snapshot_progress.next_batch,
 //     is a redelivery and is skipped (counted in txns_skipped).
 //  3. The transport cursor moves only after the target commit that holds
-//     the unit. A crash in between costs a redelivery, never a gap.
+//     the unit, and only forward. A crash in between costs a redelivery,
+//     never a gap.
 //  4. Unchanged TOAST values are left out of the UPDATE's SET list: the
 //     stored value stays, it never becomes NULL.
 //  5. Nothing is dropped silently: a unit the target refuses (constraint,
@@ -32,7 +33,11 @@
 //	              taken at the slot's consistent point (commit_lsn); COPY
 //	SNAPSHOT_END  the relation's copy is complete after N batches; its
 //	              visibility boundary is commit_lsn
-//	CHUNK         partitioned mode: not implemented (ErrPartitioned)
+//	CHUNK         part k of n of one large source transaction (strict mode:
+//	              consecutive in the log); the whole sequence is applied as
+//	              one target transaction, one chunk in memory at a time
+//	              (chunk.go). Chunks of another partition, and Config.Mode
+//	              "partitioned", are refused with ErrPartitioned.
 //
 // The relay writes every snapshot unit of a flow before the first stream
 // transaction, and every stream transaction commits after the consistent
@@ -90,6 +95,18 @@
 // queue of at most MaxBatchTxns units; each batch is the first unit plus
 // whatever the queue already holds, so Run never waits to fill a batch and
 // batches grow by themselves when the target is the bottleneck.
+//
+// # Decisions and the Target
+//
+// The Applier holds the decisions — redelivery, batching, chunk
+// sequencing, failure isolation, quarantine, and the order of target
+// commit then cursor — and a Target carries them out (target.go): New
+// uses the PostgreSQL target (pgtarget.go: prepared statements,
+// pipelining, COPY), NewWithTarget any other. The deterministic simulator
+// (internal/sim) runs this same code against a simulated transactional
+// database through NewWithTarget, driving it with Open, Step and Close
+// instead of Run: Step applies one batch from a PollSource that never
+// blocks. Mutate exists only for the simulator's mutation tests.
 //
 // # Target tables
 //

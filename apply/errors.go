@@ -15,14 +15,18 @@ import (
 var (
 	// ErrInvalidConfig is wrapped by every Config validation failure.
 	ErrInvalidConfig = errors.New("apply: invalid config")
-	// ErrPartitioned is returned for CHUNK units: partitioned target mode
-	// splits one source transaction across partitions and needs a
-	// coordinator this applier does not have yet.
+	// ErrPartitioned is returned for Config.Mode "partitioned" and for a
+	// CHUNK unit routed to a partition other than 0: partitioned mode
+	// interleaves the chunks of one source transaction with other
+	// transactions across partitions and needs a manifest-barrier
+	// coordinator this applier does not have yet. Strict mode's chunk
+	// sequences (one large transaction, consecutive in the log) are applied.
 	ErrPartitioned = errors.New("apply: partitioned mode not implemented yet (target.mode: partitioned); use target.mode: strict")
 	// ErrSequence means the transport delivered units in an order the relay
 	// never writes (a snapshot batch gap, a snapshot ending before all of its
-	// batches were applied). Applying anyway would leave a hole in the target,
-	// so the flow stops.
+	// batches were applied, a chunk sequence cut short by anything other
+	// than the relay republishing it from chunk 0). Applying anyway would
+	// leave a hole in the target, so the flow stops.
 	ErrSequence = errors.New("apply: units out of sequence")
 	// ErrWrongSource means a unit carries a source id other than the flow's.
 	// Two sources interleaved in one log cannot share one checkpoint.

@@ -42,18 +42,18 @@ type relPlan struct {
 	textCompare  []bool // compare as text: the type has no equality operator (json, xml, geometry)
 }
 
-func (a *Applier) plan(rel *pb.Relation) *relPlan {
-	if p, ok := a.plans[rel.Fingerprint]; ok {
+func (t *pgTarget) plan(rel *pb.Relation) *relPlan {
+	if p, ok := t.plans[rel.Fingerprint]; ok {
 		return p
 	}
-	if len(a.plans) >= planCountMax {
+	if len(t.plans) >= planCountMax {
 		// Bounded: a long-lived applier that sees many schema versions
 		// forgets old plans rather than growing without limit.
-		clear(a.plans)
+		clear(t.plans)
 	}
 	ts, tn := rel.Schema, rel.Name
-	if a.cfg.Mapping != nil {
-		ts, tn = a.cfg.Mapping(ts, tn)
+	if t.cfg.Mapping != nil {
+		ts, tn = t.cfg.Mapping(ts, tn)
 	}
 	p := &relPlan{
 		source:       rel.Schema + "." + rel.Name,
@@ -84,7 +84,7 @@ func (a *Applier) plan(rel *pb.Relation) *relPlan {
 	b.WriteString(")")
 	p.insertSQL = b.String()
 	p.copySQL = fmt.Sprintf("COPY %s (%s) FROM STDIN", p.target, collist)
-	a.plans[rel.Fingerprint] = p
+	t.plans[rel.Fingerprint] = p
 	return p
 }
 
@@ -99,11 +99,11 @@ var noEqualityTypes = map[string]bool{
 // loadTarget reads, for a FULL identity relation, the target's primary key
 // and which columns need text comparison. The PK lets UPDATE/DELETE use an
 // index instead of matching every old column.
-func (a *Applier) loadTarget(ctx context.Context, p *relPlan) error {
+func (t *pgTarget) loadTarget(ctx context.Context, p *relPlan) error {
 	if p.targetLoaded {
 		return nil
 	}
-	rows, err := a.conn.Query(ctx, `
+	rows, err := t.conn.Query(ctx, `
 		SELECT a.attname,
 		       coalesce(a.attnum = ANY (i.indkey), false),
 		       format_type(coalesce(nullif(t.typbasetype, 0), t.oid), NULL)
@@ -174,7 +174,7 @@ const (
 // rowStmt builds the UPDATE or DELETE for r, returning the SQL (cached by
 // shape) and its text arguments. A *unitError means the row cannot be
 // addressed at the target at all.
-func (a *Applier) rowStmt(ctx context.Context, p *relPlan, rel *pb.Relation, r *pb.Row) (string, []any, error) {
+func (t *pgTarget) rowStmt(ctx context.Context, p *relPlan, rel *pb.Relation, r *pb.Row) (string, []any, error) {
 	ncol := len(p.cols)
 	isToast := func(v *pb.Value) bool { return v.GetKind() == pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST }
 
@@ -190,7 +190,7 @@ func (a *Applier) rowStmt(ctx context.Context, p *relPlan, rel *pb.Relation, r *
 			return "", nil, &unitError{fmt.Sprintf("%s on %s (REPLICA IDENTITY FULL) carries no full old tuple, so the target row cannot be found",
 				r.Op, p.source)}
 		}
-		if err := a.loadTarget(ctx, p); err != nil {
+		if err := t.loadTarget(ctx, p); err != nil {
 			return "", nil, err
 		}
 		whereFrom = r.OldTuple
@@ -249,24 +249,24 @@ func (a *Applier) rowStmt(ctx context.Context, p *relPlan, rel *pb.Relation, r *
 
 	// The cache key is the statement's shape: kind, form, relation and the
 	// two column masks.
-	key := a.keyBuf[:0]
+	key := t.keyBuf[:0]
 	key = append(key, kind, form)
 	key = strconv.AppendUint(key, rel.Fingerprint, 16)
 	key = append(key, ':')
 	key = appendMask(key, setCols, ncol)
 	key = append(key, ':')
 	key = appendMask(key, whereCols, ncol)
-	a.keyBuf = key
-	sql, ok := a.sqlCache[string(key)]
+	t.keyBuf = key
+	sql, ok := t.sqlCache[string(key)]
 	if !ok {
 		sql = buildRowSQL(p, kind, form, setCols, whereCols)
 		// A FULL-identity statement built before the target table existed
 		// lacks the text comparisons; do not keep it.
 		if p.targetLoaded || !p.full {
-			if len(a.sqlCache) >= sqlCacheMax {
-				clear(a.sqlCache)
+			if len(t.sqlCache) >= sqlCacheMax {
+				clear(t.sqlCache)
 			}
-			a.sqlCache[string(key)] = sql
+			t.sqlCache[string(key)] = sql
 		}
 	}
 	args := make([]any, 0, len(setCols)+len(whereCols))

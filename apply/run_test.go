@@ -96,8 +96,10 @@ func TestRunControl(t *testing.T) {
 	other.e.SourceId = "another"
 	refused("wrong source", other.insert(r, tv("3")).encode(t), ErrWrongSource, `from source "another"`)
 
+	// A chunk routed to partition 1 comes from a partitioned writer (strict
+	// mode's chunk sequences are all partition 0 and are applied).
 	chunk := &pb.Envelope{ProtocolVersion: 1, SourceId: testSource, CommitLsn: 20, EndLsn: 20,
-		Boundary:  &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_CHUNK, ChunkIndex: 0, ChunkCount: 2, TotalRows: 1},
+		Boundary:  &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_CHUNK, ChunkIndex: 0, ChunkCount: 2, TotalRows: 1, Partition: 1},
 		Relations: []*pb.Relation{r}, Rows: []*pb.Row{{Op: pb.Op_OP_INSERT, NewTuple: vals("4")}}}
 	envelope.Seal(chunk)
 	cb, err := envelope.Encode(chunk)

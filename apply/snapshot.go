@@ -1,12 +1,8 @@
 package apply
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
@@ -46,7 +42,7 @@ func (a *Applier) processSnapshot(ctx context.Context, u *unit, cur Cursor) erro
 	if err != nil || f == nil {
 		return err
 	}
-	return a.quarantine(ctx, u, f)
+	return a.quarantine(ctx, u, f, cur)
 }
 
 func envRelName(e *pb.Envelope, r *pb.Row) string {
@@ -64,46 +60,24 @@ func (a *Applier) progressOf(rel string) snapshotState {
 	return snapshotState{}
 }
 
-// trySnapshot applies one snapshot batch with COPY.
+// trySnapshot applies one snapshot batch.
 func (a *Applier) trySnapshot(ctx context.Context, u *unit, st snapshotState, cur Cursor) (*failure, error) {
 	rel := u.env.Boundary.SnapshotRelation
 	lsn := u.env.CommitLsn
 	n := len(u.env.Rows)
-	tx, err := a.conn.Begin(ctx)
+	tx, err := a.t.Begin(ctx)
 	if err != nil {
 		return nil, a.targetErr(ctx, lsn, err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if n > 0 {
-		p := a.plan(u.env.Relations[u.env.Rows[0].RelationIndex])
-		buf := a.copyBuf[:0]
-		for _, r := range u.env.Rows {
-			buf = appendCopyRow(buf, r.NewTuple)
-		}
-		if cap(buf) <= copyBufKeepMax {
-			a.copyBuf = buf
-		}
-		if _, err := a.conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf), p.copySQL); err != nil {
-			return a.stmtErr(ctx, u, 0, rel, err)
-		}
+	defer tx.Rollback(ctx)
+	if err := tx.Copy(ctx, 0, u.env); err != nil {
+		return a.asFailure(ctx, lsn, err)
 	}
 	next := st
 	next.nextBatch++
 	next.rows += int64(n)
-	at, f, err := a.stateBatch(ctx, tx, u, rel, next, int64(n))
-	if f != nil || err != nil {
-		return f, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return a.commitErr(ctx, []*unit{u}, err)
-	}
-	a.committedSnapshot(u, rel, next, at, int64(n))
-	return nil, a.commitCursor(cur, u.offset)
+	return a.commitSnapshot(ctx, tx, u, rel, next, int64(n), cur)
 }
-
-// copyBufKeepMax bounds the COPY buffer kept between batches; a larger one
-// is used once and left to the garbage collector.
-const copyBufKeepMax = 8 << 20
 
 func (a *Applier) processSnapshotEnd(ctx context.Context, u *unit, cur Cursor) error {
 	rel := u.env.Boundary.SnapshotRelation
@@ -120,68 +94,61 @@ func (a *Applier) processSnapshotEnd(ctx context.Context, u *unit, cur Cursor) e
 	if err != nil || f == nil {
 		return err
 	}
-	return a.quarantine(ctx, u, f)
+	return a.quarantine(ctx, u, f, cur)
 }
 
 // trySnapshotEnd marks a relation's snapshot complete.
 func (a *Applier) trySnapshotEnd(ctx context.Context, u *unit, st snapshotState, cur Cursor) (*failure, error) {
 	rel := u.env.Boundary.SnapshotRelation
-	tx, err := a.conn.Begin(ctx)
+	tx, err := a.t.Begin(ctx)
 	if err != nil {
 		return nil, a.targetErr(ctx, u.env.CommitLsn, err)
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
+	defer tx.Rollback(ctx)
 	next := st
 	next.done, next.boundaryLSN = true, u.env.CommitLsn
-	at, f, err := a.stateBatch(ctx, tx, u, rel, next, 0)
-	if f != nil || err != nil {
+	if f, err := a.commitSnapshot(ctx, tx, u, rel, next, 0, cur); f != nil || err != nil {
 		return f, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return a.commitErr(ctx, []*unit{u}, err)
-	}
-	a.committedSnapshot(u, rel, next, at, 0)
 	a.log.Info("apply: snapshot complete", "relation", rel, "batches", next.nextBatch, "rows", next.rows,
 		"boundary_lsn", envelope.FormatLSN(next.boundaryLSN))
-	return nil, a.commitCursor(cur, u.offset)
+	return nil, nil
 }
 
-// stateBatch writes snapshot progress and the checkpoint in tx.
-func (a *Applier) stateBatch(ctx context.Context, tx pgx.Tx, u *unit, rel string, next snapshotState, rows int64) (*time.Time, *failure, error) {
-	var boundary any
-	if next.done {
-		boundary = formatLSN(next.boundaryLSN)
+// commitSnapshot writes snapshot progress and the checkpoint in tx,
+// commits, and moves the cursor.
+func (a *Applier) commitSnapshot(ctx context.Context, tx TargetTx, u *unit, rel string, next snapshotState, rows int64, cur Cursor) (*failure, error) {
+	lsn := u.env.CommitLsn
+	err := tx.SetProgress(ctx, SnapshotProgress{Relation: rel, NextBatch: next.nextBatch, Done: next.done,
+		BoundaryLSN: next.boundaryLSN, Rows: next.rows})
+	if err == nil {
+		err = tx.SetCheckpoint(ctx, CheckpointUpdate{MovesPosition: true, Offset: u.offset, RowsApplied: rows})
 	}
-	for _, q := range []string{a.sql.upsertProgress, a.sql.applyCheckpoint, a.sql.markReplayed} {
-		if err := a.prepare(ctx, q); err != nil {
-			return nil, nil, a.targetErr(ctx, u.env.CommitLsn, err)
+	if id, ok := a.openQuar[u.key()]; ok && err == nil {
+		err = tx.MarkReplayed(ctx, id)
+	}
+	if err == nil {
+		err = tx.Flush(ctx)
+	}
+	if err != nil {
+		return a.asFailure(ctx, lsn, err)
+	}
+	if a.mutated(MutationCursorBeforeCommit) {
+		if err := a.commitCursor(cur, u.offset); err != nil {
+			return nil, err
 		}
 	}
-	pl := &pipeline{a: a, tx: tx, units: []*unit{u}}
-	f, err := pl.queue(ctx, stmtMeta{unit: -1}, a.sql.upsertProgress, a.cfg.Flow, a.cfg.SourceID, rel,
-		int64(next.nextBatch), next.done, boundary, next.rows)
-	if f == nil && err == nil {
-		f, err = pl.queue(ctx, stmtMeta{unit: -1, returnsAt: true}, a.sql.applyCheckpoint, a.cfg.Flow, a.cfg.SourceID,
-			nil, nil, int64(u.offset), int64(0), int64(0), rows)
+	at, err := tx.Commit(ctx)
+	if err != nil {
+		return a.commitFailure(ctx, []*unit{u}, err)
 	}
-	if id, ok := a.openQuar[u.key()]; ok && f == nil && err == nil {
-		f, err = pl.queue(ctx, stmtMeta{unit: -1}, a.sql.markReplayed, id)
-	}
-	if f == nil && err == nil {
-		f, err = pl.flush(ctx)
-	}
-	return pl.at, f, err
-}
-
-func (a *Applier) committedSnapshot(u *unit, rel string, next snapshotState, at *time.Time, rows int64) {
 	st := next
 	a.progress[rel] = &st
 	delete(a.openQuar, u.key())
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.cp.Offset, a.cp.HasOffset = u.offset, true
-	if at != nil {
-		a.cp.AppliedAt = *at
+	if !at.IsZero() {
+		a.cp.AppliedAt = at
 	}
 	a.cp.RowsApplied += rows
 	a.stats.RowsApplied += rows
@@ -189,12 +156,14 @@ func (a *Applier) committedSnapshot(u *unit, rel string, next snapshotState, at 
 		a.stats.SnapshotBatches++
 	}
 	a.stats.TargetTxns++
+	a.mu.Unlock()
+	return nil, a.commitCursor(cur, u.offset)
 }
 
 // skipUnit counts a redelivered snapshot unit. One statement, so it commits
 // atomically on its own; the cursor follows.
 func (a *Applier) skipUnit(ctx context.Context, u *unit, cur Cursor) error {
-	if _, err := a.conn.Exec(ctx, a.sql.skipCheckpoint, a.cfg.Flow, a.cfg.SourceID, int64(1)); err != nil {
+	if err := a.t.CountSkipped(ctx, 1); err != nil {
 		return a.targetErr(ctx, u.env.CommitLsn, err)
 	}
 	a.mu.Lock()

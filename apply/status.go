@@ -62,11 +62,14 @@ const quarantineListMax = 100
 // progress, so Status then returns ErrRunning: use ReadStatus with another
 // connection to watch a running applier.
 func (a *Applier) Status(ctx context.Context) (*Status, error) {
+	if a.pg == nil {
+		return nil, errors.New("apply: Status needs a PostgreSQL target; this applier was made with NewWithTarget")
+	}
 	if !a.running.CompareAndSwap(false, true) {
 		return nil, ErrRunning
 	}
 	defer a.running.Store(false)
-	return ReadStatus(ctx, a.conn, a.cfg.Schema, a.cfg.Flow, a.cfg.SourceID)
+	return ReadStatus(ctx, a.pg.conn, a.cfg.Schema, a.cfg.Flow, a.cfg.SourceID)
 }
 
 // ReadStatus reads a flow's status from the target. It uses its own
