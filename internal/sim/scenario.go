@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/segmentlog"
+)
+
+// Simulation is one harness configuration: a workload and the bounds the
+// relay, the log and the applier run with. Scenarios are fault points and
+// seeds within a simulation.
+type Simulation struct {
+	Name     string
+	Title    string
+	Workload Workload
+	// Relay bounds (relay.AssemblerOptions).
+	MemoryBytesMax, ChunkBytesMax int64
+	// Log bounds (segmentlog.Options).
+	SegmentBytesMax int64
+	FrameBytesMax   int
+	Retention       segmentlog.Retention
+	// Applier batching (apply.Config).
+	MaxBatchTxns, MaxBatchRows, MaxBatchBytes int
+	// Burst is the most messages the source sends before a pause (when
+	// the relay flushes, as its Run loop does when the server goes quiet).
+	Burst int
+	// LagApplier holds the applier back until the relay has sent this
+	// share (percent) of the stream.
+	LagApplier int
+}
+
+// Fault is one injected failure: Action happens the Nth time (1-based) the
+// harness reaches Point, and the Times-1 following times too.
+type Fault struct {
+	Point  string `json:"point"`
+	Nth    int    `json:"nth"`
+	Times  int    `json:"times,omitempty"`
+	Action string `json:"action"`
+	// Arg parameterises the action (bytes of free space, entries to replay).
+	Arg int `json:"arg,omitempty"`
+}
+
+// Fault actions.
+const (
+	actCrash       = "crash"           // the component at the point dies
+	actCrashAfter  = "crash-after"     // target commit: committed, reply lost
+	actPowerLoss   = "power-loss"      // the machine: unsynced data lost
+	actTornLoss    = "torn-power-loss" // the machine: unsynced data partly kept, with holes
+	actFsyncFail   = "fsync-fail"      // fsync reports EIO
+	actENOSPC      = "enospc"          // the disk fills up (Arg bytes left) for a while
+	actCorrupt     = "corrupt-segment" // a sealed segment the applier has not read is damaged
+	actCorruptIdx  = "corrupt-index"   // a sealed segment's index file is damaged
+	actAmbiguous   = "ambiguous-ack"   // the publish is durable but reports failure
+	actPartial     = "partial-batch"   // the relay dies after part of a publish is durable
+	actStorm       = "replay-storm"    // the applier's feed goes back Arg entries
+	actSwapChunks  = "swap-chunks"     // chunks 1 and 2 of the next sequence swap places
+	actFinalFirst  = "final-chunk-first"
+	actCutStream   = "cut-stream"   // the replication connection drops
+	actRestartFeed = "restart-feed" // the applier's log reader reconnects at its cursor
+)
+
+// Expect is what a scenario must end in besides the invariants.
+type Expect struct {
+	// Stop names the typed error that must stop a component for good:
+	// "schema-drift" (capture), "past-retention" or "corruption"
+	// (apply). Empty: the flow must converge.
+	Stop string `json:"stop,omitempty"`
+	// Detect lists outcomes that must have been observed on the way:
+	// "sequence" (apply.ErrSequence), "quarantine", "repair" (a torn tail
+	// cut off by Open), "fatal" (segmentlog.FatalError), "enospc",
+	// "transient".
+	Detect []string `json:"detect,omitempty"`
+	// Exercise lists what the run must have made the relay do: "spill"
+	// (a transaction past the memory bound), "chunks" (a CHUNK sequence),
+	// "aborted-subxact" (a rolled-back subtransaction in a stream).
+	Exercise []string `json:"exercise,omitempty"`
+}
+
+// Scenario is one catalogue entry.
+type Scenario struct {
+	ID         string  `json:"id"`
+	Family     string  `json:"family"`
+	Title      string  `json:"title"`
+	Simulation string  `json:"simulation"`
+	Seed       uint64  `json:"seed"`
+	Invariant  string  `json:"invariant"`
+	Proof      string  `json:"proof"`
+	Recovery   string  `json:"recovery"`
+	Faults     []Fault `json:"faults"`
+	Expect     Expect  `json:"expect"`
+}
+
+// Families.
+const (
+	FamilyRelay     = "relay-crash"
+	FamilyApplier   = "applier-crash"
+	FamilyStorage   = "storage"
+	FamilyTransport = "transport"
+	FamilySchema    = "schema"
+)
+
+// Families lists them in report order.
+var Families = []string{FamilyRelay, FamilyApplier, FamilyStorage, FamilyTransport, FamilySchema}
+
+// Invariants checked after every scenario (the half-applied one after
+// every target commit, the slot one after every acknowledgement).
+const (
+	InvNoLoss        = "no-loss"
+	InvExactlyOnce   = "exactly-once"
+	InvAtomic        = "atomic-visibility"
+	InvAckDurable    = "ack-after-durable"
+	InvQuarantine    = "quarantine-exact"
+	InvSchemaPinned  = "schema-pinned"
+	InvLiveness      = "liveness"
+	InvExpectedError = "expected-outcome"
+)
+
+// InvariantText describes each invariant for reports.
+var InvariantText = map[string]string{
+	InvNoLoss:       "every committed source transaction reaches the target",
+	InvExactlyOnce:  "no source transaction is applied twice",
+	InvAtomic:       "no reader of the target ever sees part of a source transaction (checked after every target commit)",
+	InvAckDurable:   "the slot's confirmed LSN never passes a transaction that is not durable in the log (checked at every acknowledgement)",
+	InvQuarantine:   "the quarantined transactions are exactly the incompatible ones",
+	InvSchemaPinned: "no row is assembled under a relation shape that differs from the pinned one",
+}
+
+// Mutations deliberately remove protections, for the mutation tests that
+// prove the matrix notices.
+type Mutations struct {
+	// Apply is passed to apply.Applier.Mutate.
+	Apply apply.Mutation
+	// AckBeforeDurable: the transport reports a publish as durable before
+	// writing it, so the relay acknowledges first.
+	AckBeforeDurable bool
+	// IgnoreDrift: the relay's pin store never reports a pin, so a changed
+	// relation is re-pinned instead of stopping capture.
+	IgnoreDrift bool
+	// StorageLies: fsync reports success without making data durable.
+	StorageLies bool
+}
+
+// Options tune a run.
+type Options struct {
+	Mutations Mutations
+	// Trace keeps the event trace in the Result.
+	Trace bool
+	// Override replaces bounds from a flow configuration (chaos --config).
+	Override *Override
+	// StepsMax bounds a run (0: a default proportional to the workload).
+	StepsMax int
+}
+
+// Override holds flow settings applied to every simulation.
+type Override struct {
+	MemoryBytesMax  int64
+	ChunkBytesMax   int64
+	SegmentBytesMax int64
+	MaxBatchTxns    int
+	MaxBatchRows    int
+	MaxBatchBytes   int
+}
+
+// Result is the outcome of one run.
+type Result struct {
+	Scenario   *Scenario
+	Pass       bool
+	Violations []Violation
+	// Fired is false when a fault point was never reached: the scenario
+	// did not exercise what it names (possible under --config bounds).
+	Fired    bool
+	Outcome  string
+	Steps    int
+	Detected map[string]int
+	Stats    RunStats
+	Trace    []byte
+}
+
+// Violation is a broken invariant.
+type Violation struct {
+	Invariant string `json:"invariant"`
+	Detail    string `json:"detail"`
+}
+
+// RunStats count what a run did.
+type RunStats struct {
+	Txns            int `json:"txns"`
+	Delivered       int `json:"delivered"`
+	LogEntries      int `json:"log_entries"`
+	TargetCommits   int `json:"target_commits"`
+	RelayRestarts   int `json:"relay_restarts"`
+	ApplierRestarts int `json:"applier_restarts"`
+	Crashes         int `json:"crashes"`
+	Quarantined     int `json:"quarantined"`
+	// From the relay's assembler (sessions that flushed or ended).
+	Spilled         int `json:"spilled"`
+	Chunked         int `json:"chunked"`
+	AbortedSubxacts int `json:"aborted_subxacts"`
+}

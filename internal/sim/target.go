@@ -1,0 +1,512 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellara/trellara/apply"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+)
+
+// The simulated target: a small transactional database the real applier
+// (apply.NewWithTarget) writes to. A transaction's changes live in an
+// overlay that only Commit folds into the committed state, so a reader —
+// the checker, after every commit — sees whole transactions or nothing;
+// Rollback or a lost connection discards the overlay. It enforces the
+// tables' keys and two target-only constraints that make some source rows
+// incompatible: orders.status may not start with "incompatible-" (a CHECK
+// constraint, SQLSTATE 23514) and accounts.note is varchar(40) (22001).
+// An UPDATE or DELETE that matches no row is refused like the PostgreSQL
+// target refuses it. The target's columns are the pinned shape: a column
+// the source added is unknown here (42703).
+
+// errConnLost is what every call returns once the harness has killed the
+// applier's connection; the applier classifies it as transient.
+var errConnLost = errors.New("sim: connection to the target lost")
+
+// simDB is the target server.
+type simDB struct {
+	data       *state
+	checkpoint apply.Checkpoint
+	hasCP      bool
+	progress   map[string]apply.SnapshotProgress
+	quarantine []*quarRow
+	// allowed holds values the operator made acceptable (a widened
+	// column, a relaxed constraint) while repairing a quarantined unit.
+	allowed  map[string]bool
+	lockedBy *simConn
+	clock    func() time.Time
+	// point is the harness's fault hook: the action to take at op.
+	point func(op string) string
+	// onCommit runs after every commit: the checker reads committed state.
+	onCommit func()
+	commits  int
+}
+
+type quarRow struct {
+	id       int64
+	rec      apply.QuarantineRecord
+	attempts int
+	replayed bool
+}
+
+func newSimDB(clock func() time.Time) *simDB {
+	return &simDB{data: newState(), progress: map[string]apply.SnapshotProgress{}, allowed: map[string]bool{}, clock: clock}
+}
+
+// connect opens a session for one applier.
+func (db *simDB) connect() *simConn { return &simConn{db: db} }
+
+// openQuarantine lists the keys of open quarantine rows.
+func (db *simDB) openQuarantine() []string {
+	var out []string
+	for _, q := range db.quarantine {
+		if !q.replayed {
+			out = append(out, q.rec.Key)
+		}
+	}
+	return out
+}
+
+// snapshotsDone reports whether every relation with snapshot progress has
+// completed its copy: before that the copied tables are not ready to read.
+func (db *simDB) snapshotsDone(want int) bool {
+	n := 0
+	for _, p := range db.progress {
+		if !p.Done {
+			return false
+		}
+		n++
+	}
+	return n >= want
+}
+
+// simConn is one applier's connection: an apply.Target.
+type simConn struct {
+	db   *simDB
+	dead bool
+	tx   *simTx
+}
+
+var _ apply.Target = (*simConn)(nil)
+
+// kill ends the connection: its open transaction rolls back and its lock
+// goes, as when the server notices the client died.
+func (c *simConn) kill() {
+	c.dead = true
+	c.tx = nil
+	if c.db.lockedBy == c {
+		c.db.lockedBy = nil
+	}
+}
+
+// op runs the fault hook for op; "crash" kills the connection first.
+func (c *simConn) op(op string) error {
+	if c.dead {
+		return errConnLost
+	}
+	if c.db.point != nil && c.db.point("target."+op) == actCrash {
+		c.kill()
+		return errConnLost
+	}
+	return nil
+}
+
+// Start implements apply.Target.
+func (c *simConn) Start(context.Context) (apply.State, error) {
+	if err := c.op("start"); err != nil {
+		return apply.State{}, err
+	}
+	db := c.db
+	if db.lockedBy != nil && db.lockedBy != c && !db.lockedBy.dead {
+		return apply.State{}, apply.ErrBusy
+	}
+	db.lockedBy = c
+	st := apply.State{Checkpoint: db.checkpoint, Snapshots: map[string]apply.SnapshotProgress{}, OpenQuarantine: map[string]int64{}}
+	for k, v := range db.progress {
+		st.Snapshots[k] = v
+	}
+	for _, q := range db.quarantine {
+		if !q.replayed {
+			st.OpenQuarantine[q.rec.Key] = q.id
+		}
+	}
+	return st, nil
+}
+
+// Stop implements apply.Target.
+func (c *simConn) Stop(context.Context) {
+	if c.db.lockedBy == c {
+		c.db.lockedBy = nil
+	}
+}
+
+// Quarantine implements apply.Target.
+func (c *simConn) Quarantine(_ context.Context, q apply.QuarantineRecord) (int64, error) {
+	if err := c.op("quarantine"); err != nil {
+		return 0, err
+	}
+	db := c.db
+	for _, r := range db.quarantine {
+		if !r.replayed && r.rec.Key == q.Key {
+			r.rec, r.attempts = q, r.attempts+1
+			return r.id, nil
+		}
+	}
+	r := &quarRow{id: int64(len(db.quarantine) + 1), rec: q, attempts: 1}
+	db.quarantine = append(db.quarantine, r)
+	return r.id, nil
+}
+
+// CountSkipped implements apply.Target.
+func (c *simConn) CountSkipped(_ context.Context, n int64) error {
+	if err := c.op("skip"); err != nil {
+		return err
+	}
+	c.db.checkpoint.TxnsSkipped += n
+	return nil
+}
+
+// Begin implements apply.Target.
+func (c *simConn) Begin(context.Context) (apply.TargetTx, error) {
+	if err := c.op("begin"); err != nil {
+		return nil, err
+	}
+	cp := c.db.checkpoint
+	c.tx = &simTx{c: c, tables: map[string]*overlay{}, checkpoint: cp, progress: map[string]apply.SnapshotProgress{}}
+	return c.tx, nil
+}
+
+// overlay is one table's uncommitted changes.
+type overlay struct {
+	truncated bool
+	rows      map[string][]val // nil value: deleted
+	keyless   int64            // rows inserted into a table without a key
+	order     []string         // keys in first-write order, for a deterministic commit
+}
+
+// simTx is an open transaction.
+type simTx struct {
+	c          *simConn
+	tables     map[string]*overlay
+	checkpoint apply.Checkpoint
+	progress   map[string]apply.SnapshotProgress
+	replayed   []int64
+	done       bool
+	chunked    bool // holds a chunk sequence
+}
+
+func (x *simTx) live() error {
+	if x.done || x.c.tx != x {
+		return errConnLost
+	}
+	return nil
+}
+
+func (x *simTx) ov(table string) *overlay {
+	o := x.tables[table]
+	if o == nil {
+		o = &overlay{rows: map[string][]val{}}
+		x.tables[table] = o
+	}
+	return o
+}
+
+// get reads key as this transaction sees it.
+func (x *simTx) get(table, key string) ([]val, bool) {
+	if o := x.tables[table]; o != nil {
+		if r, ok := o.rows[key]; ok {
+			return r, r != nil
+		}
+		if o.truncated {
+			return nil, false
+		}
+	}
+	r, ok := x.c.db.data.tables[table].rows[key]
+	return r, ok
+}
+
+func (x *simTx) set(table, key string, row []val) {
+	o := x.ov(table)
+	if _, ok := o.rows[key]; !ok {
+		o.order = append(o.order, key)
+	}
+	o.rows[key] = row
+}
+
+func pgErr(code, msg string) error {
+	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: msg}
+}
+
+// target maps a source relation to a target table and its column
+// positions.
+func (x *simTx) target(rel *pb.Relation) (*tableDef, []int, error) {
+	name := rel.Schema + "." + rel.Name
+	var def *tableDef
+	for _, d := range simTables {
+		if d.name == name {
+			def = d
+		}
+	}
+	if def == nil {
+		return nil, nil, pgErr("42P01", fmt.Sprintf("relation %q does not exist", name))
+	}
+	pos := make([]int, len(rel.Columns))
+	for i, c := range rel.Columns {
+		pos[i] = slices.IndexFunc(def.cols, func(d colDef) bool { return d.name == c.Name })
+		if pos[i] < 0 {
+			return nil, nil, pgErr("42703", fmt.Sprintf("column %q of relation %q does not exist", c.Name, name))
+		}
+	}
+	return def, pos, nil
+}
+
+// check enforces the target-only constraints.
+func (x *simTx) check(def *tableDef, row []val) error {
+	allowed := x.c.db.allowed
+	switch def {
+	case tOrders:
+		if s := row[1].s; strings.HasPrefix(s, "incompatible-") && !allowed[s] {
+			return pgErr("23514", `new row for relation "orders" violates check constraint "orders_status_check"`)
+		}
+	case tAccounts:
+		if s := row[2].s; len(s) > 40 && !allowed[s] {
+			return pgErr("22001", "value too long for type character varying(40)")
+		}
+	}
+	return nil
+}
+
+func toVal(v *pb.Value) val {
+	if v.GetKind() == pb.ValueKind_VALUE_KIND_NULL {
+		return val{null: true}
+	}
+	return val{s: string(v.GetData())}
+}
+
+// Apply implements apply.TargetTx.
+func (x *simTx) Apply(_ context.Context, unit int, env *pb.Envelope) (int, int, error) {
+	if err := x.live(); err != nil {
+		return 0, 0, err
+	}
+	op := "apply"
+	if b := env.GetBoundary(); b.GetKind() == pb.UnitKind_UNIT_KIND_CHUNK {
+		x.chunked = true
+		if b.GetChunkIndex() > 0 {
+			op = "apply-chunk"
+		}
+	}
+	if err := x.c.op(op); err != nil {
+		return 0, 0, err
+	}
+	rows, msgs := 0, 0
+	for _, r := range env.Rows {
+		if r.Op == pb.Op_OP_MESSAGE {
+			msgs++
+			continue
+		}
+		rel := env.Relations[r.RelationIndex]
+		relName := rel.Schema + "." + rel.Name
+		def, pos, err := x.target(rel)
+		if err != nil {
+			return 0, 0, &apply.Refusal{Unit: unit, Relation: relName, SQLState: err.(*pgconn.PgError).Code, Err: err}
+		}
+		refuse := func(err error) (int, int, error) {
+			code := ""
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) {
+				code = pe.Code
+			}
+			return 0, 0, &apply.Refusal{Unit: unit, Relation: relName, SQLState: code, Err: err}
+		}
+		switch r.Op {
+		case pb.Op_OP_TRUNCATE:
+			o := x.ov(def.name)
+			o.truncated, o.rows, o.order = true, map[string][]val{}, nil
+			continue
+		case pb.Op_OP_INSERT:
+			row := make([]val, len(def.cols))
+			for i := range row {
+				row[i] = val{null: true}
+			}
+			for i, v := range r.NewTuple {
+				row[pos[i]] = toVal(v)
+			}
+			if err := x.check(def, row); err != nil {
+				return refuse(err)
+			}
+			key := keyOf(def, row)
+			if !def.keyed() {
+				o := x.ov(def.name)
+				o.keyless++
+				base := x.c.db.data.tables[def.name].rowID
+				key = "#" + strconv.FormatInt(base+o.keyless, 10)
+			} else if _, ok := x.get(def.name, key); ok {
+				return refuse(pgErr("23505", fmt.Sprintf("duplicate key value violates unique constraint \"%s_pkey\"", def.rel())))
+			}
+			x.set(def.name, key, row)
+		case pb.Op_OP_UPDATE, pb.Op_OP_DELETE:
+			from := r.NewTuple
+			if r.OldKind != pb.OldTuple_OLD_TUPLE_NONE {
+				from = r.OldTuple
+			}
+			keyRow := make([]val, len(def.cols))
+			for i, v := range from {
+				keyRow[pos[i]] = toVal(v)
+			}
+			key := keyOf(def, keyRow)
+			old, ok := x.get(def.name, key)
+			if !ok {
+				return refuse(fmt.Errorf("%s matched 0 target rows where exactly 1 was expected: the target has diverged from the source for this row", r.Op))
+			}
+			if r.Op == pb.Op_OP_DELETE {
+				x.set(def.name, key, nil)
+				break
+			}
+			row := slices.Clone(old)
+			for i, v := range r.NewTuple {
+				if v.GetKind() != pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST {
+					row[pos[i]] = toVal(v)
+				}
+			}
+			if err := x.check(def, row); err != nil {
+				return refuse(err)
+			}
+			if nk := keyOf(def, row); nk != key {
+				x.set(def.name, key, nil)
+				key = nk
+			}
+			x.set(def.name, key, row)
+		}
+		rows++
+	}
+	return rows, msgs, nil
+}
+
+// Copy implements apply.TargetTx.
+func (x *simTx) Copy(ctx context.Context, unit int, env *pb.Envelope) error {
+	_, _, err := x.Apply(ctx, unit, env)
+	return err
+}
+
+// SetProgress implements apply.TargetTx.
+func (x *simTx) SetProgress(_ context.Context, p apply.SnapshotProgress) error {
+	if err := x.live(); err != nil {
+		return err
+	}
+	x.progress[p.Relation] = p
+	return nil
+}
+
+// SetCheckpoint implements apply.TargetTx.
+func (x *simTx) SetCheckpoint(_ context.Context, u apply.CheckpointUpdate) error {
+	if err := x.live(); err != nil {
+		return err
+	}
+	cp := &x.checkpoint
+	if u.MovesPosition {
+		if u.MovesLSN {
+			cp.CommitLSN, cp.EndLSN = u.CommitLSN, u.EndLSN
+		}
+		cp.Offset, cp.HasOffset = u.Offset, true
+	}
+	cp.TxnsApplied += u.TxnsApplied
+	cp.TxnsSkipped += u.TxnsSkipped
+	cp.RowsApplied += u.RowsApplied
+	return nil
+}
+
+// MarkReplayed implements apply.TargetTx.
+func (x *simTx) MarkReplayed(_ context.Context, id int64) error {
+	if err := x.live(); err != nil {
+		return err
+	}
+	x.replayed = append(x.replayed, id)
+	return nil
+}
+
+// Flush implements apply.TargetTx: this target checks every row at once.
+func (x *simTx) Flush(context.Context) error { return x.live() }
+
+// Commit implements apply.TargetTx. Fault actions: actCrash loses the
+// connection before the commit (nothing committed), actCrashAfter commits
+// and then loses the connection before the reply (committed, but the
+// applier sees an error).
+func (x *simTx) Commit(context.Context) (time.Time, error) {
+	if err := x.live(); err != nil {
+		return time.Time{}, err
+	}
+	c := x.c
+	act := ""
+	if c.db.point != nil {
+		act = c.db.point("target.commit")
+		if x.chunked {
+			if a := c.db.point("target.commit-chunked"); a != "" {
+				act = a
+			}
+		}
+	}
+	if act == actCrash {
+		c.kill()
+		return time.Time{}, errConnLost
+	}
+	db := c.db
+	names := make([]string, 0, len(x.tables))
+	for name := range x.tables {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		o := x.tables[name]
+		if o.truncated {
+			db.data.truncate(name)
+		}
+		for _, k := range o.order {
+			if r := o.rows[k]; r == nil {
+				db.data.del(name, k)
+			} else {
+				db.data.put(name, k, r)
+			}
+		}
+		db.data.tables[name].rowID += o.keyless
+	}
+	db.checkpoint, db.hasCP = x.checkpoint, true
+	for k, p := range x.progress {
+		db.progress[k] = p
+	}
+	for _, id := range x.replayed {
+		for _, q := range db.quarantine {
+			if q.id == id {
+				q.replayed = true
+			}
+		}
+	}
+	x.done = true
+	c.tx = nil
+	db.commits++
+	at := db.clock()
+	db.checkpoint.AppliedAt = at
+	if db.onCommit != nil {
+		db.onCommit()
+	}
+	if act == actCrashAfter {
+		c.kill()
+		return time.Time{}, errConnLost
+	}
+	return at, nil
+}
+
+// Rollback implements apply.TargetTx.
+func (x *simTx) Rollback(context.Context) {
+	if !x.done && x.c.tx == x {
+		x.c.tx = nil
+	}
+	x.done = true
+}
