@@ -55,6 +55,11 @@ type Config struct {
 	// Stop, when non-nil, is polled after each durable advance; Run
 	// returns nil once it reports true.
 	Stop func() bool
+	// RecordIdleAck, when set, durably records a position the session is
+	// about to acknowledge although no unit in the transport ends there
+	// (an idle keepalive advance). CheckResume takes it into account, so a
+	// restart does not mistake that advance for a gap.
+	RecordIdleAck func(lsn uint64) error
 }
 
 // Resume is where a relay session starts, derived from the transport.
@@ -98,6 +103,20 @@ func ResumeFrom(ctx context.Context, tr Transport) (Resume, error) {
 	}
 }
 
+// CheckResume refuses a resume that would skip committed transactions: the
+// slot confirmed beyond both the transport's newest complete unit and the
+// last recorded idle acknowledgement. recovery is named in the error.
+func CheckResume(slot string, res Resume, slotConfirmed, idleAck uint64, recovery string) error {
+	if res.Empty {
+		return nil
+	}
+	durable := max(res.DurableEnd, idleAck)
+	if slotConfirmed > durable {
+		return &GapError{Slot: slot, SlotConfirmedLSN: slotConfirmed, TransportDurable: durable, RecoveryCommand: recovery}
+	}
+	return nil
+}
+
 // Stats are the session's counters.
 type Stats struct {
 	Published   uint64 // units made durable
@@ -132,6 +151,7 @@ type Session struct {
 	batch      [][]byte
 	batchBytes int
 	batchAck   uint64
+	unitEnd    uint64 // end LSN of the newest transaction unit assembled
 	fences     []fence
 
 	mu sync.Mutex // guards stats and ackable for Stats callers on other goroutines
@@ -205,6 +225,9 @@ func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 		}
 	}
 	s.pending = !final
+	if final && e != nil && endLSN > s.unitEnd {
+		s.unitEnd = endLSN
+	}
 	if final && endLSN > s.batchAck {
 		s.batchAck = endLSN
 	}
@@ -214,7 +237,7 @@ func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 	if len(s.batch) == 0 && final && !s.pending {
 		// Nothing to publish (an empty or skipped transaction): its end
 		// is acknowledgeable as soon as everything before it is durable.
-		s.advance(s.batchAck)
+		return s.advance(s.batchAck)
 	}
 	return nil
 }
@@ -236,7 +259,9 @@ func (s *Session) flush(ctx context.Context) error {
 	}
 	fences := s.fences
 	s.fences = nil
-	s.advance(s.batchAck)
+	if err := s.advance(s.batchAck); err != nil {
+		return err
+	}
 	for _, f := range fences {
 		if s.cfg.OnFence != nil {
 			s.cfg.OnFence(f.token, f.commitLSN)
@@ -245,15 +270,25 @@ func (s *Session) flush(ctx context.Context) error {
 	return nil
 }
 
-func (s *Session) advance(to uint64) {
-	if to > s.ackable {
-		s.mu.Lock()
-		s.ackable = to
-		s.mu.Unlock()
-		if s.cfg.OnDurable != nil {
-			s.cfg.OnDurable(s.ackable)
+func (s *Session) advance(to uint64) error {
+	if to <= s.ackable {
+		return nil
+	}
+	if to > s.unitEnd && s.cfg.RecordIdleAck != nil {
+		// No unit in the transport ends here (empty transactions, an idle
+		// keepalive): record the position durably before it can reach
+		// the server, so a restart can tell it from a gap.
+		if err := s.cfg.RecordIdleAck(to); err != nil {
+			return fmt.Errorf("relay: record acknowledgement at %s: %w", envelope.FormatLSN(to), err)
 		}
 	}
+	s.mu.Lock()
+	s.ackable = to
+	s.mu.Unlock()
+	if s.cfg.OnDurable != nil {
+		s.cfg.OnDurable(s.ackable)
+	}
+	return nil
 }
 
 // PluginArgs are the pgoutput options for cfg.
@@ -366,7 +401,9 @@ func (s *Session) handleCopyData(ctx context.Context, data []byte) error {
 			}
 		}
 		if s.asm.Idle() && !s.pending && len(s.batch) == 0 && s.batchAck <= s.ackable {
-			s.advance(uint64(k.ServerWALEnd))
+			if err := s.advance(uint64(k.ServerWALEnd)); err != nil {
+				return err
+			}
 			s.batchAck = max(s.batchAck, s.ackable)
 		}
 		if k.ReplyRequested {

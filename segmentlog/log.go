@@ -110,6 +110,17 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 		cursors:     make(map[string]*cursorState),
 	}
 	rep, err := l.recover()
+	if err == nil && l.active != nil {
+		// What recovery found in the newest segment may never have been
+		// synced: a previous instance can have died after a failed fsync,
+		// leaving bytes in the page cache that a power loss would still
+		// take. Sync them before serving them as durable, or refuse.
+		if serr := l.active.Sync(); serr != nil {
+			err = &FatalError{Op: "fsync the newest segment on open", Path: dir, Err: serr}
+		} else if serr := l.fs.SyncDir(dir); serr != nil {
+			err = &FatalError{Op: "fsync the log directory on open", Path: dir, Err: serr}
+		}
+	}
 	if err != nil {
 		if l.active != nil {
 			_ = l.active.Close()

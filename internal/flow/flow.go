@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -152,6 +153,24 @@ func (f *Flow) replicationConnect(ctx context.Context) (*pgconn.PgConn, error) {
 
 func (f *Flow) snapshotDonePath() string { return filepath.Join(f.dir, "snapshot.done") }
 
+func (f *Flow) idleAckPath() string { return filepath.Join(f.dir, "idle-ack") }
+
+// recordIdleAck keeps, durably, the last position the relay confirmed to
+// the slot while idle (no unit in the log ends there), so the next start
+// can tell that advance from a gap.
+func (f *Flow) recordIdleAck(lsn uint64) error {
+	return relay.WriteFileDurable(f.idleAckPath(), []byte(strconv.FormatUint(lsn, 10)+"\n"))
+}
+
+func (f *Flow) idleAck() uint64 {
+	b, err := os.ReadFile(f.idleAckPath())
+	if err != nil {
+		return 0
+	}
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return v
+}
+
 // CaptureOptions tune a capture session.
 type CaptureOptions struct {
 	// Streaming is closed once the relay is streaming (after any snapshot).
@@ -229,9 +248,9 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 					f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
 			}
 		}
-		if si.ConfirmedFlush > res.DurableEnd && !res.Empty {
-			return &relay.GapError{Slot: src.Slot, SlotConfirmedLSN: si.ConfirmedFlush, TransportDurable: res.DurableEnd,
-				RecoveryCommand: fmt.Sprintf("trellara reseed --config %s", f.ConfigPath)}
+		if err := relay.CheckResume(src.Slot, res, si.ConfirmedFlush, f.idleAck(),
+			fmt.Sprintf("trellara reseed --config %s", f.ConfigPath)); err != nil {
+			return err
 		}
 		if res.Empty {
 			return &relay.GapError{Slot: src.Slot, SlotConfirmedLSN: si.ConfirmedFlush,
@@ -251,6 +270,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
 			InspectCommand: fmt.Sprintf("trellara status --config %s --view diagnostics", f.ConfigPath)},
 		Logger: f.Logger, OnFence: o.OnFence, Stop: o.Stop,
+		RecordIdleAck: f.recordIdleAck,
 	})
 	if o.Session != nil {
 		o.Session(s)

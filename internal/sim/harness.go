@@ -47,15 +47,16 @@ var (
 )
 
 type harness struct {
-	sc   *Scenario
-	sim  *Simulation
-	opts Options
-	rng  *rand.Rand // the schedule
-	frng *rand.Rand // fault details (torn bytes, partial batches)
-	hist *history
-	chk  *checker
-	db   *simDB
-	ctx  context.Context
+	idleAck uint64 // the flow's durable idle-acknowledgement record
+	sc      *Scenario
+	sim     *Simulation
+	opts    Options
+	rng     *rand.Rand // the schedule
+	frng    *rand.Rand // fault details (torn bytes, partial batches)
+	hist    *history
+	chk     *checker
+	db      *simDB
+	ctx     context.Context
 
 	trace bytes.Buffer
 	step  int
@@ -632,11 +633,11 @@ func (h *harness) startRelay() {
 			return
 		}
 	}
-	if !res.Empty && h.slot > res.DurableEnd {
-		// internal/flow refuses this resume with relay.GapError: the slot
-		// was acknowledged past the newest unit in the log. Whether
-		// anything was really lost is the checker's question; either way
-		// the flow does not restart.
+	if gerr := relay.CheckResume("sim", res, h.slot, h.idleAck, ""); gerr != nil {
+		// internal/flow refuses this resume the same way: the slot was
+		// acknowledged past the newest unit in the log and past the last
+		// recorded idle acknowledgement. Whether anything was really lost
+		// is the checker's question; either way the flow does not restart.
 		missing := false
 		for _, t := range h.hist.txns {
 			if t.rows > 0 && t.commitLSN > res.DurableEnd && t.commitLSN < h.slot && !h.chk.inLog[t.commitLSN] {
@@ -659,7 +660,11 @@ func (h *harness) startRelay() {
 	sess := relay.NewSession(nil, tr, res, relay.Config{SourceID: simSourceID, Slot: "sim",
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
 			InspectCommand: "trellara status --config " + simConfig + " --view diagnostics"},
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler),
+		// The flow records idle acknowledgements durably before sending
+		// them (internal/flow recordIdleAck); the harness keeps the record
+		// across crashes the same way.
+		RecordIdleAck: func(lsn uint64) error { h.idleAck = lsn; return nil }})
 	h.relay = &relayProc{sess: sess, stream: h.hist.stream(from)}
 	h.tracef("relay", "start: resume durable-end %s skip-through %s, streaming from %s (%d messages)",
 		envelope.FormatLSN(res.DurableEnd), envelope.FormatLSN(res.SkipThrough), envelope.FormatLSN(from), len(h.relay.stream))

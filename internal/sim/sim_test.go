@@ -221,30 +221,6 @@ func invariants(vs []Violation) []string {
 	return out
 }
 
-// TestKnownFindingIdleAcknowledgement reproduces an open finding: after an
-// idle keepalive moved the acknowledged position past the log's newest
-// unit (only empty or aborted transactions lie between), a restarted flow
-// compares the slot with the newest unit's end and refuses to resume with
-// relay.GapError although nothing is missing. When relay/flow are fixed
-// this test fails: delete it and let the swarm runs pass.
-func TestKnownFindingIdleAcknowledgement(t *testing.T) {
-	sc, s, err := Lookup("swarm.relay-keepalive.927774270")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := Run(sc, s, Options{})
-	found := false
-	for _, v := range r.Violations {
-		found = found || (v.Invariant == InvLiveness && strings.Contains(v.Detail, "GapError"))
-		if v.Invariant == InvAckDurable {
-			t.Errorf("acknowledged data was lost, which is not this finding: %s", v.Detail)
-		}
-	}
-	if !found {
-		t.Fatalf("the idle-acknowledgement finding no longer reproduces (violations %v): if relay/flow were fixed, delete this test", r.Violations)
-	}
-}
-
 func TestSwarmIDs(t *testing.T) {
 	_, sims := Catalogue()
 	a := SwarmSeeds(sims, 3, 7)
@@ -351,23 +327,4 @@ func TestDocListsEveryScenario(t *testing.T) {
 			}
 		}
 	}
-}
-
-// TestKnownFindingReopenAfterFsyncFailure reproduces an open finding: after
-// a failed fsync the log is reopened on the same disk and Open accepts the
-// never-synced tail as durable; the relay resumes from it and acknowledges
-// the slot past it, and a power loss then loses acknowledged transactions.
-// When segmentlog is fixed this test fails: delete it.
-func TestKnownFindingReopenAfterFsyncFailure(t *testing.T) {
-	sc, s, err := Lookup("swarm.relay-snapshot.139753829")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := Run(sc, s, Options{})
-	for _, v := range r.Violations {
-		if v.Invariant == InvAckDurable && strings.Contains(v.Detail, "is not durable in the log") {
-			return
-		}
-	}
-	t.Fatalf("the reopen-after-fsync-failure finding no longer reproduces (violations %v): if segmentlog was fixed, delete this test", r.Violations)
 }
