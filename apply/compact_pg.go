@@ -27,8 +27,9 @@ type deferredUnit struct {
 	env *pb.Envelope
 }
 
-// targetTypes returns the target's column types for p's columns, by name
-// (format_type, so domains, enums, arrays and modifiers cast exactly).
+// targetTypes returns the target's column types for p's columns, by name,
+// as unmodified, schema-qualified type names (domains, enums and arrays
+// included).
 func (t *pgTarget) targetTypes(ctx context.Context, p *relPlan) ([]string, error) {
 	if t.types == nil {
 		t.types = map[*relPlan][]string{}
@@ -36,8 +37,15 @@ func (t *pgTarget) targetTypes(ctx context.Context, p *relPlan) ([]string, error
 	if ty, ok := t.types[p]; ok {
 		return ty, nil
 	}
-	rows, err := t.conn.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, p.target)
+	// The cast target is the type itself without its modifier: an explicit
+	// cast to varchar(3) or char(3) would silently truncate, while the
+	// assignment into the column enforces the modifier exactly as the
+	// row-by-row path does (and raises the same errors). Qualified type
+	// names also avoid the SQL keywords "character" and "bit", which mean
+	// char(1) and bit(1).
+	rows, err := t.conn.Query(ctx, `SELECT a.attname, quote_ident(n.nspname) || '.' || quote_ident(ty.typname)
+		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid JOIN pg_namespace n ON n.oid = ty.typnamespace
+		WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`, p.target)
 	if err != nil {
 		return nil, err
 	}

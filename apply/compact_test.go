@@ -1,6 +1,9 @@
 package apply
 
 import (
+	"context"
+
+	"github.com/trellara/trellara/internal/pgtest"
 	"strings"
 	"testing"
 
@@ -110,5 +113,59 @@ func TestCompact(t *testing.T) {
 	}
 	if _, ok := compact([]*pb.Envelope{ctxn(crel('n'), "I1a")}); ok {
 		t.Error("a relation without a key folded")
+	}
+}
+
+// Folded statements must enforce column modifiers exactly as row-by-row
+// statements do: a value too long for varchar(3) or char(3) is an error,
+// never silently truncated by a cast.
+func TestCompactKeepsModifierChecks(t *testing.T) {
+	_, conn := target(t, pgtest.Options{NoFsync: true})
+	exec(t, conn, `CREATE TABLE public.mods (id int PRIMARY KEY, v varchar(3), c char(3), b bit(3), n numeric(5,2))`)
+	rel := &pb.Relation{Schema: "public", Name: "mods", ReplicaIdentity: 'd', Columns: []*pb.RelationColumn{
+		{Name: "id", TypeOid: 23, TypeModifier: -1, Key: true}, {Name: "v", TypeOid: 1043, TypeModifier: 7},
+		{Name: "c", TypeOid: 1042, TypeModifier: 7}, {Name: "b", TypeOid: 1560, TypeModifier: 3}, {Name: "n", TypeOid: 1700, TypeModifier: 327686}}}
+	rel.Fingerprint = envelope.RelationFingerprint(rel)
+	ins := func(id, v, ch string) *pb.Envelope {
+		return &pb.Envelope{Relations: []*pb.Relation{rel}, Boundary: &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_TRANSACTION},
+			Rows: []*pb.Row{{Op: pb.Op_OP_INSERT, NewTuple: []*pb.Value{ctext(id), ctext(v), ctext(ch), ctext("101"), ctext("1.005")}}}}
+	}
+	tgt := newPGTarget(conn, Config{Flow: "f", SourceID: "s"}.withDefaults())
+	if _, err := tgt.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Stop(context.Background())
+	apply := func(envs ...*pb.Envelope) error {
+		tx, err := tgt.Begin(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(context.Background())
+		for i, e := range envs {
+			if _, _, err := tx.Apply(context.Background(), i, e); err != nil {
+				return err
+			}
+		}
+		if err := tx.Flush(context.Background()); err != nil {
+			return err
+		}
+		_, err = tx.Commit(context.Background())
+		return err
+	}
+	if err := apply(ins("1", "abc", "ab"), ins("2", "toolong", "x")); err == nil {
+		t.Fatal("a folded insert of a too-long varchar value succeeded")
+	}
+	if err := apply(ins("3", "ab", "toolong"), ins("4", "x", "y")); err == nil {
+		t.Fatal("a folded insert of a too-long char value succeeded")
+	}
+	if err := apply(ins("5", "abc", "ab"), ins("6", "x", "abc")); err != nil {
+		t.Fatalf("valid folded inserts failed: %v", err)
+	}
+	var c6 string
+	if err := conn.QueryRow(context.Background(), `SELECT c || '|' || b::text || '|' || n::text FROM public.mods WHERE id = 6`).Scan(&c6); err != nil {
+		t.Fatal(err)
+	}
+	if c6 != "abc|101|1.01" {
+		t.Fatalf("folded values stored as %q", c6)
 	}
 }

@@ -79,7 +79,31 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 		f.Log.Close()
 		return nil, err
 	}
+	if cfg.Target != nil {
+		// Register the applier's cursor before anything is appended, so
+		// retention keeps every entry the applier has not yet read.
+		if _, ok, err := f.Log.CursorOffset(ApplierCursor); err != nil {
+			f.Log.Close()
+			return nil, err
+		} else if !ok {
+			if err := f.Log.CommitCursor(ApplierCursor, f.Log.FirstOffset()); err != nil {
+				f.Log.Close()
+				return nil, err
+			}
+		}
+	}
 	return f, nil
+}
+
+// ApplyRetention drops what the retention policy allows (never what a
+// registered cursor still needs, unless transport.local.expire_past_retention).
+func (f *Flow) ApplyRetention() {
+	rep, err := f.Log.ApplyRetention(time.Now())
+	if err != nil {
+		f.Logger.Warn("local log retention failed", "flow", f.Cfg.Flow, "err", err)
+		return
+	}
+	f.Logger.Debug("local log retention", "flow", f.Cfg.Flow, "report", fmt.Sprintf("%+v", rep))
 }
 
 // Close closes the log.
@@ -281,22 +305,13 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 // Applier builds the flow's applier on conn.
 func (f *Flow) Applier(conn *pgx.Conn) (*apply.Applier, error) {
 	return apply.New(conn, apply.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: f.Cfg.Target.Schema,
-		ConfigPath: f.ConfigPath, Logger: f.Logger})
+		Mode: string(f.Cfg.Target.Mode), ConfigPath: f.ConfigPath, Logger: f.Logger})
 }
 
 // Apply applies from the log's applier cursor until ctx ends or stop.
 func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, a *apply.Applier, stop func(apply.Checkpoint) bool) error {
 	if err := apply.EnsureSchema(ctx, conn, f.Cfg.Target.Schema); err != nil {
 		return err
-	}
-	if _, ok, err := f.Log.CursorOffset(ApplierCursor); err != nil {
-		return err
-	} else if !ok {
-		// First run: register the cursor at the start of the log, so
-		// retention keeps everything the applier has not read yet.
-		if err := f.Log.CommitCursor(ApplierCursor, f.Log.FirstOffset()); err != nil {
-			return err
-		}
 	}
 	rd, err := f.Log.NewCursorReader(ApplierCursor)
 	if err != nil {
@@ -320,6 +335,30 @@ func (f *Flow) Cleanup(ctx context.Context) error {
 	defer conn.Close(context.Background())
 	if err := relay.DropOwned(ctx, conn, f.Cfg.Source.Slot, f.Cfg.Source.Publication); err != nil {
 		return err
+	}
+	if f.Cfg.Target != nil {
+		// The flow's checkpoint, snapshot progress and quarantine on the
+		// target describe the stream just dropped: left behind, a new
+		// snapshot's batches would look like redeliveries and be skipped.
+		tgt, err := f.ConnectTarget(ctx)
+		if err != nil {
+			return fmt.Errorf("flow %s: cleanup of the target's flow state: %w", f.Cfg.Flow, err)
+		}
+		defer tgt.Close(context.Background())
+		schema := pgx.Identifier{f.Cfg.Target.Schema}.Sanitize()
+		for _, table := range []string{"checkpoints", "snapshot_progress", "quarantine"} {
+			var exists bool
+			if err := tgt.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+table).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				continue
+			}
+			if _, err := tgt.Exec(ctx, fmt.Sprintf(`DELETE FROM %s.%s WHERE flow = $1 AND source_id = $2`, schema, table),
+				f.Cfg.Flow, f.Cfg.Source.ID); err != nil {
+				return fmt.Errorf("flow %s: cleanup of %s.%s on the target: %w", f.Cfg.Flow, schema, table, err)
+			}
+		}
 	}
 	if err := f.Log.Close(); err != nil {
 		return err

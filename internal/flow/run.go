@@ -178,6 +178,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	if firstErr != nil {
 		return nil, firstErr
 	}
+	f.ApplyRetention()
 	cp := applier.Checkpoint()
 	st := applier.Stats()
 	res.Checkpoint = lsnString(cp.EndLSN)

@@ -212,6 +212,20 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics) 
 			})
 		})
 	}
+	wg.Add(1)
+	go func() { // retention runs beside the components, never in their path
+		defer wg.Done()
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				f.ApplyRetention()
+			}
+		}
+	}()
 	go func() { wg.Wait(); close(errc) }()
 	for err := range errc {
 		if err != nil {
