@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,43 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
-
-// benchTxns sizes the workload; TRELLARA_BENCH_TXNS overrides.
-func benchTxns() int {
-	if v, err := strconv.Atoi(os.Getenv("TRELLARA_BENCH_TXNS")); err == nil && v > 0 {
-		return v
-	}
-	return 20000
-}
-
-// The schema and TPC-B-like script of internal/flow's
-// BenchmarkRelayVsRecvlogical, so the numbers compare.
-const benchSchema = `
-CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
-CREATE TABLE tellers (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
-CREATE TABLE branches (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
-CREATE TABLE history (id bigserial PRIMARY KEY, aid int, tid int, bid int, delta int, mtime timestamptz DEFAULT clock_timestamp(), filler text);
-INSERT INTO accounts SELECT g, 0, repeat('a', 80) FROM generate_series(1, 100000) g;
-INSERT INTO tellers SELECT g, 0, repeat('t', 80) FROM generate_series(1, 100) g;
-INSERT INTO branches SELECT g, 0, repeat('b', 80) FROM generate_series(1, 10) g;
-CREATE PUBLICATION pub FOR TABLE accounts, tellers, branches, history;
-`
-
-const tpcbScript = `\set aid random(1, 100000)
-\set tid random(1, 100)
-\set bid random(1, 10)
-\set delta random(-5000, 5000)
-BEGIN;
-UPDATE accounts SET balance = balance + :delta WHERE id = :aid;
-UPDATE tellers SET balance = balance + :delta WHERE id = :tid;
-UPDATE branches SET balance = balance + :delta WHERE id = :bid;
-INSERT INTO history (aid, tid, bid, delta) VALUES (:aid, :tid, :bid, :delta);
-END;
-`
 
 // BenchmarkSidecarVsRelay drains the same TPC-B-like history twice on one
 // server, each into its own fsync'd local segment log: with the external
@@ -65,23 +31,15 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 	// the load and before the workload.
 	l := startLive(b, "", map[string]string{"logical_decoding_work_mem": "64MB"})
 	ctx := context.Background()
-	l.c.Exec(b, benchSchema)
+	l.c.Exec(b, pgtest.TPCBSchema)
 	l.c.Exec(b, `SELECT pg_create_logical_replication_slot('relay', 'pgoutput')`)
 	l.configure(b, map[string]string{"trellara.database": "postgres",
 		"trellara.tables": "public.accounts, public.tellers, public.branches, public.history"})
 	l.waitFor(b, "the decoder's slot", 30*time.Second, func() bool {
 		return l.query(b, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara'`) == "1"
 	})
-	txns := benchTxns()
-	script := filepath.Join(b.TempDir(), "tpcb.sql")
-	if err := os.WriteFile(script, []byte(tpcbScript), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(l.c.BinDir(), "pgbench"), "-n", "-c", "4", "-j", "2",
-		"-t", strconv.Itoa(txns/4), "-f", script, l.c.URL("postgres"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("pgbench: %v\n%s", err, out)
-	}
+	txns := pgtest.BenchTxns()
+	pgtest.RunTPCB(b, l.c, txns, 4)
 	fence := l.fence(b, "bench")
 
 	b.ResetTimer()

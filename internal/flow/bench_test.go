@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
@@ -20,51 +19,6 @@ import (
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
-
-// benchTxns sizes the workloads; TRELLARA_BENCH_TXNS overrides.
-func benchTxns() int {
-	if v, err := strconv.Atoi(os.Getenv("TRELLARA_BENCH_TXNS")); err == nil && v > 0 {
-		return v
-	}
-	return 20000
-}
-
-const benchSchema = `
-CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
-CREATE TABLE tellers (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
-CREATE TABLE branches (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
-CREATE TABLE history (id bigserial PRIMARY KEY, aid int, tid int, bid int, delta int, mtime timestamptz DEFAULT clock_timestamp(), filler text);
-INSERT INTO accounts SELECT g, 0, repeat('a', 80) FROM generate_series(1, 100000) g;
-INSERT INTO tellers SELECT g, 0, repeat('t', 80) FROM generate_series(1, 100) g;
-INSERT INTO branches SELECT g, 0, repeat('b', 80) FROM generate_series(1, 10) g;
-CREATE PUBLICATION pub FOR TABLE accounts, tellers, branches, history;
-`
-
-// tpcbScript is a TPC-B-like transaction: three updates and an insert.
-const tpcbScript = `\set aid random(1, 100000)
-\set tid random(1, 100)
-\set bid random(1, 10)
-\set delta random(-5000, 5000)
-BEGIN;
-UPDATE accounts SET balance = balance + :delta WHERE id = :aid;
-UPDATE tellers SET balance = balance + :delta WHERE id = :tid;
-UPDATE branches SET balance = balance + :delta WHERE id = :bid;
-INSERT INTO history (aid, tid, bid, delta) VALUES (:aid, :tid, :bid, :delta);
-END;
-`
-
-func runPgbench(b *testing.B, c *pgtest.Cluster, txns, clients int) {
-	b.Helper()
-	script := filepath.Join(b.TempDir(), "tpcb.sql")
-	if err := os.WriteFile(script, []byte(tpcbScript), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(c.BinDir(), "pgbench"), "-n", "-c", strconv.Itoa(clients), "-j", "2",
-		"-t", strconv.Itoa(txns/clients), "-f", script, c.URL("postgres"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("pgbench: %v\n%s", err, out)
-	}
-}
 
 func currentLSN(b *testing.B, c *pgtest.Cluster) uint64 {
 	var s string
@@ -85,12 +39,12 @@ func BenchmarkRelayVsRecvlogical(b *testing.B) {
 		b.Skip("pg_recvlogical not installed beside the server")
 	}
 	c := pgtest.Start(b, pgtest.Options{})
-	c.Exec(b, benchSchema)
+	c.Exec(b, pgtest.TPCBSchema)
 	ctx := context.Background()
 	conn := c.Connect(ctx)
 	c.Exec(b, `SELECT pg_create_logical_replication_slot('recv', 'pgoutput')`, `SELECT pg_create_logical_replication_slot('relay', 'pgoutput')`)
-	txns := benchTxns()
-	runPgbench(b, c, txns, 4)
+	txns := pgtest.BenchTxns()
+	pgtest.RunTPCB(b, c, txns, 4)
 	end := currentLSN(b, c)
 	walBytes := float64(end)
 	_ = conn
@@ -159,7 +113,7 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 	src := pgtest.Start(b, pgtest.Options{})
 	native := pgtest.Start(b, pgtest.Options{})
 	trel := pgtest.Start(b, pgtest.Options{})
-	src.Exec(b, benchSchema)
+	src.Exec(b, pgtest.TPCBSchema)
 	targetSchema := `
 CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
 CREATE TABLE tellers (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
@@ -190,8 +144,8 @@ CREATE TABLE history (id bigserial PRIMARY KEY, aid int, tid int, bid int, delta
 	if out, err := exec.Command(bin, "run", "--config", cfg, "--local").CombinedOutput(); err != nil {
 		b.Fatalf("first run: %v\n%s", err, out)
 	}
-	txns := benchTxns()
-	runPgbench(b, src, txns, 4)
+	txns := pgtest.BenchTxns()
+	pgtest.RunTPCB(b, src, txns, 4)
 	end := currentLSN(b, src)
 
 	b.ResetTimer()
