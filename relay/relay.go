@@ -74,6 +74,15 @@ type Resume struct {
 	Empty       bool
 }
 
+// AfterSnapshot is where streaming resumes after a snapshot taken at the
+// slot's consistent point cp. A transaction whose commit record starts
+// exactly at cp is not in the snapshot (the exported snapshot sees only
+// what committed before cp) and the server does send it: only commits
+// strictly before cp are skipped.
+func AfterSnapshot(cp uint64) Resume {
+	return Resume{DurableEnd: cp, SkipThrough: cp, SkipEqual: false}
+}
+
 // ResumeFrom reads the transport's newest unit. A trailing incomplete chunk
 // sequence (a crash between chunks) means that transaction is not durable:
 // it will be published again, whole, and readers discard the partial copy.
@@ -97,7 +106,7 @@ func ResumeFrom(ctx context.Context, tr Transport) (Resume, error) {
 		return Resume{DurableEnd: prev, SkipThrough: e.CommitLsn, SkipEqual: false}, nil
 	case b0.GetKind() == pb.UnitKind_UNIT_KIND_SNAPSHOT || b0.GetKind() == pb.UnitKind_UNIT_KIND_SNAPSHOT_END:
 		// Snapshot units sit at the consistent point: nothing streamed yet.
-		return Resume{DurableEnd: e.CommitLsn, SkipThrough: e.CommitLsn, SkipEqual: true}, nil
+		return AfterSnapshot(e.CommitLsn), nil
 	default:
 		return Resume{DurableEnd: e.EndLsn, SkipThrough: e.CommitLsn, SkipEqual: true}, nil
 	}

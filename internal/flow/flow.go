@@ -263,7 +263,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		if err := relay.WriteFileDurable(f.snapshotDonePath(), []byte(envelope.FormatLSN(created.ConsistentPoint)+"\n")); err != nil {
 			return err
 		}
-		res = relay.Resume{DurableEnd: created.ConsistentPoint, SkipThrough: created.ConsistentPoint, SkipEqual: true}
+		res = relay.AfterSnapshot(created.ConsistentPoint)
 	default:
 		if src.OwnsSlot {
 			if _, err := os.Stat(f.snapshotDonePath()); err != nil {

@@ -624,7 +624,7 @@ func (h *harness) startRelay() {
 			return
 		}
 		h.snapshotDone = true // the flow's durable snapshot.done marker
-		res = relay.Resume{DurableEnd: h.hist.cp, SkipThrough: h.hist.cp, SkipEqual: true}
+		res = relay.AfterSnapshot(h.hist.cp)
 		h.tracef("relay", "snapshot published at %s", envelope.FormatLSN(h.hist.cp))
 		h.chk.scan(h.lg)
 		if h.at("relay.snapshot-published") == actCrash {
