@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -296,5 +297,52 @@ func TestRelayResumeDoesNotDuplicate(t *testing.T) {
 	}
 	if ledger != 3 {
 		t.Fatalf("%d ledger inserts in the transport, want 3", ledger)
+	}
+}
+
+// A schema drift stops capture at the drifting change, after publishing
+// the whole transactions that came before it in the same burst.
+func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
+	c := startCluster(t)
+	ctx := context.Background()
+	conn := c.Connect(ctx)
+	c.Exec(t, schemaSQL)
+	rel, err := relay.RelationFromCatalog(ctx, conn, "public.ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins, err := relay.OpenPins(t.TempDir() + "/pins.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pins.Pin("public.ledger", rel.Fingerprint); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.CreateSlot(ctx, replConn(t, c), "drift"); err != nil {
+		t.Fatal(err)
+	}
+	c.Exec(t, `INSERT INTO ledger VALUES (1)`, `INSERT INTO ledger VALUES (2)`,
+		`ALTER TABLE ledger ADD COLUMN note text`, `INSERT INTO ledger VALUES (3, 'new shape')`)
+	tr := &memTransport{}
+	rc := replConn(t, c)
+	s := relay.NewSession(rc, tr, relay.Resume{}, relay.Config{SourceID: "src", Slot: "drift", Publication: "pub", Streaming: true,
+		Assembler: relay.AssemblerOptions{Pins: pins}})
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = s.Run(rctx)
+	var drift *relay.SchemaDriftError
+	if !errors.As(err, &drift) {
+		t.Fatalf("Run = %v, want a schema drift error", err)
+	}
+	got := 0
+	for _, e := range tr.envelopes(t) {
+		for _, r := range e.Rows {
+			if r.Op == pb.Op_OP_INSERT {
+				got++
+			}
+		}
+	}
+	if got != 2 {
+		t.Fatalf("%d inserts published before the drift, want 2", got)
 	}
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -377,6 +378,16 @@ func (s *Session) Run(ctx context.Context) error {
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
 			if err := s.handleCopyData(ctx, msg.Data); err != nil {
+				var drift *SchemaDriftError
+				if errors.As(err, &drift) {
+					// Capture stops at the drifting change, but the whole
+					// transactions assembled before it are good: publish
+					// and acknowledge them instead of leaving them for a
+					// restart that would stop at the same drift again.
+					if ferr := s.flush(ctx); ferr == nil {
+						_ = s.sendStatus(ctx, false)
+					}
+				}
 				return err
 			}
 		case *pgproto3.ErrorResponse:
