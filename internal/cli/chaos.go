@@ -192,9 +192,18 @@ func chaosReport(c *cli.Context) error {
 		return err
 	}
 	scs, sims := sim.Catalogue()
-	rep := sim.BuildReport(sim.RunAll(scs, sims, opts, nil), sims, bounds)
+	start := time.Now()
+	results := sim.RunAll(scs, sims, opts, nil)
+	elapsed := time.Since(start)
+	rep := sim.BuildReport(results, sims, bounds)
+	// When, where and how long: in the HTML only, so report.json stays
+	// reproducible.
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown host (" + err.Error() + ")"
+	}
 	var buf bytes.Buffer
-	if err := sim.WriteHTML(&buf, rep, Version); err != nil {
+	if err := sim.WriteHTML(&buf, rep, sim.RunInfo{Version: Version, Generated: time.Now(), Host: host, Elapsed: elapsed}); err != nil {
 		return failure(err)
 	}
 	out := c.String("output")

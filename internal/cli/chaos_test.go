@@ -13,7 +13,8 @@ func TestChaosRunOneScenario(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
-	for _, want := range []string{"PASS relay.crash.before-publish", "invariant: no-loss", "proof:     trellara chaos run --scenario relay.crash.before-publish",
+	for _, want := range []string{"PASS relay.crash.before-publish", "invariant: no-loss", "proof:     fault reached: 1 relay restart; target state compared",
+		"reproduce: trellara chaos run --scenario relay.crash.before-publish",
 		"recovery:", "1 scenario across 1 simulation in 1 failure-point family: 1 passed"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -85,6 +86,14 @@ func TestChaosReport(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), "relay.crash.before-publish") {
 		t.Errorf("report.html lacks the chart or the scenarios")
+	}
+	// When and where it ran, measured here (report.json carries neither).
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "on "+host+" · the catalogue ran in ") || !strings.Contains(string(b), "<p class=\"meta\">Generated 20") {
+		t.Errorf("report.html does not say when, where and how long it ran")
 	}
 	if !strings.Contains(out, "wrote "+path) {
 		t.Errorf("output %q", out)

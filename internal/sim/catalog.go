@@ -126,14 +126,14 @@ func f(point string, nth int, action string) Fault {
 }
 
 const (
-	proofRun    = "trellara chaos run --scenario %s"
-	recAuto     = "automatic: restart the process (`trellara run --config trellara.yml`); the relay resumes from the log's durable end and the applier from its cursor, redeliveries are skipped by the target checkpoint"
-	recRepair   = "automatic: `trellara run --config trellara.yml` reopens the log, which cuts the unacknowledged torn tail (copied aside as .torn-N) and resumes"
-	recQuar     = "fix the target for the refused rows (`trellara status --config trellara.yml --view quarantine`), then `trellara repair-plan --config trellara.yml` and run again: the quarantined transaction is replayed and marked replayed"
-	recDrift    = "inspect with `trellara status --config trellara.yml --view diagnostics`, plan the change with `trellara schema ddl-plan --config trellara.yml`, re-pin, then run again"
-	recReseed   = "`trellara reseed --config trellara.yml --consumer applier` (re-snapshot past retention with a visibility boundary), then `trellara verify --config trellara.yml`"
-	recRestore  = "restore the log directory from a replica or backup, or move the damaged segment aside and `trellara reseed --config trellara.yml --consumer applier`"
-	recSequence = "automatic: the applier stops with ErrSequence naming the log offsets and restarts from its cursor; a transport that keeps reordering needs `trellara reseed --config trellara.yml`"
+	reproduceRun = "trellara chaos run --scenario %s"
+	recAuto      = "automatic: restart the process (`trellara run --config trellara.yml`); the relay resumes from the log's durable end and the applier from its cursor, redeliveries are skipped by the target checkpoint"
+	recRepair    = "automatic: `trellara run --config trellara.yml` reopens the log, which cuts the unacknowledged torn tail (copied aside as .torn-N) and resumes"
+	recQuar      = "fix the target for the refused rows (`trellara status --config trellara.yml --view quarantine`), then `trellara repair-plan --config trellara.yml` and run again: the quarantined transaction is replayed and marked replayed"
+	recDrift     = "inspect with `trellara status --config trellara.yml --view diagnostics`, plan the change with `trellara schema ddl-plan --config trellara.yml`, re-pin, then run again"
+	recReseed    = "`trellara reseed --config trellara.yml --consumer applier` (re-snapshot past retention with a visibility boundary), then `trellara verify --config trellara.yml`"
+	recRestore   = "restore the log directory from a replica or backup, or move the damaged segment aside and `trellara reseed --config trellara.yml --consumer applier`"
+	recSequence  = "automatic: the applier stops with ErrSequence naming the log offsets and restarts from its cursor; a transport that keeps reordering needs `trellara reseed --config trellara.yml`"
 )
 
 type catEntry struct {
@@ -290,7 +290,7 @@ func Catalogue() ([]*Scenario, map[string]*Simulation) {
 	var out []*Scenario
 	for _, e := range entries {
 		out = append(out, &Scenario{ID: e.id, Family: e.family, Title: e.title, Simulation: e.sim,
-			Seed: xxh3.HashString(e.id) % 1_000_000, Invariant: e.inv, Proof: fmt.Sprintf(proofRun, e.id),
+			Seed: xxh3.HashString(e.id) % 1_000_000, Invariant: e.inv, Reproduce: fmt.Sprintf(reproduceRun, e.id),
 			Recovery: e.rec, Faults: e.faults, Expect: e.expect})
 	}
 	return out, sims

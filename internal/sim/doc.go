@@ -19,6 +19,7 @@
 //	check.go     the invariants
 //	swarm.go     randomized fault mixes; running many scenarios
 //	report.go    the report: JSON (docs/correctness/report.json), text, HTML
+//	evidence.go  the real-server evidence behind each family, quoted from the docs
 //
 // docs/CORRECTNESS.md documents what is real and what is simulated, the
 // fault points, the invariants, the catalogue and how to add a scenario.

@@ -257,7 +257,7 @@ func (h *harness) run() {
 	h.db.point = h.at
 	h.stats.Txns = len(h.hist.txns)
 	for _, t := range h.hist.txns {
-		if h.hist.expected(t) {
+		if h.hist.expected(t) && t.rows > 0 {
 			h.stats.Delivered++
 		}
 	}
@@ -888,6 +888,7 @@ func (h *harness) status() {
 		h.slot = d
 		h.tracef("relay", "acknowledged %s", envelope.FormatLSN(d))
 		h.chk.acked(h.slot, false)
+		h.stats.Acks++
 	}
 }
 

@@ -77,16 +77,17 @@ type Expect struct {
 
 // Scenario is one catalogue entry.
 type Scenario struct {
-	ID         string  `json:"id"`
-	Family     string  `json:"family"`
-	Title      string  `json:"title"`
-	Simulation string  `json:"simulation"`
-	Seed       uint64  `json:"seed"`
-	Invariant  string  `json:"invariant"`
-	Proof      string  `json:"proof"`
-	Recovery   string  `json:"recovery"`
-	Faults     []Fault `json:"faults"`
-	Expect     Expect  `json:"expect"`
+	ID         string `json:"id"`
+	Family     string `json:"family"`
+	Title      string `json:"title"`
+	Simulation string `json:"simulation"`
+	Seed       uint64 `json:"seed"`
+	Invariant  string `json:"invariant"`
+	// Reproduce is the command that reruns the scenario.
+	Reproduce string  `json:"reproduce"`
+	Recovery  string  `json:"recovery"`
+	Faults    []Fault `json:"faults"`
+	Expect    Expect  `json:"expect"`
 }
 
 // Families.
@@ -183,16 +184,20 @@ type Violation struct {
 
 // RunStats count what a run did.
 type RunStats struct {
-	Txns            int `json:"txns"`
+	Txns int `json:"txns"`
+	// Delivered: source transactions with data the flow must deliver.
 	Delivered       int `json:"delivered"`
 	LogEntries      int `json:"log_entries"`
 	TargetCommits   int `json:"target_commits"`
 	RelayRestarts   int `json:"relay_restarts"`
 	ApplierRestarts int `json:"applier_restarts"`
-	Crashes         int `json:"crashes"`
-	Quarantined     int `json:"quarantined"`
+	// Crashes counts log reopens after a power loss or a failed fsync.
+	Crashes     int `json:"crashes"`
+	Quarantined int `json:"quarantined"`
 	// From the relay's assembler (sessions that flushed or ended).
 	Spilled         int `json:"spilled"`
 	Chunked         int `json:"chunked"`
 	AbortedSubxacts int `json:"aborted_subxacts"`
+	// Acks counts the slot acknowledgements the checker verified.
+	Acks int `json:"acks"`
 }

@@ -51,7 +51,7 @@ func SwarmScenario(sim *Simulation, seed uint64) *Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x5a4a))
 	id := fmt.Sprintf("swarm.%s.%d", sim.Name, seed)
 	sc := &Scenario{ID: id, Family: "swarm", Title: "random fault mix", Simulation: sim.Name, Seed: seed,
-		Invariant: "all", Proof: fmt.Sprintf(proofRun, id), Recovery: recAuto}
+		Invariant: "all", Reproduce: fmt.Sprintf(reproduceRun, id), Recovery: recAuto}
 	for range 1 + rng.IntN(4) {
 		f := swarmMenu[rng.IntN(len(swarmMenu))]
 		f.Nth = 1 + rng.IntN(12)
