@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/trellara/trellara/internal/pgsession"
 )
 
 // ConnectOptions bound how long the grader may wait on a sick server.
@@ -65,6 +66,9 @@ func Connect(ctx context.Context, connString string, o ConnectOptions) (*Session
 	// statements (safe behind transaction-mode poolers) and a server log with
 	// exactly the statements we ran.
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	// Numbers and settings are read as text; the simple protocol also
+	// needs client_encoding UTF8 and standard_conforming_strings on.
+	pgsession.Pin(&cfg.Config)
 
 	target := fmt.Sprintf("%s@%s/%s", cfg.User, hostPort(cfg.Host, cfg.Port), cfg.Database)
 	cctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout+time.Second)
@@ -73,7 +77,7 @@ func Connect(ctx context.Context, connString string, o ConnectOptions) (*Session
 	if err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "unsupported startup parameter") {
-			err = fmt.Errorf("%w (a connection pooler refused the read-only startup parameter; connect to PostgreSQL directly)", err)
+			err = fmt.Errorf("%w (a connection pooler refused one of the startup parameters that make the session read-only and pin how values are rendered; connect to PostgreSQL directly)", err)
 		}
 		return nil, red.Wrap(fmt.Errorf("check: connect to %s: %w", target, err))
 	}

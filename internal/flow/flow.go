@@ -22,6 +22,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/pgsession"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -139,6 +140,7 @@ func connect(ctx context.Context, side, url string) (*pgx.Conn, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
+	pgsession.Pin(&cfg.Config) // snapshot, applier, verify and sidecar sessions read and write values as text
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s %s:%d/%s: %w", side, cfg.Host, cfg.Port, cfg.Database, sanitize(err, url))
@@ -167,6 +169,7 @@ func (f *Flow) replicationConnect(ctx context.Context) (*pgconn.PgConn, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
+	pgsession.Pin(cfg) // the walsender renders pgoutput's column text under this session's settings
 	c, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("replication connection to source %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database,

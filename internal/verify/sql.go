@@ -6,17 +6,17 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/trellara/trellara/internal/pgsession"
 )
 
 // sessionSettings are pinned with set_config(..., is_local => true) in every
 // transaction Verify opens, on both sides. The checksums hash each row's
 // text form, so anything that changes how an equal value is rendered would
-// make equal rows differ:
+// make equal rows differ: every setting pgsession pins on Trellara's
+// connections (DateStyle, IntervalStyle, TimeZone, extra_float_digits,
+// bytea_output, lc_monetary, ...) is pinned again here, because Verify may
+// be handed connections opened elsewhere; and
 //
-//   - DateStyle, IntervalStyle, TimeZone: date, interval and timestamptz output.
-//   - extra_float_digits 3: exact float output (shortest round-trip on 12+).
-//   - bytea_output hex: the escape format is ambiguous to read back.
-//   - lc_monetary C: money output carries the locale's currency symbol.
 //   - search_path pg_catalog: reg* output and name resolution cannot be
 //     steered by objects in the user's schemas (pg_temp is listed last so
 //     it is not searched first).
@@ -26,18 +26,17 @@ import (
 // rows to form B groups, so sorting is disabled and hash aggregation gets
 // memory for the largest bucket count; JIT compilation costs more than it
 // saves on one pass over a table.
-var sessionSettings = [][2]string{
-	{"search_path", "pg_catalog, pg_temp"},
-	{"DateStyle", "ISO, YMD"},
-	{"IntervalStyle", "postgres"},
-	{"TimeZone", "UTC"},
-	{"extra_float_digits", "3"},
-	{"bytea_output", "hex"},
-	{"lc_monetary", "C"},
-	{"enable_sort", "off"},
-	{"jit", "off"},
-	{"work_mem", "64MB"},
-}
+var sessionSettings = func() [][2]string {
+	out := [][2]string{{"search_path", "pg_catalog, pg_temp"}}
+	for _, s := range pgsession.Pinned() {
+		out = append(out, [2]string{s.Name, s.Value})
+	}
+	return append(out, [][2]string{
+		{"enable_sort", "off"},
+		{"jit", "off"},
+		{"work_mem", "64MB"},
+	}...)
+}()
 
 // settingsSQL renders sessionSettings (and the parallel query settings
 // Options.ParallelWorkers asks for) as one statement, so opening a snapshot costs one round
