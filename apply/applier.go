@@ -24,6 +24,24 @@ type Source interface {
 	Next(ctx context.Context) (offset uint64, payload []byte, err error)
 }
 
+// Rewinder is a Source that can go back to an earlier offset; the local
+// segment log's cursor reader is one (transport.CursorReader). Run uses it
+// on start to put the target's checkpoint above the transport cursor
+// (resume): a target that lost commits the cursor has already passed is
+// given them again from the transport. Offsets of a flow's transport start
+// at 0.
+type Rewinder interface {
+	// Position returns the offset the next Next returns: at start, the
+	// consumer cursor.
+	Position() uint64
+	// Oldest returns the oldest offset the transport still holds.
+	Oldest() uint64
+	// Rewind makes offset the one the next Next returns and durably moves
+	// the consumer cursor back to it, so the transport keeps every entry
+	// from offset on.
+	Rewind(offset uint64) error
+}
+
 // Cursor records how far the consumer got. The applier calls Commit with the
 // offset of the last unit of a target transaction only after that target
 // transaction has committed, so a crash between the two costs a redelivery
@@ -197,14 +215,23 @@ func (a *Applier) Stats() Stats {
 // transaction of its own, chunk by chunk, holding one chunk in memory at a
 // time (chunk.go).
 //
+// Resume: when src is a Rewinder, Run first compares the target's
+// checkpoint with the transport cursor (resume).
+//
 // Errors: *QuarantinedError (a unit could not be applied and was recorded;
 // strict mode stops there), *TransientError (reconnect and run again),
-// ErrSequence, ErrPartitioned, ErrBusy, ErrWrongSource, or ctx's error.
+// *CheckpointBehindError, ErrSequence, ErrPartitioned, ErrBusy,
+// ErrWrongSource, or ctx's error.
 func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Checkpoint) bool) error {
 	if err := a.Open(ctx); err != nil {
 		return err
 	}
 	defer a.Close(ctx)
+	if rw, ok := src.(Rewinder); ok {
+		if err := a.resume(rw); err != nil {
+			return err
+		}
+	}
 	if stop != nil && stop(a.Checkpoint()) {
 		return nil
 	}
@@ -262,6 +289,43 @@ func (a *Applier) Open(ctx context.Context) error {
 	a.progress, a.openQuar = progress, open
 	a.log.Info("apply: starting", "commit_lsn", envelope.FormatLSN(a.cp.CommitLSN), "log_offset", a.cp.Offset,
 		"has_offset", a.cp.HasOffset, "snapshots_in_progress", pending, "quarantined_open", len(a.openQuar))
+	return nil
+}
+
+// resume puts the target's checkpoint, not the transport cursor, in charge
+// of where applying starts. The checkpoint is the truth: it commits with
+// the data. The cursor is only a hint that moves after the commit, so
+// normally it is at or behind the checkpoint's next offset, and what lies
+// between is redelivered and skipped. A cursor AHEAD of it means the target
+// lost commits the cursor had already passed (restored from a backup,
+// failed over to an asynchronous standby); reading on from the cursor
+// would leave those transactions out for good. resume rewinds the
+// transport to the offset after the checkpoint's unit, so each lost
+// transaction is applied again exactly once (everything the target still
+// holds is below that offset), or, when the transport no longer holds that
+// offset, refuses with *CheckpointBehindError.
+func (a *Applier) resume(rw Rewinder) error {
+	cp := a.Checkpoint()
+	var need uint64 // the first offset the target does not hold
+	if cp.HasOffset {
+		need = cp.Offset + 1
+	}
+	at := rw.Position()
+	if need >= at {
+		return nil
+	}
+	if oldest := rw.Oldest(); need < oldest {
+		return &CheckpointBehindError{Flow: a.cfg.Flow, SourceID: a.cfg.SourceID, CommitLSN: cp.CommitLSN,
+			Offset: cp.Offset, HasOffset: cp.HasOffset, Cursor: at, Oldest: oldest, ConfigPath: a.cfg.ConfigPath}
+	}
+	a.log.Warn("apply: the target's checkpoint is behind the transport cursor: the target lost commits "+
+		"(restored from a backup or failed over to an asynchronous standby); applying them again from the transport",
+		"commit_lsn", envelope.FormatLSN(cp.CommitLSN), "has_offset", cp.HasOffset, "log_offset", cp.Offset,
+		"cursor", at, "rewind_to", need)
+	if err := rw.Rewind(need); err != nil {
+		return fmt.Errorf("apply: flow %q (source %q): rewind the transport from offset %d to %d, after the target's checkpoint: %w",
+			a.cfg.Flow, a.cfg.SourceID, at, need, err)
+	}
 	return nil
 }
 

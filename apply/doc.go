@@ -14,7 +14,12 @@
 //     is a redelivery and is skipped (counted in txns_skipped).
 //  3. The transport cursor moves only after the target commit that holds
 //     the unit, and only forward. A crash in between costs a redelivery,
-//     never a gap.
+//     never a gap. On start the target's checkpoint, not the cursor,
+//     decides where applying resumes: a cursor ahead of it (the target
+//     lost commits: restored from a backup, failed over to an asynchronous
+//     standby) is rewound to the offset after the checkpoint's unit, or,
+//     when the transport no longer holds that offset, Run refuses with
+//     *CheckpointBehindError naming the recovery (Rewinder).
 //  4. Unchanged TOAST values are left out of the UPDATE's SET list: the
 //     stored value stays, it never becomes NULL.
 //  5. Nothing is dropped silently: a unit the target refuses (constraint,

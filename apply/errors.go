@@ -88,6 +88,46 @@ func (e *QuarantinedError) Error() string {
 
 func (e *QuarantinedError) Unwrap() error { return e.Err }
 
+// CheckpointBehindError is returned by Run when the target's checkpoint is
+// behind the transport cursor and the transport no longer holds the units
+// in between: the target lost commits (restored from a backup, failed over
+// to an asynchronous standby) and they cannot be applied again from this
+// transport. Applying on from the cursor would leave them out of the
+// target for good, so the flow stops.
+type CheckpointBehindError struct {
+	Flow     string
+	SourceID string
+	// CommitLSN and Offset are the target's checkpoint; HasOffset is false
+	// when the target holds no unit of the flow at all.
+	CommitLSN uint64
+	Offset    uint64
+	HasOffset bool
+	// Cursor is the transport cursor; Oldest the oldest offset the
+	// transport still holds.
+	Cursor, Oldest uint64
+	// ConfigPath is used in the commands the message suggests.
+	ConfigPath string
+}
+
+func (e *CheckpointBehindError) Error() string {
+	cp := "holds no unit of the flow"
+	need := uint64(0)
+	if e.HasOffset {
+		cp = fmt.Sprintf("is at commit LSN %s, log offset %d", envelope.FormatLSN(e.CommitLSN), e.Offset)
+		need = e.Offset + 1
+	}
+	cfg := e.ConfigPath
+	if cfg == "" {
+		cfg = "<file>"
+	}
+	return fmt.Sprintf("apply: flow %q (source %q): the target's checkpoint %s, but the log cursor is at offset %d: "+
+		"the target lost transactions it had committed (restored from a backup, or failed over to an asynchronous standby), "+
+		"and the log no longer holds them (it starts at offset %d; the target needs offset %d on). "+
+		"Applying on would leave them missing. Recover with a full resnapshot: `trellara run --config %s --cleanup`, "+
+		"empty the flow's target tables, then `trellara run --config %s --local --verify`",
+		e.Flow, e.SourceID, cp, e.Cursor, e.Oldest, need, cfg, cfg)
+}
+
 // TransientError wraps a failure that says nothing about the data: the
 // target connection broke, the server is shutting down or restarting, a
 // serialization failure or deadlock. Nothing was committed past the

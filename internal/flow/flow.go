@@ -316,7 +316,7 @@ func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, a *apply.Applier, stop
 	if err := apply.EnsureSchema(ctx, conn, f.Cfg.Target.Schema); err != nil {
 		return err
 	}
-	rd, err := f.Log.NewCursorReader(ApplierCursor)
+	rd, err := transport.NewCursorReader(f.Log, ApplierCursor)
 	if err != nil {
 		return err
 	}

@@ -475,6 +475,48 @@ func (c *Cluster) Restart() {
 	}
 }
 
+// CopyData copies the stopped server's data directory aside, as a
+// file-level backup taken while the server is down, and returns the copy's
+// path (inside the cluster's directory, removed with it). RestoreData puts
+// it back.
+func (c *Cluster) CopyData(t testing.TB) string {
+	t.Helper()
+	if c.Running() {
+		t.Fatalf("pgtest: CopyData on port %d: stop the server first (a running server's files are not a consistent copy)", c.port)
+	}
+	for i := 0; ; i++ {
+		dst := filepath.Join(c.base, fmt.Sprintf("data-copy-%d", i))
+		if _, err := os.Stat(dst); err == nil {
+			continue
+		}
+		c.copyTree(t, c.data, dst)
+		return dst
+	}
+}
+
+// RestoreData replaces the stopped server's data directory with a copy
+// made by CopyData: whatever was committed after the copy is gone, as after
+// a restore from backup or a failover to an asynchronous standby.
+func (c *Cluster) RestoreData(t testing.TB, copyDir string) {
+	t.Helper()
+	if c.Running() {
+		t.Fatalf("pgtest: RestoreData on port %d: stop the server first", c.port)
+	}
+	if err := os.RemoveAll(c.data); err != nil {
+		t.Fatalf("pgtest: remove %s: %v", c.data, err)
+	}
+	c.copyTree(t, copyDir, c.data)
+}
+
+// copyTree copies src to dst (which must not exist) with modes and, as
+// root, ownership: cp -a does both.
+func (c *Cluster) copyTree(t testing.TB, src, dst string) {
+	t.Helper()
+	if out, err := exec.Command("cp", "-a", src, dst).CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: cp -a %s %s: %v\n%s", src, dst, err, out)
+	}
+}
+
 // URL is a libpq URL for db as the superuser "postgres" over TCP.
 func (c *Cluster) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)

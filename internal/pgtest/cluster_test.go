@@ -145,3 +145,37 @@ func TestStandby(t *testing.T) {
 		t.Errorf("standby: in_recovery=%v rows=%d port=%d (primary %d)", inRecovery, n, s.Port(), p.Port())
 	}
 }
+
+// TestCopyRestoreData: a restored copy of the data directory loses what was
+// committed after the copy, as a restore from backup does.
+func TestCopyRestoreData(t *testing.T) {
+	c := Start(t, Options{NoFsync: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	count := func() int {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c.Exec(t, "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t SELECT generate_series(1, 10)")
+	c.Stop()
+	saved := c.CopyData(t)
+	c.Restart()
+	c.Exec(t, "INSERT INTO t SELECT generate_series(11, 30)")
+	if n := count(); n != 30 {
+		t.Fatalf("count = %d before the restore, want 30", n)
+	}
+	c.Stop()
+	c.RestoreData(t, saved)
+	c.Restart()
+	if n := count(); n != 10 {
+		t.Fatalf("count = %d after the restore, want the copy's 10", n)
+	}
+}
