@@ -108,8 +108,11 @@ func (x *pgTx) applyDeferred(ctx context.Context) error {
 
 // queueNet queues, per table, one DELETE for deleted and replaced rows, one
 // INSERT for inserted and replaced rows, and one UPDATE per set of sent
-// columns. Each must affect exactly as many rows as it names: anything
-// else is a divergence, reported as unit -1.
+// columns (a SELECT for updates that send only the key and unchanged
+// TOAST). Each must affect (or find) exactly as many rows as it names:
+// anything else is a divergence, reported as unit -1, and the applier
+// applies the batch again one transaction at a time, row by row, which
+// names the row.
 func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 	t := x.t
 	for _, nt := range b.tables {
@@ -202,11 +205,13 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 					cols = append(cols, c)
 				}
 			}
-			if len(set) == 0 {
-				continue // only unchanged values: nothing to write
-			}
 			fn, al := unnest(cols)
-			sql := fmt.Sprintf("UPDATE %s AS t SET %s FROM %s AS %s WHERE %s", p.target, strings.Join(set, ", "), fn, al, keyWhere())
+			// Only the key and unchanged TOAST: nothing to write, but the
+			// rows must exist, as row by row checks with SELECT 1.
+			sql := fmt.Sprintf("SELECT 1 FROM %s AS t, %s AS %s WHERE %s", p.target, fn, al, keyWhere())
+			if len(set) > 0 {
+				sql = fmt.Sprintf("UPDATE %s AS t SET %s FROM %s AS %s WHERE %s", p.target, strings.Join(set, ", "), fn, al, keyWhere())
+			}
 			args := make([]any, len(cols))
 			for j, c := range cols {
 				col := make([]*pb.Value, len(rows))
