@@ -93,6 +93,14 @@ type Stats struct {
 	// ChunkedTxns counts source transactions applied from CHUNK
 	// sequences (also counted in TxnsApplied).
 	ChunkedTxns int64
+	// FoldedTxns counts source transactions the PostgreSQL target wrote
+	// with folded, set-based statements (compact.go) and committed.
+	FoldedTxns int64
+	// FoldsRefused counts folded batches the PostgreSQL target refused
+	// (a row missing or already there, a foreign key between tables of the
+	// batch that per-table statements cannot order); each was applied again
+	// one transaction at a time, row by row.
+	FoldsRefused int64
 }
 
 // Caches and their bounds. Each is cleared when full: a miss costs one
@@ -198,6 +206,9 @@ func (a *Applier) Stats() Stats {
 	defer a.mu.Unlock()
 	s := a.stats
 	s.Checkpoint = a.cp
+	if a.pg != nil {
+		s.FoldedTxns, s.FoldsRefused = a.pg.foldedTxns.Load(), a.pg.foldsRefused.Load()
+	}
 	return s
 }
 

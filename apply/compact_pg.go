@@ -95,6 +95,7 @@ func (x *pgTx) applyDeferred(ctx context.Context) error {
 			envs[i] = u.env
 		}
 		if b, ok := compact(envs); ok {
+			x.folded += len(units)
 			return x.queueNet(ctx, b)
 		}
 	}

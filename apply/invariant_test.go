@@ -12,9 +12,10 @@ import (
 )
 
 // TestHalfAppliedNeverVisible: while Run applies a few thousand generated
-// multi-table transactions in batches, a concurrent reader checks an
-// invariant that holds only between whole source transactions, over and
-// over. It must never see it broken. The cursor, meanwhile, checks that
+// multi-table transactions in batches (most of them folded: keyed tables,
+// deletes, rewrites under the same key, unchanged TOAST, rare key changes),
+// a concurrent reader checks an invariant that holds only between whole
+// source transactions, over and over. It must never see it broken. The cursor, meanwhile, checks that
 // every offset it is given is already committed at the target.
 func TestHalfAppliedNeverVisible(t *testing.T) {
 	c, conn := target(t, pgtest.Options{NoFsync: true})
@@ -85,8 +86,8 @@ func TestHalfAppliedNeverVisible(t *testing.T) {
 		t.Fatal(readErr)
 	}
 	s := a.Stats()
-	t.Logf("applied %d txns (%d rows) in %d target txns over %v; reader took %d samples, saw %d distinct states",
-		s.TxnsApplied, s.RowsApplied, s.TargetTxns, elapsed.Round(time.Millisecond), samples, len(states))
+	t.Logf("applied %d txns (%d rows, %d of the txns folded, %d folds refused) in %d target txns over %v; reader took %d samples, saw %d distinct states",
+		s.TxnsApplied, s.RowsApplied, s.FoldedTxns, s.FoldsRefused, s.TargetTxns, elapsed.Round(time.Millisecond), samples, len(states))
 	if violations != 0 {
 		t.Errorf("reader saw a half-applied transaction in %d of %d samples", violations, samples)
 	}
@@ -96,6 +97,7 @@ func TestHalfAppliedNeverVisible(t *testing.T) {
 	if s.TxnsApplied != n || s.TargetTxns >= n {
 		t.Errorf("stats = %+v, want %d txns in fewer target transactions", s, n)
 	}
+	checkFolding(t, s)
 	checkInvariant(t, conn)
 	if got := queryString(t, conn, actualOrdersSQL); got != g.expected() {
 		t.Error("orders differ from the model after apply")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,10 @@ type pgTarget struct {
 	keyBuf   []byte
 	copyBuf  []byte
 	types    map[*relPlan][]string // target column types, for set-based statements
+
+	// Folding counters (Stats.FoldedTxns, FoldsRefused), read by Stats
+	// while Run writes them.
+	foldedTxns, foldsRefused atomic.Int64
 }
 
 var _ Target = (*pgTarget)(nil)
@@ -242,6 +247,8 @@ type pgTx struct {
 	at    *time.Time // applied_at returned by the checkpoint statement
 	// deferred TRANSACTION units, folded together at Flush (compact.go).
 	deferred []deferredUnit
+	// folded counts the units written folded, for Stats at commit.
+	folded int
 }
 
 // stmtMeta describes one queued statement, to attribute its result.
@@ -428,6 +435,7 @@ func (x *pgTx) Commit(ctx context.Context) (time.Time, error) {
 		// can be blamed for.
 		return time.Time{}, x.t.refusal(ctx, -1, "", err)
 	}
+	x.t.foldedTxns.Add(int64(x.folded))
 	if x.at != nil {
 		return *x.at, nil
 	}
@@ -492,12 +500,18 @@ func (x *pgTx) runBatch(ctx context.Context) error {
 		if m.unit == netUnit {
 			// A folded batch: the failing transaction is unknown; the
 			// applier retries the batch one transaction at a time.
-			if err != nil {
-				return t.refusal(ctx, -1, m.relation, err)
-			}
-			if tag.RowsAffected() != m.expectRows {
-				return &Refusal{Unit: -1, Relation: m.relation, Err: &unitError{fmt.Sprintf(
+			if err == nil && tag.RowsAffected() != m.expectRows {
+				err = &Refusal{Unit: -1, Relation: m.relation, Err: &unitError{fmt.Sprintf(
 					"a folded %s on %s affected %d rows, not %d: the target differs from the source", m.op, m.relation, tag.RowsAffected(), m.expectRows)}}
+			} else if err != nil {
+				err = t.refusal(ctx, -1, m.relation, err)
+			}
+			if err != nil {
+				var r *Refusal
+				if errors.As(err, &r) {
+					t.foldsRefused.Add(1)
+				}
+				return err
 			}
 			continue
 		}
