@@ -763,6 +763,15 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	for _, k := range replayed {
 		delete(a.openQuar, k)
 	}
+	if a.cfg.Applied != nil && napply > 0 {
+		times := make([]int64, 0, napply)
+		for i, u := range units {
+			if !skip[i] {
+				times = append(times, u.env.CommitTimeUnixMicros)
+			}
+		}
+		a.cfg.Applied(times)
+	}
 	return nil, a.commitCursor(cur, lastOffset)
 }
 

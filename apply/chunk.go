@@ -197,6 +197,9 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 	if replayed {
 		delete(a.openQuar, u.key())
 	}
+	if a.cfg.Applied != nil {
+		a.cfg.Applied([]int64{u.env.CommitTimeUnixMicros})
+	}
 	u.release()
 	return nil, a.commitCursor(cur, u.offset)
 }

@@ -41,6 +41,11 @@ type Config struct {
 	// Logger receives lifecycle records (start, resume point, snapshot
 	// completion). Errors are returned, not logged. Default slog.Default().
 	Logger *slog.Logger
+	// Applied, when set, is called after each target commit that applied
+	// source transactions, with their source commit times in unix
+	// microseconds (redeliveries skipped are not in it). It runs on the
+	// applying goroutine, so it must be quick: latency metrics.
+	Applied func(commitTimesUnixMicros []int64)
 }
 
 // Target modes (Config.Mode).

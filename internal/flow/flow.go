@@ -305,10 +305,12 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	return s.Run(ctx)
 }
 
-// Applier builds the flow's applier on conn.
-func (f *Flow) Applier(conn *pgx.Conn) (*apply.Applier, error) {
+// Applier builds the flow's applier on conn; applied, when set, receives
+// the source commit times of what each target commit applied
+// (apply.Config.Applied).
+func (f *Flow) Applier(conn *pgx.Conn, applied func(commitTimesUnixMicros []int64)) (*apply.Applier, error) {
 	return apply.New(conn, apply.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: f.Cfg.Target.Schema,
-		Mode: string(f.Cfg.Target.Mode), ConfigPath: f.ConfigPath, Logger: f.Logger})
+		Mode: string(f.Cfg.Target.Mode), ConfigPath: f.ConfigPath, Logger: f.Logger, Applied: applied})
 }
 
 // Apply applies from the log's applier cursor until ctx ends or stop.

@@ -67,7 +67,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 			return nil, err
 		}
 	}
-	applier, err := f.Applier(tgt)
+	applier, err := f.Applier(tgt, nil)
 	if err != nil {
 		return nil, err
 	}
