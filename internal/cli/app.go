@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/trellara/trellara/internal/obs"
 )
 
 // Exit codes shared by every command (docs/CLI.md).
@@ -85,20 +88,28 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func versionString() string {
-	v, c := Version, Commit
-	if c == "" {
-		if bi, ok := debug.ReadBuildInfo(); ok {
-			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-					c = s.Value[:12]
-				}
+	return fmt.Sprintf("%s (commit %s, %s edition)", Version, commit(), Edition)
+}
+
+// commit is the stamped commit, else the one the Go toolchain recorded,
+// else "unknown".
+func commit() string {
+	if Commit != "" {
+		return Commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return s.Value[:12]
 			}
 		}
 	}
-	if c == "" {
-		c = "unknown"
-	}
-	return fmt.Sprintf("%s (commit %s, %s edition)", v, c, Edition)
+	return "unknown"
+}
+
+// build identifies this binary for logs and trellara_build_info.
+func build() obs.Build {
+	return obs.Build{Version: Version, Commit: commit(), GoVersion: runtime.Version()}
 }
 
 // notImplemented is a command whose feature has not landed: it says so and

@@ -18,6 +18,7 @@ import (
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
+	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/internal/verify"
 )
 
@@ -252,8 +253,9 @@ func serve(c *cli.Context, ctx context.Context) error {
 			reload <- struct{}{}
 		}
 	}()
-	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := obs.NewLogger(c.App.ErrWriter, slog.LevelInfo)
 	err := flow.Serve(ctx, flow.ServiceOptions{ConfigPath: c.String("config"), Role: c.String("role"), Logger: log, Reload: reload,
+		Build: build(),
 		Listening: func(component, addr string) {
 			log.Info("listening", "component", component, "addr", addr, "endpoints", "/livez /readyz /healthz /metrics")
 		}})

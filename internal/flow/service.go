@@ -9,9 +9,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
+	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -22,11 +28,23 @@ const (
 	backoffMax = time.Minute
 )
 
+// Metric pacing. The exporters read in-process counters every
+// metricsInterval; the queries against the source (pg_replication_slots)
+// and the target (the quarantine table) run every pollInterval on
+// connections of their own, never on the data path.
+const (
+	metricsInterval = time.Second
+	pollInterval    = 10 * time.Second
+)
+
 // ServiceOptions configure the long-running service.
 type ServiceOptions struct {
 	ConfigPath string
 	Role       string // relay, applier or all
 	Logger     *slog.Logger
+	// Build names the binary: logged at startup, exported as
+	// trellara_build_info.
+	Build obs.Build
 	// Reload receives a value on SIGHUP: the config is re-read and, if
 	// valid, the components restart with it; if not, they keep running
 	// with the old one and the error is logged.
@@ -38,7 +56,8 @@ type ServiceOptions struct {
 // Serve runs the relay and/or applier until ctx ends (SIGTERM): each
 // component restarts with capped exponential backoff after an error, and
 // stops cleanly on cancel — the relay confirms the durable position it
-// reached, the applier's open target transaction rolls back.
+// reached, the applier's open target transaction rolls back — and a
+// shutdown line logs the positions it stopped at.
 func Serve(ctx context.Context, o ServiceOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -52,25 +71,72 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 	default:
 		return fmt.Errorf("--role %q: must be all, relay or sidecar", o.Role)
 	}
-	metrics := obs.NewMetrics()
+	o.Logger.Info("trellara starting", "version", o.Build.Version, "commit", o.Build.Commit, "go_version", o.Build.GoVersion,
+		"role", o.Role, "config", o.ConfigPath)
+	metrics := obs.NewMetrics(o.Build)
+	var prev *Flow
 	for {
 		f, err := Open(o.ConfigPath, o.Logger)
 		if err != nil {
 			return err
 		}
+		if prev != nil && (prev.Cfg.Source.ID != f.Cfg.Source.ID || prev.Cfg.Flow != f.Cfg.Flow) {
+			metrics.Relay.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
+			metrics.Applier.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
+		}
+		prev = f
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- f.serveOnce(rctx, o, metrics) }()
-		if err := waitReload(done, o); err != nil || ctx.Err() != nil {
-			cancel()
-			f.Close()
+		stopped := &stopPositions{}
+		go func() { done <- f.serveOnce(rctx, o, metrics, stopped) }()
+		err = waitReload(done, o)
+		reload := err == nil
+		if reload && ctx.Err() == nil {
+			o.Logger.Info("reloading configuration", "config", o.ConfigPath)
+		}
+		cancel()
+		if reload {
+			<-done
+		}
+		// serveOnce has returned: stopped is complete.
+		f.Close()
+		if ctx.Err() != nil {
+			stopped.log(o.Logger)
+		}
+		if !reload || ctx.Err() != nil {
 			return err
 		}
-		o.Logger.Info("reloading configuration", "config", o.ConfigPath)
-		cancel()
-		<-done
-		f.Close()
 	}
+}
+
+// stopPositions are where the components stopped, for the shutdown line.
+type stopPositions struct {
+	complete      bool // the components stopped cleanly and filled the rest
+	confirmed     uint64
+	hasConfirmed  bool // a pgoutput session ran and confirmed to the slot
+	durable       uint64
+	hasDurable    bool
+	checkpoint    uint64
+	hasCheckpoint bool
+}
+
+// log writes the shutdown line, LSNs in X/X form.
+func (p *stopPositions) log(log *slog.Logger) {
+	if !p.complete {
+		log.Info("shut down")
+		return
+	}
+	var args []any
+	if p.hasConfirmed {
+		args = append(args, "confirmed_lsn", envelope.FormatLSN(p.confirmed))
+	}
+	if p.hasDurable {
+		args = append(args, "log_durable_lsn", envelope.FormatLSN(p.durable))
+	}
+	if p.hasCheckpoint {
+		args = append(args, "checkpoint_lsn", envelope.FormatLSN(p.checkpoint))
+	}
+	log.Info("shut down", args...)
 }
 
 // waitReload returns when the running components stop (their error) or
@@ -98,13 +164,55 @@ func waitReload(done <-chan error, o ServiceOptions) error {
 	}
 }
 
-func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics) error {
+func (f *Flow) labels(service string) []string { return []string{service, f.Cfg.Source.ID, f.Cfg.Flow} }
+
+// relayRun is the relay component's current session, shared with its
+// exporter and the shutdown line.
+type relayRun struct {
+	mu   sync.Mutex
+	sess *relay.Session
+}
+
+func (r *relayRun) set(s *relay.Session) {
+	r.mu.Lock()
+	r.sess = s
+	r.mu.Unlock()
+}
+
+func (r *relayRun) get() *relay.Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sess
+}
+
+// applierRun is the applier's latest checkpoint, shared likewise.
+type applierRun struct {
+	mu    sync.Mutex
+	cp    apply.Checkpoint
+	known bool
+}
+
+func (a *applierRun) set(cp apply.Checkpoint) {
+	a.mu.Lock()
+	a.cp, a.known = cp, true
+	a.mu.Unlock()
+}
+
+func (a *applierRun) get() (apply.Checkpoint, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cp, a.known
+}
+
+func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics, stopped *stopPositions) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 4)
-	labels := func(service string) []string { return []string{service, f.Cfg.Source.ID, f.Cfg.Flow} }
 
-	start := func(component, addr string, h *obs.Health, body func(context.Context, *obs.Health) error) {
-		a, wait, err := obs.Serve(ctx, addr, obs.Handler(m, h))
+	start := func(component, addr string, reg prometheus.Gatherer, c obs.Component, h *obs.Health,
+		body func(context.Context, *obs.Health) error) {
+		a, wait, err := obs.Serve(ctx, addr, obs.Handler(reg, h))
 		if err != nil {
 			errc <- fmt.Errorf("%s: listen on %s: %w", component, addr, err)
 			return
@@ -112,105 +220,91 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics) 
 		if o.Listening != nil {
 			o.Listening(component, a)
 		}
+		c.Restarts.WithLabelValues(f.labels(component)...) // exported from the start, at 0
 		wg.Add(2)
 		go func() { defer wg.Done(); _ = wait() }()
 		go func() {
 			defer wg.Done()
-			supervise(ctx, component, f.Logger, h, m, labels(component), body)
+			supervise(ctx, component, f.Logger, h, c, f.labels(component), body)
 		}()
 	}
 
+	rr := &relayRun{}
 	relayHealth := obs.NewHealth()
-	start("relay", f.Cfg.Run.Listen.Relay, relayHealth, func(ctx context.Context, h *obs.Health) error {
-		var sess *relay.Session
-		var mu sync.Mutex
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() { // export the session's counters while it runs
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			var last relay.Stats
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-				}
-				mu.Lock()
-				s := sess
-				mu.Unlock()
-				if s == nil {
-					continue
-				}
-				st := s.Stats()
-				l := labels("relay")
-				m.PublishedUnits.WithLabelValues(l...).Add(float64(st.Published - last.Published))
-				m.PublishedBytes.WithLabelValues(l...).Add(float64(st.Bytes - last.Bytes))
-				m.AcknowledgedLSN.WithLabelValues(l...).Set(float64(st.DurableEnd))
-				if st.Published != last.Published {
-					m.LastProgressSecond.WithLabelValues(l...).Set(float64(time.Now().Unix()))
-				}
-				ls := f.Log.Stats()
-				m.LogRetainedBytes.WithLabelValues(l...).Set(float64(ls.RetainedBytes))
-				m.LogSegments.WithLabelValues(l...).Set(float64(ls.Segments))
-				h.Detail("acknowledged_lsn", lsnString(st.DurableEnd))
-				h.Detail("published_units", st.Published)
-				last = st
-			}
-		}()
-		if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
-			// The native extension path: frames from the extension's socket
-			// into the same assembly, log and applier.
-			h.Set("streaming", true, nil)
-			return f.CaptureExtension(ctx, CaptureOptions{})
-		}
-		return f.Capture(ctx, CaptureOptions{
-			Streaming: nil,
-			Session: func(s *relay.Session) {
-				mu.Lock()
-				sess = s
-				mu.Unlock()
+	start(obs.ServiceRelay, f.Cfg.Run.Listen.Relay, m.Relay.Registry, m.Relay.Component, relayHealth,
+		func(ctx context.Context, h *obs.Health) error {
+			if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
+				// The native extension path: frames from the extension's socket
+				// into the same assembly, log and applier.
 				h.Set("streaming", true, nil)
-			},
-		})
-	})
-
-	if o.Role == "all" && f.Cfg.Target != nil {
-		applierHealth := obs.NewHealth()
-		start("applier", f.Cfg.Run.Listen.Applier, applierHealth, func(ctx context.Context, h *obs.Health) error {
-			tgt, err := f.ConnectTarget(ctx)
-			if err != nil {
-				return err
+				return f.CaptureExtension(ctx, CaptureOptions{})
 			}
-			defer tgt.Close(context.Background())
-			if f.Cfg.Target.CreateTables {
-				if err := f.createTargetTables(ctx, tgt); err != nil {
-					return err
-				}
-			}
-			a, err := f.Applier(tgt)
-			if err != nil {
-				return err
-			}
-			h.Set("applying", true, nil)
-			var last apply.Checkpoint
-			return f.Apply(ctx, tgt, a, func(cp apply.Checkpoint) bool {
-				l := labels("applier")
-				m.TxnsApplied.WithLabelValues(l...).Add(float64(max(0, cp.TxnsApplied-last.TxnsApplied)))
-				m.TxnsSkipped.WithLabelValues(l...).Add(float64(max(0, cp.TxnsSkipped-last.TxnsSkipped)))
-				m.RowsApplied.WithLabelValues(l...).Add(float64(max(0, cp.RowsApplied-last.RowsApplied)))
-				m.CheckpointLSN.WithLabelValues(l...).Set(float64(cp.EndLSN))
-				m.LastProgressSecond.WithLabelValues(l...).Set(float64(time.Now().Unix()))
-				for _, c := range f.Log.Stats().Cursors {
-					if c.Name == ApplierCursor {
-						m.CursorLagEntries.WithLabelValues(l...).Set(float64(c.LagOffsets))
-					}
-				}
-				h.Detail("checkpoint_lsn", lsnString(cp.EndLSN))
-				last = cp
-				return false
+			return f.Capture(ctx, CaptureOptions{
+				Session: func(s *relay.Session) {
+					rr.set(s)
+					h.Set("streaming", true, nil)
+				},
 			})
 		})
+	wg.Add(1)
+	go func() { defer wg.Done(); f.exportRelay(ctx, m.Relay, relayHealth, rr) }()
+
+	var ar *applierRun
+	if o.Role == "all" && f.Cfg.Target != nil {
+		ar = &applierRun{}
+		am := m.Applier
+		l := f.labels(obs.ServiceApplier)
+		for _, c := range []*prometheus.CounterVec{am.TxnsApplied, am.TxnsSkipped, am.RowsApplied} {
+			c.WithLabelValues(l...)
+		}
+		latency := am.ApplyLatency.WithLabelValues(l...)
+		applierHealth := obs.NewHealth()
+		start(obs.ServiceApplier, f.Cfg.Run.Listen.Applier, am.Registry, am.Component, applierHealth,
+			func(ctx context.Context, h *obs.Health) error {
+				tgt, err := f.ConnectTarget(ctx)
+				if err != nil {
+					return err
+				}
+				defer tgt.Close(context.Background())
+				if f.Cfg.Target.CreateTables {
+					if err := f.createTargetTables(ctx, tgt); err != nil {
+						return err
+					}
+				}
+				a, err := f.Applier(tgt, func(commitTimes []int64) {
+					now := time.Now()
+					for _, us := range commitTimes {
+						if us != 0 {
+							// Source and local clocks differ by their skew; a
+							// negative difference is skew, not speed.
+							latency.Observe(max(0, now.Sub(time.UnixMicro(us)).Seconds()))
+						}
+					}
+				})
+				if err != nil {
+					return err
+				}
+				h.Set("applying", true, nil)
+				// The checkpoint's counts are lifetime totals on the target:
+				// the first one seen (before anything is applied) is the base,
+				// so the counters count this process's work only.
+				var last *apply.Checkpoint
+				return f.Apply(ctx, tgt, a, func(cp apply.Checkpoint) bool {
+					ar.set(cp)
+					am.CheckpointLSNBytes.WithLabelValues(l...).Set(float64(cp.EndLSN))
+					h.Detail("checkpoint_lsn", lsnString(cp.EndLSN))
+					if last != nil {
+						am.TxnsApplied.WithLabelValues(l...).Add(float64(max(0, cp.TxnsApplied-last.TxnsApplied)))
+						am.TxnsSkipped.WithLabelValues(l...).Add(float64(max(0, cp.TxnsSkipped-last.TxnsSkipped)))
+						am.RowsApplied.WithLabelValues(l...).Add(float64(max(0, cp.RowsApplied-last.RowsApplied)))
+						am.LastProgress.WithLabelValues(l...).Set(float64(time.Now().Unix()))
+					}
+					last = &cp
+					return false
+				})
+			})
+		wg.Add(1)
+		go func() { defer wg.Done(); f.exportApplier(ctx, am, ar) }()
 	}
 	wg.Add(1)
 	go func() { // retention runs beside the components, never in their path
@@ -227,31 +321,289 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics) 
 		}
 	}()
 	go func() { wg.Wait(); close(errc) }()
-	for err := range errc {
-		if err != nil {
-			return err
+	var failed error
+	for err := range errc { // until every goroutine is done: they use the flow's log
+		if err != nil && failed == nil {
+			failed = err
+			cancel()
 		}
 	}
+	if failed != nil {
+		return failed
+	}
+	// Every component has stopped: record where, for the shutdown line.
+	if s := rr.get(); s != nil {
+		stopped.confirmed, stopped.hasConfirmed = s.Acknowledged(), true
+	}
+	if res, err := relay.ResumeFrom(context.Background(), transport.Local{Log: f.Log}); err == nil && !res.Empty {
+		stopped.durable, stopped.hasDurable = res.DurableEnd, true
+	}
+	if ar != nil {
+		if cp, ok := ar.get(); ok {
+			stopped.checkpoint, stopped.hasCheckpoint = cp.EndLSN, true
+		}
+	}
+	stopped.complete = true
 	return ctx.Err()
+}
+
+// exportRelay keeps the relay's series current until ctx ends: the
+// session's counters and the log's size every metricsInterval, the slot's
+// WAL figures from the source every pollInterval.
+func (f *Flow) exportRelay(ctx context.Context, m *obs.RelayMetrics, h *obs.Health, rr *relayRun) {
+	l := f.labels(obs.ServiceRelay)
+	m.PublishedUnits.WithLabelValues(l...)
+	m.PublishedBytes.WithLabelValues(l...)
+	slot := &slotPoller{f: f, m: m, labels: l}
+	defer slot.close()
+	var (
+		sess *relay.Session
+		last relay.Stats
+	)
+	// account adds what s published since last to the counters.
+	account := func(s *relay.Session) relay.Stats {
+		st := s.Stats()
+		m.PublishedUnits.WithLabelValues(l...).Add(float64(st.Published - last.Published))
+		m.PublishedBytes.WithLabelValues(l...).Add(float64(st.Bytes - last.Bytes))
+		if st.Published != last.Published {
+			m.LastProgress.WithLabelValues(l...).Set(float64(time.Now().Unix()))
+		}
+		return st
+	}
+	t := time.NewTicker(metricsInterval)
+	defer t.Stop()
+	nextPoll := time.Now()
+	for {
+		if s := rr.get(); s != nil {
+			if s != sess {
+				// A restart made a new session, whose counts start at
+				// zero: settle the old one's, then follow the new one.
+				if sess != nil {
+					account(sess)
+				}
+				sess, last = s, relay.Stats{}
+			}
+			last = account(s)
+			m.AcknowledgedLSNBytes.WithLabelValues(l...).Set(float64(last.DurableEnd))
+			h.Detail("acknowledged_lsn", lsnString(last.DurableEnd))
+			h.Detail("published_units", last.Published)
+		}
+		ls := f.Log.Stats()
+		m.LogRetainedBytes.WithLabelValues(l...).Set(float64(ls.RetainedBytes))
+		m.LogSegments.WithLabelValues(l...).Set(float64(ls.Segments))
+		if !time.Now().Before(nextPoll) {
+			slot.poll(ctx)
+			nextPoll = time.Now().Add(pollInterval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// slotPoller reads the slot's WAL figures over a source connection of its
+// own, opened on first use and after a failure.
+type slotPoller struct {
+	f      *Flow
+	m      *obs.RelayMetrics
+	labels []string
+	conn   *pgx.Conn
+	failed bool // the last poll failed (logged once per failing streak)
+}
+
+// slotWALSQL measures from the server's WAL position (on a standby, the
+// last WAL received) to the slot's restart_lsn (what the server must keep)
+// and to its confirmed_flush_lsn (what the relay has confirmed).
+const slotWALSQL = `SELECT pg_wal_lsn_diff(w.lsn, s.restart_lsn)::float8, pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::float8
+FROM pg_replication_slots s,
+     (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END AS lsn) w
+WHERE s.slot_name = $1`
+
+func (p *slotPoller) poll(ctx context.Context) {
+	retained, lag, err := p.query(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		p.close()
+		if !p.failed {
+			p.f.Logger.Warn("slot metrics unavailable; retrying every poll", "flow", p.f.Cfg.Flow, "slot", p.f.Cfg.Source.Slot,
+				"every", pollInterval, "err", err)
+		}
+		p.failed = true
+	} else {
+		p.failed = false
+	}
+	// Unknown is absent, never a stale or made-up number.
+	set := func(g *prometheus.GaugeVec, v *float64) {
+		if v == nil {
+			g.DeleteLabelValues(p.labels...)
+			return
+		}
+		g.WithLabelValues(p.labels...).Set(max(0, *v))
+	}
+	set(p.m.SlotRetainedWALBytes, retained)
+	set(p.m.LagBytes, lag)
+}
+
+func (p *slotPoller) query(ctx context.Context) (retained, lag *float64, err error) {
+	if p.conn == nil {
+		if p.conn, err = p.f.ConnectSource(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	qctx, cancel := context.WithTimeout(ctx, pollInterval)
+	defer cancel()
+	err = p.conn.QueryRow(qctx, slotWALSQL, p.f.Cfg.Source.Slot).Scan(&retained, &lag)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, nil // no slot yet: nothing is retained for it
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read slot %s from pg_replication_slots: %w", p.f.Cfg.Source.Slot, err)
+	}
+	return retained, lag, nil
+}
+
+func (p *slotPoller) close() {
+	if p.conn != nil {
+		p.conn.Close(context.Background())
+		p.conn = nil
+	}
+}
+
+// exportApplier keeps the applier's lag and quarantine series current
+// until ctx ends, also while the applier itself is down (backing off
+// behind a quarantine, say), so lag keeps growing where an operator sees
+// it: lag from the log every metricsInterval, the open quarantine count
+// from the target every pollInterval.
+func (f *Flow) exportApplier(ctx context.Context, m *obs.ApplierMetrics, ar *applierRun) {
+	l := f.labels(obs.ServiceApplier)
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	t := time.NewTicker(metricsInterval)
+	defer t.Stop()
+	nextPoll := time.Now()
+	for {
+		f.exportApplierLag(ctx, m, l, ar)
+		if !time.Now().Before(nextPoll) {
+			open, err := f.openQuarantine(ctx, &conn)
+			if err != nil {
+				// Before the applier's first start the target has no
+				// Trellara schema yet; afterwards the component's own
+				// errors report an unreachable target.
+				m.QuarantineOpen.DeleteLabelValues(l...)
+			} else {
+				m.QuarantineOpen.WithLabelValues(l...).Set(float64(open))
+			}
+			nextPoll = time.Now().Add(pollInterval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// openQuarantine reads the open quarantine count from the target, over
+// *conn (opened on first use, closed after a failure).
+func (f *Flow) openQuarantine(ctx context.Context, conn **pgx.Conn) (int64, error) {
+	if *conn == nil {
+		c, err := f.ConnectTarget(ctx)
+		if err != nil {
+			return 0, err
+		}
+		*conn = c
+	}
+	qctx, cancel := context.WithTimeout(ctx, pollInterval)
+	defer cancel()
+	st, err := apply.ReadStatus(qctx, *conn, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+	if err != nil {
+		(*conn).Close(context.Background())
+		*conn = nil
+		return 0, err
+	}
+	return st.QuarantineOpen, nil
+}
+
+// exportApplierLag sets the cursor lag and, from the log entries the
+// applier has not applied, lag in seconds (the oldest one's source commit
+// time to now) and in WAL bytes (its checkpoint to the newest one's end).
+func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []string, ar *applierRun) {
+	var cur *segmentlog.CursorStats
+	st := f.Log.Stats()
+	for i := range st.Cursors {
+		if st.Cursors[i].Name == ApplierCursor {
+			cur = &st.Cursors[i]
+		}
+	}
+	if cur == nil {
+		return
+	}
+	m.CursorLagEntries.WithLabelValues(l...).Set(float64(cur.LagOffsets))
+	if cur.LagOffsets == 0 {
+		m.LagSeconds.WithLabelValues(l...).Set(0)
+		m.LagBytes.WithLabelValues(l...).Set(0)
+		return
+	}
+	oldest, err := f.logEntry(ctx, cur.Offset)
+	if err != nil {
+		// Retention or a concurrent apply moved past it: the next tick
+		// reads afresh.
+		return
+	}
+	if us := oldest.CommitTimeUnixMicros; us != 0 {
+		m.LagSeconds.WithLabelValues(l...).Set(max(0, time.Since(time.UnixMicro(us)).Seconds()))
+	}
+	newest, err := f.logEntry(ctx, st.NextOffset-1)
+	if err != nil {
+		return
+	}
+	base := oldest.CommitLsn // nothing applied yet: from the first unit waiting
+	if cp, ok := ar.get(); ok && cp.EndLSN != 0 {
+		base = cp.EndLSN
+	}
+	if newest.EndLsn >= base {
+		m.LagBytes.WithLabelValues(l...).Set(float64(newest.EndLsn - base))
+	}
+}
+
+// logEntry reads and decodes the log entry at offset.
+func (f *Flow) logEntry(ctx context.Context, offset uint64) (*pb.Envelope, error) {
+	rctx, cancel := context.WithTimeout(ctx, metricsInterval)
+	defer cancel()
+	rd := f.Log.NewReader(offset)
+	defer rd.Close()
+	_, b, err := rd.Next(rctx)
+	if err != nil {
+		return nil, err
+	}
+	return envelope.Decode(b)
 }
 
 // supervise runs body until ctx ends, restarting it after errors with
 // capped, jittered exponential backoff. A quarantined unit is not retried
 // hot: the backoff runs to its cap, since only an operator can fix it.
-func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.Health, m *obs.Metrics, labels []string,
+func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.Health, c obs.Component, labels []string,
 	body func(context.Context, *obs.Health) error) {
 	backoff := backoffMin
 	for ctx.Err() == nil {
-		m.Up.WithLabelValues(labels...).Set(1)
+		c.Up.WithLabelValues(labels...).Set(1)
 		started := time.Now()
 		err := body(ctx, h)
 		if ctx.Err() != nil {
 			h.Set("stopped", false, nil)
-			m.Up.WithLabelValues(labels...).Set(0)
+			c.Up.WithLabelValues(labels...).Set(0)
 			return
 		}
-		m.Up.WithLabelValues(labels...).Set(0)
-		m.Restarts.WithLabelValues(labels...).Inc()
+		c.Up.WithLabelValues(labels...).Set(0)
+		c.Restarts.WithLabelValues(labels...).Inc()
 		if time.Since(started) > 5*backoffMax {
 			backoff = backoffMin // it ran well for a while: start over
 		}
@@ -259,8 +611,9 @@ func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.H
 			backoff = backoffMax
 		}
 		h.Set("backing off", false, err)
-		log.Error("component stopped; restarting", "component", component, "err", err, "backoff", backoff)
 		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		log.Error("component stopped; restarting", "component", component, "err", err,
+			"retry_in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return

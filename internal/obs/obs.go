@@ -1,10 +1,16 @@
 // Package obs is the observability surface of the long-running services:
-// /livez, /readyz, /healthz and Prometheus /metrics.
+// /livez, /readyz, /healthz and Prometheus /metrics, and the JSON logger.
 //
-// The metric contract: every Trellara metric is named trellara_* and carries
-// exactly three labels — service (relay | applier), source (source.id) and
-// dataset (the flow name). Transaction ids, LSNs and error strings are never
-// labels: they go to logs and /healthz. TestMetricContract locks the names.
+// The metric contract (docs/METRICS.md): every Trellara metric is named
+// trellara_* and carries exactly three labels — service (relay | applier),
+// source_id (source.id) and dataset_id (the flow name). The one exception
+// is trellara_build_info, whose labels (version, commit, go_version) name
+// the binary. Each role has its own registry on its own port, so scraping
+// both ports counts nothing twice; the process-level collectors (go_*,
+// process_*) and trellara_build_info are on the relay's port only.
+// Transaction ids, LSNs and error strings are never labels: they go to
+// logs and /healthz. LSNs are exported as *_lsn_bytes gauges: the
+// position as a byte offset in the WAL. TestMetricContract locks the names.
 package obs
 
 import (
@@ -19,61 +25,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
-
-// Labels are the only metric labels.
-var Labels = []string{"service", "source", "dataset"}
-
-// Metrics is the contract-locked metric set.
-type Metrics struct {
-	Registry *prometheus.Registry
-
-	Up                 *prometheus.GaugeVec
-	Restarts           *prometheus.CounterVec
-	PublishedUnits     *prometheus.CounterVec
-	PublishedBytes     *prometheus.CounterVec
-	AcknowledgedLSN    *prometheus.GaugeVec
-	TxnsApplied        *prometheus.CounterVec
-	TxnsSkipped        *prometheus.CounterVec
-	RowsApplied        *prometheus.CounterVec
-	CheckpointLSN      *prometheus.GaugeVec
-	QuarantineOpen     *prometheus.GaugeVec
-	LogRetainedBytes   *prometheus.GaugeVec
-	LogSegments        *prometheus.GaugeVec
-	CursorLagEntries   *prometheus.GaugeVec
-	LastProgressSecond *prometheus.GaugeVec
-}
-
-// NewMetrics registers the contract metrics on a fresh registry.
-func NewMetrics() *Metrics {
-	r := prometheus.NewRegistry()
-	g := func(name, help string) *prometheus.GaugeVec {
-		v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, Labels)
-		r.MustRegister(v)
-		return v
-	}
-	c := func(name, help string) *prometheus.CounterVec {
-		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, Labels)
-		r.MustRegister(v)
-		return v
-	}
-	return &Metrics{
-		Registry:           r,
-		Up:                 g("trellara_component_up", "1 while the component is running without error, 0 while it backs off"),
-		Restarts:           c("trellara_component_restarts_total", "component restarts after an error"),
-		PublishedUnits:     c("trellara_relay_published_units_total", "envelopes made durable in the transport"),
-		PublishedBytes:     c("trellara_relay_published_bytes_total", "envelope bytes made durable in the transport"),
-		AcknowledgedLSN:    g("trellara_relay_acknowledged_lsn", "position confirmed to the source slot (as a number)"),
-		TxnsApplied:        c("trellara_applier_transactions_applied_total", "source transactions applied at the target"),
-		TxnsSkipped:        c("trellara_applier_transactions_skipped_total", "redelivered source transactions detected and skipped"),
-		RowsApplied:        c("trellara_applier_rows_applied_total", "rows applied at the target"),
-		CheckpointLSN:      g("trellara_applier_checkpoint_lsn", "end LSN of the last applied source transaction (as a number)"),
-		QuarantineOpen:     g("trellara_applier_quarantine_open", "quarantined units waiting for repair"),
-		LogRetainedBytes:   g("trellara_log_retained_bytes", "bytes retained by the local segment log"),
-		LogSegments:        g("trellara_log_segments", "segments in the local log"),
-		CursorLagEntries:   g("trellara_log_cursor_lag_entries", "entries the consumer has not processed"),
-		LastProgressSecond: g("trellara_last_progress_timestamp_seconds", "unix time of the component's last progress"),
-	}
-}
 
 // Health is a component's state as /readyz and /healthz report it.
 type Health struct {
@@ -124,8 +75,9 @@ func (h *Health) snapshot() (bool, map[string]any) {
 	return h.ready, out
 }
 
-// Handler serves the four endpoints for one component.
-func Handler(m *Metrics, h *Health) http.Handler {
+// Handler serves the four endpoints for one component; /metrics serves
+// that component's registry.
+func Handler(metrics prometheus.Gatherer, h *Health) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -148,7 +100,7 @@ func Handler(m *Metrics, h *Health) http.Handler {
 		}
 		_ = json.NewEncoder(w).Encode(snap)
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 	return mux
 }
 
