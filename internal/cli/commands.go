@@ -28,12 +28,15 @@ func signalContext(c *cli.Context) (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 }
 
+// logger writes JSON lines to stderr, the one log format of every command
+// (obs.NewLogger): warnings and errors, and lifecycle events too with
+// --verbose.
 func logger(c *cli.Context) *slog.Logger {
 	level := slog.LevelWarn
 	if c.Bool("verbose") {
 		level = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	return obs.NewLogger(c.App.ErrWriter, level)
 }
 
 func verboseFlag() cli.Flag {
