@@ -140,6 +140,10 @@ TRELLARA_SOURCE_URL=postgres://source.invalid/db TRELLARA_TARGET_URL=postgres://
 	/usr/bin/trellara config validate --config /etc/trellara/example.yml >/dev/null ||
 	fail "/etc/trellara/example.yml does not validate"
 ok "/etc/trellara/example.yml validates"
+for f in /usr/share/trellara/prometheus/trellara-alerts.yml /usr/share/trellara/grafana/trellara-dashboard.json; do
+	[ -f "$f" ] || fail "$f not installed"
+done
+ok "alert rules and dashboard in /usr/share/trellara"
 
 # --- 3. the installed extension in a throwaway PostgreSQL 15 cluster -----------
 if [ ${#ext_debs[@]} = 1 ]; then
@@ -222,10 +226,11 @@ ok "rpm -K --nosignature $rpm"
 list=$(rpm -qpl "$rpm")
 for p in /usr/bin/trellara /usr/bin/trellara-check /usr/bin/trellara-full /etc/trellara/example.yml \
 	/usr/lib/systemd/system/trellara-relay@.service /usr/lib/systemd/system/trellara-applier@.service \
-	/usr/lib/systemd/system/trellara-sidecar@.service /usr/lib/systemd/system/trellara@.service; do
+	/usr/lib/systemd/system/trellara-sidecar@.service /usr/lib/systemd/system/trellara@.service \
+	/usr/share/trellara/prometheus/trellara-alerts.yml /usr/share/trellara/grafana/trellara-dashboard.json; do
 	grep -qx "$p" <<<"$list" || fail "rpm -qpl: $p missing"
 done
-ok "rpm -qpl lists the binaries, units and config ($(wc -l <<<"$list") paths)"
+ok "rpm -qpl lists the binaries, units, config, alert rules and dashboard ($(wc -l <<<"$list") paths)"
 [ "$(rpm -qp --configfiles "$rpm")" = /etc/trellara/example.yml ] || fail "rpm config files: $(rpm -qp --configfiles "$rpm")"
 rpm -qp --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' "$rpm" | grep -q '^cn /etc/trellara/example.yml$' ||
 	fail "example.yml is not %config(noreplace) in the rpm"

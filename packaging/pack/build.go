@@ -84,35 +84,9 @@ func Build(opts Options) ([]string, error) {
 var placeholderRe = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 func buildOne(configPath string, vars map[string]string, format string, opts Options) (string, error) {
-	raw, err := os.ReadFile(configPath)
+	info, err := parse(configPath, vars, format)
 	if err != nil {
 		return "", err
-	}
-	// nfpm expands placeholders in some fields only (not in contents unless
-	// marked), and maps unknown names to "". Substitute here instead, all
-	// fields alike, and fail on a name that has no value.
-	var unknown []string
-	text := placeholderRe.ReplaceAllStringFunc(string(raw), func(ph string) string {
-		name := placeholderRe.FindStringSubmatch(ph)[1]
-		v, ok := vars[name]
-		if !ok {
-			unknown = append(unknown, ph)
-		}
-		return v
-	})
-	if len(unknown) > 0 {
-		return "", fmt.Errorf("pack: %s: unknown placeholder %s; known: %s", configPath, strings.Join(unknown, ", "), strings.Join(keys(vars), ", "))
-	}
-	// The mapping answers nfpm's own lookups (signing passphrases) with
-	// nothing: packages are not signed here, and the environment must not
-	// leak into them.
-	cfg, err := nfpm.ParseWithEnvMapping(strings.NewReader(text), func(string) string { return "" })
-	if err != nil {
-		return "", fmt.Errorf("pack: %s: %w", configPath, err)
-	}
-	info, err := cfg.Get(format)
-	if err != nil {
-		return "", fmt.Errorf("pack: %s (%s): %w", configPath, format, err)
 	}
 	info.MTime = opts.MTime
 	info = nfpm.WithDefaults(info)
@@ -138,6 +112,41 @@ func buildOne(configPath string, vars map[string]string, format string, opts Opt
 		return "", err
 	}
 	return target, nil
+}
+
+// parse reads one package definition for format, with vars substituted.
+func parse(configPath string, vars map[string]string, format string) (*nfpm.Info, error) {
+	raw, err := os.ReadFile(configPath)
+	if err != nil {
+		return nil, err
+	}
+	// nfpm expands placeholders in some fields only (not in contents unless
+	// marked), and maps unknown names to "". Substitute here instead, all
+	// fields alike, and fail on a name that has no value.
+	var unknown []string
+	text := placeholderRe.ReplaceAllStringFunc(string(raw), func(ph string) string {
+		name := placeholderRe.FindStringSubmatch(ph)[1]
+		v, ok := vars[name]
+		if !ok {
+			unknown = append(unknown, ph)
+		}
+		return v
+	})
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("pack: %s: unknown placeholder %s; known: %s", configPath, strings.Join(unknown, ", "), strings.Join(keys(vars), ", "))
+	}
+	// The mapping answers nfpm's own lookups (signing passphrases) with
+	// nothing: packages are not signed here, and the environment must not
+	// leak into them.
+	cfg, err := nfpm.ParseWithEnvMapping(strings.NewReader(text), func(string) string { return "" })
+	if err != nil {
+		return nil, fmt.Errorf("pack: %s: %w", configPath, err)
+	}
+	info, err := cfg.Get(format)
+	if err != nil {
+		return nil, fmt.Errorf("pack: %s (%s): %w", configPath, format, err)
+	}
+	return info, nil
 }
 
 func keys(m map[string]string) []string {
