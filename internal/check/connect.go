@@ -84,6 +84,18 @@ func Connect(ctx context.Context, connString string, o ConnectOptions) (*Session
 	return &Session{Conn: conn, Target: target, redact: red}, nil
 }
 
+// Inspect grades the source behind the session (see the package Inspect)
+// and names it in the report: Target is user@host:port/database, never a
+// password. Errors are scrubbed of the session's secrets.
+func (s *Session) Inspect(ctx context.Context, opts Options) (*Report, error) {
+	r, err := Inspect(ctx, s.Conn, opts)
+	if err != nil {
+		return nil, s.Redact(fmt.Errorf("inspect %s: %w", s.Target, err))
+	}
+	r.Target = s.Target
+	return r, nil
+}
+
 // Redact removes the session's secrets from an error.
 func (s *Session) Redact(err error) error { return s.redact.Wrap(err) }
 

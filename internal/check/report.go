@@ -124,9 +124,10 @@ type Section struct {
 type Report struct {
 	SchemaVersion int       `json:"schema_version"`
 	GeneratedAt   time.Time `json:"generated_at"`
-	// Target is user@host:port/database, never with a password. Set by the
-	// caller that opened the connection.
-	Target   string     `json:"target"`
+	// Target is user@host:port/database, never with a password. Set by
+	// Session.Inspect; empty (and left out of text and JSON) when the report was
+	// made on a connection the caller opened itself.
+	Target   string     `json:"target,omitempty"`
 	Grade    string     `json:"grade"`
 	Headline string     `json:"headline"`
 	Server   ServerInfo `json:"server"`
@@ -266,7 +267,12 @@ const maxObjectsText = 10
 // product page, then findings with their fixes, section details and notes.
 func (r *Report) RenderText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "trellara-check · %s · PostgreSQL %s · %s\n", r.Target, r.Server.Version, r.Server.role())
+	head := []string{"trellara-check"}
+	if r.Target != "" {
+		head = append(head, r.Target)
+	}
+	head = append(head, "PostgreSQL "+r.Server.Version, r.Server.role())
+	b.WriteString(strings.Join(head, " · ") + "\n")
 	fmt.Fprintf(&b, "grade %s  %s\n\n", r.Grade, r.Headline)
 	for _, s := range r.Sections {
 		fmt.Fprintf(&b, "%-18s %s\n", s.Title, s.Summary)

@@ -157,7 +157,7 @@ func checkCommand() *cli.Command {
 				return failure(err)
 			}
 			defer s.Close(context.Background())
-			r, err := check.Inspect(ctx, s.Conn, check.Options{})
+			r, err := s.Inspect(ctx, check.Options{})
 			if err != nil {
 				return failure(err)
 			}
