@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -64,7 +65,6 @@ var masks = []struct {
 	{regexp.MustCompile(`position [0-9A-F]{1,8}/[0-9A-F]{1,8}\b`), "position LSN"},
 	{regexp.MustCompile(`\(sampled over [^)]*\)|\(average since statistics reset; [^)]*\)`), "(RATE BASIS)"},
 	{regexp.MustCompile(`no WAL written during the [^\n]*`), "(RATE BASIS)"},
-	{regexp.MustCompile(`'\d+GB'`), "'NGB'"},
 	{regexp.MustCompile(`\d+(\.\d+)? (B|kB|MB|GB|TB|PB)\b`), "SIZE"},
 	{regexp.MustCompile(`~?\b\d+(d\d+h|h\d+m|h|m|s)\b`), "DUR"},
 }
@@ -179,10 +179,17 @@ func TestFixtures(t *testing.T) {
 		"CREATE TABLE keyed (id int NOT NULL, x int)",
 		"CREATE UNIQUE INDEX keyed_id ON keyed (id)",
 		"CREATE TABLE ok (id int PRIMARY KEY)",
+		"CREATE TABLE quiet (id int PRIMARY KEY)",
+		"ALTER TABLE quiet REPLICA IDENTITY NOTHING",
 	)
 	c.CreateDB(t, "toast")
 	c.ExecDB(t, "toast",
-		"CREATE TABLE docs (id int PRIMARY KEY, title varchar(200), body text, meta jsonb)",
+		"CREATE DOMAIN longtext AS text",
+		// Only body, meta, summary and note can hold a value past the TOAST
+		// threshold: numeric, inet, short varchar and plain storage cannot.
+		`CREATE TABLE docs (id int PRIMARY KEY, title varchar(200), body text, meta jsonb, price numeric,
+			amount numeric(12,2), ip inet, code varchar(10), summary varchar(5000), pinned text, note longtext)`,
+		"ALTER TABLE docs ALTER pinned SET STORAGE PLAIN",
 		"CREATE TABLE blobs (tag int, data bytea)",
 		"ALTER TABLE blobs REPLICA IDENTITY FULL",
 	)
@@ -210,6 +217,7 @@ func TestFixtures(t *testing.T) {
 		for _, want := range []string{
 			"ALTER TABLE public.events REPLICA IDENTITY FULL;",
 			"ALTER TABLE public.keyed REPLICA IDENTITY USING INDEX keyed_id;",
+			"ALTER TABLE public.quiet REPLICA IDENTITY DEFAULT;",
 		} {
 			if !strings.Contains(action, want) {
 				t.Errorf("action lacks %q:\n%s", want, action)
@@ -218,14 +226,36 @@ func TestFixtures(t *testing.T) {
 		if strings.Contains(action, "public.ok") {
 			t.Errorf("table with a primary key listed: %s", action)
 		}
+		// Replica identity in words, in JSON and text alike.
+		idents := map[string]string{}
+		for _, tb := range js.report["tables"].([]any) {
+			m := tb.(map[string]any)
+			idents[m["name"].(string)] = m["replica_identity"].(string)
+		}
+		if want := map[string]string{"events": "default", "keyed": "default", "ok": "default", "quiet": "nothing"}; !reflect.DeepEqual(idents, want) {
+			t.Errorf("replica_identity = %v, want %v", idents, want)
+		}
+		if !strings.Contains(text.stdout, "NO replica identity (nothing)") || regexp.MustCompile(`identity '?[dfin]'`).MatchString(text.stdout) {
+			t.Errorf("replica identity not in words:\n%s", text.stdout)
+		}
 		golden(t, "no_primary_key", text.stdout)
 	})
 	t.Run("toast", func(t *testing.T) {
 		text, js := checkBoth(t, c.URL("toast"))
 		expect(t, js, 0, "A", "unchanged_toast", "replica_identity_full")
-		objs := fmt.Sprint(findings(js.report)["unchanged_toast"]["objects"])
-		if !strings.Contains(objs, "public.docs (title, body, meta)") || strings.Contains(objs, "blobs") {
-			t.Errorf("unchanged_toast objects = %s", objs)
+		note := findings(js.report)["unchanged_toast"]
+		objs := fmt.Sprint(note["objects"])
+		if objs != "[public.docs (body, meta, summary, note)]" {
+			t.Errorf("unchanged_toast objects = %s, want only the columns that can exceed the TOAST threshold", objs)
+		}
+		if d := note["detail"].(string); !strings.Contains(d, "TOAST threshold (2032 bytes on this server)") || !strings.Contains(d, "Left out: numeric") {
+			t.Errorf("the note does not explain its rule: %s", d)
+		}
+		for _, tb := range js.report["tables"].([]any) {
+			m := tb.(map[string]any)
+			if m["name"] == "docs" && fmt.Sprint(m["toast_columns"]) != "[body meta summary note]" {
+				t.Errorf("tables[docs].toast_columns = %v", m["toast_columns"])
+			}
 		}
 		golden(t, "toast", text.stdout)
 	})
@@ -472,6 +502,13 @@ func TestStalledSlot(t *testing.T) {
 		if r, _ := wal["retained_bytes"].(float64); r < 1<<20 {
 			t.Errorf("retained_bytes = %v, want > 1 MiB", wal["retained_bytes"])
 		}
+		// A fresh server has no long-run WAL rate, so the advice rests on the
+		// 4 GB floor whatever the writer did during the sample.
+		adv, _ := wal["suggested_max_slot_wal_keep_size"].(map[string]any)
+		if adv["value"] != "4GB" || !strings.Contains(f["action"].(string), "max_slot_wal_keep_size = '4GB';") ||
+			!strings.Contains(fmt.Sprint(adv["derivation"]), "max(floor 4.0 GB, 2 × max_wal_size 1.0 GB = 2.0 GB") {
+			t.Errorf("suggested cap %v", adv)
+		}
 		golden(t, "stalled_slot", text.stdout)
 	})
 	t.Run("capped", func(t *testing.T) {
@@ -485,6 +522,13 @@ func TestStalledSlot(t *testing.T) {
 		}
 		if !strings.Contains(findings(js.report)["slot_inactive"]["title"].(string), "invalidated in ~") {
 			t.Errorf("slot_inactive title lacks hours: %v", findings(js.report)["slot_inactive"]["title"])
+		}
+		if low, ok := findings(js.report)["wal_headroom_low"]; ok {
+			adv, _ := wal["suggested_max_slot_wal_keep_size"].(map[string]any)
+			if !strings.Contains(low["action"].(string), fmt.Sprintf("max_slot_wal_keep_size = '%s';", adv["value"])) ||
+				!strings.Contains(fmt.Sprint(adv["derivation"]), "2 × current max_slot_wal_keep_size 256 MB = 512 MB") {
+				t.Errorf("headroom advice %v\naction: %s", adv, low["action"])
+			}
 		}
 		golden(t, "stalled_slot_capped", text.stdout)
 	})

@@ -50,6 +50,9 @@ type inspector struct {
 	pluginValue  *string // output_plugin_libraries; nil when the build lacks it
 	pluginHidden bool    // the role may not read it
 	walSenders   int     // rows in pg_stat_replication
+
+	charBytes      int64 // longest character of the database encoding, in bytes
+	toastThreshold int64 // TOAST_TUPLE_THRESHOLD for this server's block size
 }
 
 // Inspect grades the source behind q. It returns an error only when the

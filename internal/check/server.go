@@ -54,7 +54,7 @@ var watchedSettings = []string{
 	"wal_sender_timeout", "wal_keep_size", "idle_replication_slot_timeout",
 	"sync_replication_slots", "synchronized_standby_slots", "hot_standby_feedback",
 	"logical_decoding_work_mem", "output_plugin_libraries", "shared_preload_libraries",
-	"block_size", "wal_segment_size", "max_worker_processes",
+	"block_size", "wal_segment_size", "max_worker_processes", "max_wal_size",
 }
 
 // providerPrefixes map setting prefixes to providers. Only settings the

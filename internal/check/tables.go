@@ -30,9 +30,21 @@ type Table struct {
 
 func (t Table) qualified() string { return qualified(t.Schema, t.Name) }
 
+// hasIdentity reports whether UPDATE and DELETE can name the row.
+func (t Table) hasIdentity() bool {
+	for _, p := range t.Problems {
+		if p == "no_replica_identity" {
+			return false
+		}
+	}
+	return true
+}
+
 // tableQuery reads every user table without locking any: sizes are the
 // planner's estimates (relpages), not pg_relation_size, which would take an
-// AccessShareLock per table and could queue behind a running ALTER.
+// AccessShareLock per table and could queue behind a running ALTER. The
+// lateral subquery lists the columns that rules 1 and 2 of toast.go allow,
+// with base type and typmod for rule 3.
 const tableQuery = `
 SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relpersistence::text, c.relreplident::text,
   EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
@@ -45,14 +57,17 @@ SELECT n.nspname::text, c.relname::text, c.relkind::text, c.relpersistence::text
     ORDER BY ci.relname LIMIT 1), ''),
   ((greatest(c.relpages, 0)::bigint + coalesce(greatest(t.relpages, 0), 0)) * current_setting('block_size')::bigint),
   c.reltuples::float8,
-  coalesce((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
-    WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attlen = -1
-      AND a.attstorage IN ('x', 'e', 'm')), '{}'),
+  coalesce(v.names, '{}'), coalesce(v.types, '{}'), coalesce(v.mods, '{}'),
   has_table_privilege(c.oid, 'SELECT'),
   (SELECT count(*) FROM pg_catalog.pg_inherits h WHERE h.inhparent = c.oid)::int
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_catalog.pg_class t ON t.oid = c.reltoastrelid
+LEFT JOIN LATERAL (SELECT array_agg(a.attname::text ORDER BY a.attnum) AS names,
+    array_agg((CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE ty.oid END)::int8 ORDER BY a.attnum) AS types,
+    array_agg(CASE WHEN ty.typtype = 'd' AND a.atttypmod < 0 THEN ty.typtypmod ELSE a.atttypmod END ORDER BY a.attnum) AS mods
+  FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attlen = -1 AND a.attstorage <> 'p') v ON true
 WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'
   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
   AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
@@ -63,10 +78,29 @@ LIMIT $1`
 
 var identityNames = map[string]string{"d": "default", "f": "full", "i": "index", "n": "nothing"}
 
+// ReplicaIdentityName is the word for a pg_class.relreplident code
+// ("d" → "default", "f" → "full", "i" → "index", "n" → "nothing"), so
+// output never shows the catalog letter.
+func ReplicaIdentityName(code string) string {
+	if n, ok := identityNames[code]; ok {
+		return n
+	}
+	return "unknown (" + code + ")"
+}
+
 // maxActionLines bounds a grouped action; JSON's tables[] has the rest.
 const maxActionLines = 20
 
 func (in *inspector) tables() error {
+	// The longest character of the database encoding bounds varchar(n).
+	if err := in.q.QueryRow(in.ctx, `SELECT pg_encoding_max_length(encoding) FROM pg_catalog.pg_database
+		WHERE datname = current_database()`).Scan(&in.charBytes); err != nil {
+		return &QueryError{What: "database encoding", Err: err}
+	}
+	in.toastThreshold = toastThreshold(8192)
+	if bs, ok := in.intSetting("block_size"); ok {
+		in.toastThreshold = toastThreshold(int64(bs))
+	}
 	rows, err := in.q.Query(in.ctx, tableQuery, in.opts.MaxTables+1)
 	if err != nil {
 		return &QueryError{What: "pg_class (tables)", Err: err}
@@ -77,8 +111,18 @@ func (in *inspector) tables() error {
 		var hasRIIndex bool
 		var estBytes int64
 		var estRows float64
+		var colNames []string
+		var colTypes []int64
+		var colMods []int32
 		err := row.Scan(&t.Schema, &t.Name, &kind, &persistence, &ident, &t.PrimaryKey, &hasRIIndex,
-			&t.CandidateIndex, &estBytes, &estRows, &t.ToastColumns, &t.Readable, &t.Partitions)
+			&t.CandidateIndex, &estBytes, &estRows, &colNames, &colTypes, &colMods, &t.Readable, &t.Partitions)
+		t.ToastColumns = []string{}
+		for i, name := range colNames {
+			if i < len(colTypes) && i < len(colMods) &&
+				mayToast(toastColumn{name: name, typ: colTypes[i], typmod: colMods[i]}, in.toastThreshold, in.charBytes) {
+				t.ToastColumns = append(t.ToastColumns, name)
+			}
+		}
 		if estRows >= 0 {
 			rows := int64(estRows)
 			t.EstimatedBytes, t.EstimatedRows = &estBytes, &rows
@@ -91,7 +135,7 @@ func (in *inspector) tables() error {
 			t.Kind = "partitioned"
 		}
 		t.Unlogged = persistence == "u"
-		t.ReplicaIdentity = identityNames[ident]
+		t.ReplicaIdentity = ReplicaIdentityName(ident)
 		identityOK := (ident == "d" && t.PrimaryKey) || (ident == "i" && hasRIIndex) || ident == "f"
 		t.Problems = []string{}
 		if !identityOK {
@@ -104,9 +148,6 @@ func (in *inspector) tables() error {
 			t.Problems = append(t.Problems, "not_readable")
 		}
 		t.Ready = len(t.Problems) == 0
-		if t.ToastColumns == nil {
-			t.ToastColumns = []string{}
-		}
 		return t, err
 	})
 	if err != nil {
@@ -175,14 +216,8 @@ func (in *inspector) tableRules(pubLine string) {
 		if t.Ready {
 			ready++
 		}
-		ok := true
-		for _, p := range t.Problems {
-			if p == "no_replica_identity" {
-				ok = false
-			}
-		}
 		switch {
-		case !ok:
+		case !t.hasIdentity():
 			noIdentity = append(noIdentity, t)
 		case t.ReplicaIdentity == "full" && (t.PrimaryKey || t.CandidateIndex != ""):
 			fullWithPK = append(fullWithPK, t)
@@ -230,7 +265,9 @@ func (in *inspector) tableRules(pubLine string) {
 	if len(noIdentity) > 0 {
 		var acts []string
 		for _, t := range noIdentity {
-			if t.CandidateIndex != "" {
+			if t.PrimaryKey { // REPLICA IDENTITY NOTHING, or INDEX on a dropped index
+				acts = append(acts, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY DEFAULT;   -- the primary key identifies the row", t.qualified()))
+			} else if t.CandidateIndex != "" {
 				acts = append(acts, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY USING INDEX %s;", t.qualified(), quoteIdent(t.CandidateIndex)))
 			} else {
 				acts = append(acts, fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY FULL;   -- better: add a primary key", t.qualified()))
@@ -272,7 +309,8 @@ func (in *inspector) tableRules(pubLine string) {
 		in.r.add(Finding{Severity: Info, Code: "unchanged_toast", Section: SectionCapture,
 			Title: fmt.Sprintf("%s TOAST-able columns under the default replica identity", count(len(toast), "table has", "tables have")),
 			Detail: "An UPDATE that does not touch a large out-of-line value sends it as \"unchanged\", not its content. " +
-				"Trellara carries an explicit unchanged-TOAST marker and never writes it as NULL; tools that lack one silently null these columns.",
+				"Trellara carries an explicit unchanged-TOAST marker and never writes it as NULL; tools that lack one silently null these columns. " +
+				toastRule(in.toastThreshold, in.charBytes),
 			Objects: objs})
 	}
 	if len(unlogged) > 0 {
@@ -311,12 +349,14 @@ func describeTable(t Table) string {
 	switch {
 	case t.PrimaryKey && t.ReplicaIdentity == "default":
 		parts = append(parts, "primary key")
+	case t.hasIdentity():
+		parts = append(parts, "replica identity "+t.ReplicaIdentity)
+	case t.ReplicaIdentity == "default":
+		parts = append(parts, "NO replica identity (default, and no primary key)")
 	case t.ReplicaIdentity == "index":
-		parts = append(parts, "identity index")
-	case t.ReplicaIdentity == "full":
-		parts = append(parts, "replica identity full")
+		parts = append(parts, "NO replica identity (index, but the index is gone)")
 	default:
-		parts = append(parts, "NO replica identity")
+		parts = append(parts, "NO replica identity ("+t.ReplicaIdentity+")")
 	}
 	if t.Kind == "partitioned" {
 		parts = append(parts, plural(t.Partitions, "partition"))

@@ -15,6 +15,7 @@ type WAL struct {
 	SampleSeconds     float64  `json:"sample_seconds"`
 	SampledBytesPerS  *float64 `json:"sampled_bytes_per_second"`
 	AverageBytesPerS  *float64 `json:"average_bytes_per_second"` // pg_stat_wal since stats_reset (14+)
+	AverageSeconds    *float64 `json:"average_window_seconds"`   // how long that average covers
 	RateBytesPerS     float64  `json:"rate_bytes_per_second"`    // the higher of the two
 	RateBasis         string   `json:"rate_basis"`               // sampled | average | none
 	MaxSlotKeepBytes  *int64   `json:"max_slot_wal_keep_size_bytes"`
@@ -23,6 +24,10 @@ type WAL struct {
 	HeadroomHours     *float64 `json:"headroom_hours"` // headroom at the current rate
 	HoursPerFreeGiB   *float64 `json:"hours_per_free_gib"`
 	WALDirectoryBytes *int64   `json:"wal_directory_bytes"` // pg_ls_waldir (pg_monitor)
+	MaxWALSizeBytes   *int64   `json:"max_wal_size_bytes"`
+	// SuggestedKeepSize is the max_slot_wal_keep_size a finding suggests,
+	// with its derivation; nil when no finding suggests one.
+	SuggestedKeepSize *KeepSizeAdvice `json:"suggested_max_slot_wal_keep_size"`
 }
 
 // currentLSNQuery reads the newest WAL position this server knows. A standby
@@ -94,7 +99,7 @@ func (in *inspector) walSampleEnd(elapsed time.Duration) error {
 		}
 		if bytes != nil && seconds != nil && *seconds > 0 {
 			avg := *bytes / *seconds
-			w.AverageBytesPerS = &avg
+			w.AverageBytesPerS, w.AverageSeconds = &avg, seconds
 		}
 	}
 	w.RateBasis = "none"
@@ -123,13 +128,6 @@ func hoursText(h float64) string {
 
 func secs(s int64) time.Duration { return time.Duration(s) * time.Second }
 
-// capSize suggests a max_slot_wal_keep_size: two days of WAL at the current
-// rate, at least twice what any slot holds now, at least 4 GB.
-func capSize(rate float64, retained int64) string {
-	want := math.Max(rate*48*3600, math.Max(float64(2*retained), 4<<30))
-	return fmt.Sprintf("'%dGB'", int64(math.Ceil(want/(1<<30))))
-}
-
 // walRules grades WAL headroom and then the slots, which need the rate.
 func (in *inspector) walRules() {
 	w := &in.r.WAL
@@ -156,9 +154,21 @@ func (in *inspector) walRules() {
 			w.RetainedBytes = *s.RetainedBytes
 		}
 	}
-	suggested := capSize(rate, w.RetainedBytes)
-	capAction := in.setAction("max_slot_wal_keep_size", suggested) +
-		"\n-- keep it below the free space of the pg_wal filesystem; a slot past it is invalidated instead of filling the disk"
+	if s, ok := in.setting("max_wal_size"); ok {
+		if v, ok := settingBytes(s.Setting, s.Unit); ok {
+			w.MaxWALSizeBytes = &v
+		}
+	}
+	advise := func(currentCap int64) (*KeepSizeAdvice, string) {
+		a := adviseKeepSize(keepSizeInputs{
+			MaxWALSize: w.MaxWALSizeBytes, Retained: w.RetainedBytes,
+			LongRunRate: w.AverageBytesPerS, LongRunSeconds: w.AverageSeconds, CurrentCap: currentCap,
+		})
+		return &a, in.setAction("max_slot_wal_keep_size", "'"+a.Value+"'") +
+			"\n-- " + a.Value + " = " + a.Derivation +
+			"\n-- keep it below the free space of the pg_wal filesystem; a slot past it is invalidated instead of filling the disk"
+	}
+	advice, capAction := advise(0)
 	if rate > 0 {
 		h := float64(1<<30) / rate / 3600
 		w.HoursPerFreeGiB = &h
@@ -192,6 +202,7 @@ func (in *inspector) walRules() {
 				sec.Summary += fmt.Sprintf(" · each GB of free disk lasts ~%s at current rate", hoursText(*w.HoursPerFreeGiB))
 			}
 		}
+		w.SuggestedKeepSize = advice
 		in.r.add(Finding{Severity: Notice, Code: "slot_wal_unbounded", Section: SectionWAL,
 			Title:  "max_slot_wal_keep_size = -1: a stalled consumer can fill the source disk",
 			Detail: "With no cap, PostgreSQL keeps WAL for a slot whose consumer stopped until pg_wal's disk is full, and then the primary stops. With a cap the slot is invalidated instead and only that consumer needs a re-seed.",
@@ -222,11 +233,16 @@ func (in *inspector) walRules() {
 			if hours < 6 {
 				sev = High
 			}
+			var act string
+			w.SuggestedKeepSize, act = advise(maxKeep)
 			in.r.add(Finding{Severity: sev, Code: "wal_headroom_low", Section: SectionWAL,
 				Title:  fmt.Sprintf("WAL headroom ~%s: the slowest slot is invalidated after %s more WAL", hoursText(hours), fmtBytes(head)),
 				Detail: "A consumer that cannot catch up within that time loses its slot and must be re-seeded.",
-				Action: in.setAction("max_slot_wal_keep_size", capSize(rate, w.RetainedBytes+maxKeep)) + "\n-- or let the lagging consumer catch up first"})
+				Action: act + "\n-- or let the lagging consumer catch up first"})
 		}
+	}
+	if a := w.SuggestedKeepSize; a != nil {
+		sec.Lines = append(sec.Lines, "suggested max_slot_wal_keep_size '"+a.Value+"' = "+a.Derivation)
 	}
 	in.slotRules(rate, maxKeep, capAction)
 }
