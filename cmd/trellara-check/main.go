@@ -7,15 +7,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/trellara/trellara/internal/check"
+	trellara "github.com/trellara/trellara/internal/cli"
 )
 
 // Exit codes, part of the documented interface.
@@ -32,17 +35,14 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage: trellara-check [POSTGRES_URL] [flags]
-
-Grades a PostgreSQL source for change data capture. Read-only: it creates no
+// description is the help text below the usage line.
+const description = `Grades a PostgreSQL source for change data capture. Read-only: it creates no
 publication, slot, checkpoint or table. Without POSTGRES_URL the libpq
 environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...)
-is used.
+is used. POSTGRES_URL may come before, between or after the flags.
 
-Exit codes: 0 grade A/B · 1 grade C/D/F or config refused · 2 could not connect or inspect.
-
-flags:
-`
+Exit codes: 0 grade A/B · 1 grade C/D/F or config refused · 2 could not connect
+or inspect, or bad usage. docs/CLI.md ("trellara-check") has the JSON schema.`
 
 type flags struct {
 	format           string
@@ -52,56 +52,121 @@ type flags struct {
 	sampleSeconds    float64
 }
 
-// parseArgs accepts the URL before, between or after flags.
-func parseArgs(args []string, stderr io.Writer) (flags, string, error) {
-	var f flags
-	fs := flag.NewFlagSet("trellara-check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.format, "format", "text", "output format: text or json")
-	fs.StringVar(&f.writeConfig, "write-config", "", "write a starting config to this path (refused while critical blockers exist)")
-	fs.DurationVar(&f.connectTimeout, "connect-timeout", 10*time.Second, "give up connecting after this long")
-	fs.DurationVar(&f.statementTimeout, "statement-timeout", 5*time.Second, "server-side limit for each statement")
-	fs.Float64Var(&f.sampleSeconds, "sample-seconds", 1, "how long to sample the WAL generation rate")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
+// app is the command line, on the same library and conventions as trellara
+// (double-dash flags, help on stdout, --version). action receives the parsed
+// flags; it is not called for --help and --version.
+func app(stdout, stderr io.Writer, action cli.ActionFunc) *cli.App {
+	return &cli.App{
+		Name:            "trellara-check",
+		Usage:           "grade a PostgreSQL source for change data capture (read-only)",
+		UsageText:       "trellara-check [POSTGRES_URL] [--format text|json] [--write-config PATH]\n               [--connect-timeout 10s] [--statement-timeout 5s] [--sample-seconds 1]",
+		Description:     description,
+		Version:         trellara.VersionString(),
+		HideHelpCommand: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "output format: text or json"},
+			&cli.StringFlag{Name: "write-config", Usage: "write a starting config to `PATH` (refused while critical blockers exist; never overwrites)"},
+			&cli.DurationFlag{Name: "connect-timeout", Value: 10 * time.Second, Usage: "give up connecting after this long"},
+			&cli.DurationFlag{Name: "statement-timeout", Value: 5 * time.Second, Usage: "server-side limit for each statement"},
+			&cli.Float64Flag{Name: "sample-seconds", Value: 1, Usage: "how long to sample the WAL generation rate, in seconds (0 < s <= 600)"},
+		},
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// A usage error is reported once, on stderr, by run; urfave would
+		// print it on stdout followed by the whole help.
+		OnUsageError:   func(_ *cli.Context, err error, _ bool) error { return err },
+		ExitErrHandler: func(*cli.Context, error) {}, // run decides the exit code
+		Action:         action,
 	}
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return f, "", err
+}
+
+// parseArgs reads the command line. done is true when --help or --version
+// has already answered.
+func parseArgs(args []string, stdout, stderr io.Writer) (f flags, url string, done bool, err error) {
+	parsed := false
+	a := app(stdout, stderr, func(c *cli.Context) error {
+		parsed = true
+		f = flags{
+			format:           c.String("format"),
+			writeConfig:      c.String("write-config"),
+			connectTimeout:   c.Duration("connect-timeout"),
+			statementTimeout: c.Duration("statement-timeout"),
+			sampleSeconds:    c.Float64("sample-seconds"),
 		}
-		if fs.NArg() == 0 {
-			break
+		positional := c.Args().Slice()
+		if len(positional) > 1 {
+			return fmt.Errorf("expected at most one POSTGRES_URL, got %d arguments", len(positional))
 		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+		if len(positional) == 1 {
+			url = positional[0]
+		}
+		if f.format != "text" && f.format != "json" {
+			return fmt.Errorf("--format must be text or json, not %q", f.format)
+		}
+		if f.sampleSeconds <= 0 || f.sampleSeconds > 600 {
+			return fmt.Errorf("--sample-seconds must be in (0, 600], not %g", f.sampleSeconds)
+		}
+		return nil
+	})
+	if err := a.Run(append([]string{a.Name}, interspersed(a.Flags, args)...)); err != nil {
+		return f, "", false, err
 	}
-	if len(positional) > 1 {
-		return f, "", fmt.Errorf("expected at most one POSTGRES_URL, got %d arguments", len(positional))
+	return f, url, !parsed, nil
+}
+
+// interspersed moves positional arguments after the flags (behind "--"), so
+// POSTGRES_URL may stand anywhere: Go's flag package, under urfave/cli,
+// stops at the first positional argument.
+func interspersed(defs []cli.Flag, args []string) []string {
+	takesValue := map[string]bool{}
+	for _, d := range defs {
+		tv, ok := d.(interface{ TakesValue() bool })
+		for _, n := range d.Names() {
+			takesValue[n] = ok && tv.TakesValue()
+		}
 	}
-	if f.format != "text" && f.format != "json" {
-		return f, "", fmt.Errorf("--format must be text or json, not %q", f.format)
+	var flagArgs, positional []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			positional = append(positional, args[i+1:]...)
+			i = len(args)
+		case len(a) > 1 && a[0] == '-':
+			flagArgs = append(flagArgs, a)
+			name := strings.TrimLeft(a, "-")
+			if !strings.Contains(name, "=") && takesValue[name] && i+1 < len(args) {
+				i++
+				flagArgs = append(flagArgs, args[i])
+			}
+		default:
+			positional = append(positional, a)
+		}
 	}
-	if f.sampleSeconds <= 0 || f.sampleSeconds > 600 {
-		return f, "", fmt.Errorf("--sample-seconds must be in (0, 600], not %g", f.sampleSeconds)
+	if len(positional) == 0 {
+		return flagArgs
 	}
-	url := ""
-	if len(positional) == 1 {
-		url = positional[0]
+	return append(append(flagArgs, "--"), positional...)
+}
+
+// redactArgs scrubs every password found in any argument: a usage error may
+// quote the URL, wherever it stood.
+func redactArgs(args []string, err error) error {
+	for _, a := range args {
+		err = check.NewRedactor(a).Wrap(err)
 	}
-	return f, url, nil
+	return err
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	f, url, err := parseArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitPass
-	}
+	f, url, done, err := parseArgs(args, stdout, stderr)
 	if err != nil {
 		// The URL may be among the arguments; never echo it.
-		fmt.Fprintf(stderr, "trellara-check: %v\n", check.NewRedactor(url).Wrap(err))
+		fmt.Fprintf(stderr, "trellara-check: %v (see trellara-check --help)\n", redactArgs(args, err))
 		return exitProblem
+	}
+	if done {
+		return exitPass
 	}
 	fail := func(err error) int {
 		msg := err.Error()
@@ -127,11 +192,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer sess.Close(context.Background())
 
-	rep, err := check.Inspect(ctx, sess.Conn, check.Options{SampleWindow: sample})
+	rep, err := sess.Inspect(ctx, check.Options{SampleWindow: sample})
 	if err != nil {
-		return fail(sess.Redact(fmt.Errorf("inspect %s: %w", sess.Target, err)))
+		return fail(err)
 	}
-	rep.Target = sess.Target
 
 	if f.format == "json" {
 		err = rep.RenderJSON(stdout)

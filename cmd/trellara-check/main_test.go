@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	trellara "github.com/trellara/trellara/internal/cli"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -553,23 +556,81 @@ func TestParseArgs(t *testing.T) {
 		args    []string
 		url     string
 		format  string
-		wantErr bool
+		sample  float64
+		wantErr string
 	}{
-		{[]string{"postgres://h/db", "--format", "json"}, "postgres://h/db", "json", false},
-		{[]string{"--format=json", "postgres://h/db"}, "postgres://h/db", "json", false},
-		{[]string{"--format", "text"}, "", "text", false},
-		{[]string{"a", "b"}, "", "", true},
-		{[]string{"--format", "xml"}, "", "", true},
-		{[]string{"--sample-seconds", "0"}, "", "", true},
+		{args: []string{"postgres://h/db", "--format", "json"}, url: "postgres://h/db", format: "json", sample: 1},
+		{args: []string{"--format=json", "postgres://h/db"}, url: "postgres://h/db", format: "json", sample: 1},
+		{args: []string{"--format", "json", "postgres://h/db", "--sample-seconds", "2.5"}, url: "postgres://h/db", format: "json", sample: 2.5},
+		{args: []string{"--sample-seconds=3", "--", "host=h dbname=d"}, url: "host=h dbname=d", format: "text", sample: 3},
+		{args: []string{"-format", "json"}, format: "json", sample: 1}, // single dash still accepted
+		{args: []string{"--format", "text"}, format: "text", sample: 1},
+		{args: []string{"a", "b"}, wantErr: "at most one POSTGRES_URL"},
+		{args: []string{"--format", "xml"}, wantErr: "--format must be text or json"},
+		{args: []string{"--sample-seconds", "0"}, wantErr: "--sample-seconds must be in"},
+		{args: []string{"--no-such-flag"}, wantErr: "not defined"},
 	} {
-		f, url, err := parseArgs(tc.args, &bytes.Buffer{})
-		if (err != nil) != tc.wantErr {
-			t.Errorf("%v: err %v", tc.args, err)
+		var out, errb bytes.Buffer
+		f, url, done, err := parseArgs(tc.args, &out, &errb)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: err %v, want %q", tc.args, err, tc.wantErr)
+			}
+			if out.Len() != 0 {
+				t.Errorf("%v: a usage error wrote to stdout: %q", tc.args, out.String())
+			}
 			continue
 		}
-		if err == nil && (url != tc.url || f.format != tc.format) {
-			t.Errorf("%v: url %q format %q", tc.args, url, f.format)
+		if err != nil || done {
+			t.Errorf("%v: err %v done %v", tc.args, err, done)
+			continue
 		}
+		if url != tc.url || f.format != tc.format || f.sampleSeconds != tc.sample {
+			t.Errorf("%v: url %q format %q sample %g", tc.args, url, f.format, f.sampleSeconds)
+		}
+		if f.connectTimeout != 10*time.Second || f.statementTimeout != 5*time.Second {
+			t.Errorf("%v: timeouts %s %s", tc.args, f.connectTimeout, f.statementTimeout)
+		}
+	}
+}
+
+// TestHelpOnStdout: --help and -h print the help on stdout and exit 0,
+// listing every flag with two dashes.
+func TestHelpOnStdout(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		r := runCheck(t, arg)
+		if r.code != 0 || r.stderr != "" {
+			t.Errorf("%s: exit %d, stderr %q", arg, r.code, r.stderr)
+		}
+		for _, want := range []string{"USAGE:", "trellara-check [POSTGRES_URL]", "--format", "--write-config PATH",
+			"--connect-timeout", "--statement-timeout", "--sample-seconds", "--version", "Exit codes: 0 grade A/B"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("%s: help on stdout lacks %q:\n%s", arg, want, r.stdout)
+			}
+		}
+	}
+}
+
+// TestVersion: --version prints the version string trellara prints, from
+// the variables the build stamps into internal/cli.
+func TestVersion(t *testing.T) {
+	saved := trellara.Version
+	defer func() { trellara.Version = saved }()
+	trellara.Version = "9.8.7-stamped"
+	for _, arg := range []string{"--version", "-v"} {
+		r := runCheck(t, arg)
+		want := "trellara-check version " + trellara.VersionString() + "\n"
+		if r.code != 0 || r.stdout != want || r.stderr != "" {
+			t.Errorf("%s: exit %d, stdout %q (want %q), stderr %q", arg, r.code, r.stdout, want, r.stderr)
+		}
+		if !strings.Contains(r.stdout, "9.8.7-stamped") {
+			t.Errorf("%s: the stamped version is not printed: %q", arg, r.stdout)
+		}
+	}
+	var tr bytes.Buffer
+	trellara.Main([]string{"trellara", "--version"}, &tr, io.Discard)
+	if got, _ := strings.CutPrefix(tr.String(), "trellara version "); got != strings.TrimPrefix(runCheck(t, "--version").stdout, "trellara-check version ") {
+		t.Errorf("trellara and trellara-check disagree: %q vs %q", tr.String(), runCheck(t, "--version").stdout)
 	}
 }
 

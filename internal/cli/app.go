@@ -36,7 +36,7 @@ func App() *cli.App {
 	app := &cli.App{
 		Name:    "trellara",
 		Usage:   "verified change-data infrastructure for PostgreSQL",
-		Version: versionString(),
+		Version: VersionString(),
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
 			"Operator and evidence tooling (chaos, semantics, schema, repair-plan, reseed, stream,\n" +
@@ -87,7 +87,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return ExitError
 }
 
-func versionString() string {
+// VersionString is what --version prints after the program name, for every
+// Trellara binary (trellara, trellara-full, trellara-check).
+func VersionString() string {
 	return fmt.Sprintf("%s (commit %s, %s edition)", Version, commit(), Edition)
 }
 
