@@ -6,7 +6,7 @@ STATICCHECK ?= $(GOBIN_DIR)/staticcheck
 PROTOC_GEN_GO ?= $(GOBIN_DIR)/protoc-gen-go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
-LDFLAGS := -s -w -X github.com/trellara/trellara/internal/cli.Version=$(VERSION) -X github.com/trellara/trellara/internal/cli.Commit=$(COMMIT)
+LDFLAGS := -s -w -X github.com/trellara/trellara/internal/buildinfo.Version=$(VERSION) -X github.com/trellara/trellara/internal/buildinfo.Commit=$(COMMIT)
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 

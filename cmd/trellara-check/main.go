@@ -17,8 +17,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/check"
-	trellara "github.com/trellara/trellara/internal/cli"
 )
 
 // Exit codes, part of the documented interface.
@@ -61,7 +61,7 @@ func app(stdout, stderr io.Writer, action cli.ActionFunc) *cli.App {
 		Usage:           "grade a PostgreSQL source for change data capture (read-only)",
 		UsageText:       "trellara-check [POSTGRES_URL] [--format text|json] [--write-config PATH]\n               [--connect-timeout 10s] [--statement-timeout 5s] [--sample-seconds 1]",
 		Description:     description,
-		Version:         trellara.VersionString(),
+		Version:         buildinfo.String(),
 		HideHelpCommand: true,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output format: text or json"},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/internal/buildinfo"
 	trellara "github.com/trellara/trellara/internal/cli"
 	"github.com/trellara/trellara/internal/pgtest"
 )
@@ -612,14 +613,14 @@ func TestHelpOnStdout(t *testing.T) {
 }
 
 // TestVersion: --version prints the version string trellara prints, from
-// the variables the build stamps into internal/cli.
+// the variables the build stamps into internal/buildinfo.
 func TestVersion(t *testing.T) {
-	saved := trellara.Version
-	defer func() { trellara.Version = saved }()
-	trellara.Version = "9.8.7-stamped"
+	saved := buildinfo.Version
+	defer func() { buildinfo.Version = saved }()
+	buildinfo.Version = "9.8.7-stamped"
 	for _, arg := range []string{"--version", "-v"} {
 		r := runCheck(t, arg)
-		want := "trellara-check version " + trellara.VersionString() + "\n"
+		want := "trellara-check version " + buildinfo.String() + "\n"
 		if r.code != 0 || r.stdout != want || r.stderr != "" {
 			t.Errorf("%s: exit %d, stdout %q (want %q), stderr %q", arg, r.code, r.stdout, want, r.stderr)
 		}

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/obs"
 )
 
@@ -21,15 +21,6 @@ const (
 	ExitFindings = 1 // DIVERGED; grade C/D/F; validation failed
 	ExitError    = 2 // could not run: bad input, unreachable server, not implemented
 )
-
-// Version and Commit are stamped at link time (-ldflags -X).
-var (
-	Version = "dev"
-	Commit  = ""
-)
-
-// Edition names the build: "default" or "full" (Kafka + Iceberg).
-var Edition = "default"
 
 // App returns the trellara command tree.
 func App() *cli.App {
@@ -87,31 +78,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return ExitError
 }
 
-// VersionString is what --version prints after the program name, for every
-// Trellara binary (trellara, trellara-full, trellara-check).
-func VersionString() string {
-	return fmt.Sprintf("%s (commit %s, %s edition)", Version, commit(), Edition)
-}
-
-// commit is the stamped commit, else the one the Go toolchain recorded,
-// else "unknown".
-func commit() string {
-	if Commit != "" {
-		return Commit
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				return s.Value[:12]
-			}
-		}
-	}
-	return "unknown"
-}
+// VersionString is what --version prints after the program name.
+func VersionString() string { return buildinfo.String() }
 
 // build identifies this binary for logs and trellara_build_info.
 func build() obs.Build {
-	return obs.Build{Version: Version, Commit: commit(), GoVersion: runtime.Version()}
+	return obs.Build{Version: buildinfo.Version, Commit: buildinfo.CommitID(), GoVersion: runtime.Version()}
 }
 
 // notImplemented is a command whose feature has not landed: it says so and

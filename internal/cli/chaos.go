@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"fmt"
+	"github.com/trellara/trellara/internal/buildinfo"
 	"os"
 	"time"
 
@@ -203,7 +204,7 @@ func chaosReport(c *cli.Context) error {
 		host = "unknown host (" + err.Error() + ")"
 	}
 	var buf bytes.Buffer
-	if err := sim.WriteHTML(&buf, rep, sim.RunInfo{Version: Version, Generated: time.Now(), Host: host, Elapsed: elapsed}); err != nil {
+	if err := sim.WriteHTML(&buf, rep, sim.RunInfo{Version: buildinfo.Version, Generated: time.Now(), Host: host, Elapsed: elapsed}); err != nil {
 		return failure(err)
 	}
 	out := c.String("output")

@@ -1,5 +1,5 @@
 //go:build full
 
-package cli
+package buildinfo
 
 func init() { Edition = "full" }

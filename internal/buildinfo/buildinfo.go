@@ -1,0 +1,40 @@
+// Package buildinfo identifies a Trellara binary: its version, commit and
+// edition. The Makefile stamps Version and Commit at link time; every binary
+// (trellara, trellara-full, trellara-check) prints the same string through
+// String, and the small grader links nothing heavier than this package.
+package buildinfo
+
+import (
+	"fmt"
+	"runtime/debug"
+)
+
+// Version and Commit are stamped at link time (-ldflags -X).
+var (
+	Version = "dev"
+	Commit  = ""
+)
+
+// Edition names the build: "default" or "full" (set by the full build tag).
+var Edition = "default"
+
+// String is what --version prints after the program name.
+func String() string {
+	return fmt.Sprintf("%s (commit %s, %s edition)", Version, CommitID(), Edition)
+}
+
+// CommitID is the stamped commit, else the one the Go toolchain recorded,
+// else "unknown".
+func CommitID() string {
+	if Commit != "" {
+		return Commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return s.Value[:12]
+			}
+		}
+	}
+	return "unknown"
+}
