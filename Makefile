@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/trellara/trellara/internal/buildinfo.Version=$(VE
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo bench fuzz clean
+.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo bench fuzz fuzz-short clean
 
 all: build
 
@@ -25,6 +25,7 @@ build:
 # from a skip into a failure.
 test: lint generate-check build ext-test
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(MAKE) --no-print-directory fuzz-short
 
 # The native extension: -Wall -Werror build, PGXS regression suite and the
 # live background-worker test on PostgreSQL 15 (installs into that server's
@@ -69,6 +70,22 @@ bench: build
 
 fuzz:
 	$(GO) test ./envelope -run='^$$' -fuzz=FuzzDecode -fuzztime=60s
+
+# fuzz-short: every Fuzz target in the repository (found, not listed), each
+# for FUZZTIME. go test -fuzz takes one package and one target at a time.
+# A failing input is written to the package's testdata/fuzz/ and reruns as
+# a seed in every go test after that.
+FUZZTIME ?= 5s
+FUZZFLAGS ?=
+fuzz-short:
+	@set -e; n=0; \
+	for f in $$(grep -rl --include='*_test.go' --exclude-dir=.git '^func Fuzz' . | sort); do \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz $$(dirname $$f) $$t ($(FUZZTIME))"; n=$$((n+1)); \
+			$(GO) test $$(dirname $$f) -run='^$$' -fuzz="^$$t\$$" -fuzztime=$(FUZZTIME) $(FUZZFLAGS); \
+		done; \
+	done; \
+	if [ $$n -eq 0 ]; then echo "fuzz-short: no Fuzz targets found"; exit 1; fi; echo "fuzz-short: $$n targets"
 
 clean:
 	rm -rf bin dist

@@ -3,10 +3,13 @@ package relay_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	iofs "io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -325,4 +328,217 @@ func logHasFence(t *testing.T, dir string, fence uint64) bool {
 		t.Fatal(err)
 	}
 	return res.DurableEnd >= fence
+}
+
+// The relay's licence to acknowledge is a publish that returned after its
+// fsync; a SIGKILL keeps the page cache, so the test above cannot tell an
+// acknowledgement sent before the fsync from one sent after. Here the
+// segment log's fsync starts failing in the middle of a workload (a fault
+// injected under the real log, on real files). The relay must stop with
+// the failure, and neither a position it reported acknowledgeable
+// (OnDurable) nor the slot's confirmed position may pass what a power loss
+// at that moment keeps: the segment files cut at their last successful
+// fsync, read back by a fresh log and relay.ResumeFrom.
+func TestRelayFsyncFailureNeverAcksAhead(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := c.Connect(ctx)
+	c.Exec(t, schemaSQL)
+	if _, err := relay.CreateSlot(ctx, replConn(t, c), "fsync"); err != nil {
+		t.Fatal(err)
+	}
+	created, err := relay.LookupSlot(ctx, conn, "fsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("TRELLARA_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (rerun with TRELLARA_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 5))
+	ffs := &faultFS{failFrom: 3 + rng.IntN(6), synced: map[string]int64{}}
+	dir := t.TempDir()
+	log, _, err := segmentlog.Open(dir, segmentlog.Options{FS: ffs, SegmentBytesMax: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	tr := transport.Local{Log: log}
+
+	// Workload: small transactions and, every 40th, one large enough to
+	// be published in chunks; then a fence the relay stops at if nothing
+	// stops it first.
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	workloadDone := make(chan struct{})
+	go func() {
+		defer close(workloadDone)
+		w, err := pgx.Connect(wctx, c.URL("postgres"))
+		if err != nil {
+			return
+		}
+		defer w.Close(context.Background())
+		for i := 1; i <= 300 && wctx.Err() == nil; i++ {
+			sql := fmt.Sprintf(`INSERT INTO ledger VALUES (%d)`, i)
+			if i%40 == 0 {
+				sql = fmt.Sprintf(`BEGIN; INSERT INTO ledger VALUES (%d); INSERT INTO orders SELECT g, g, repeat('x', 80) FROM generate_series(%d, %d) g; COMMIT`,
+					i, i*10000, i*10000+1500)
+			}
+			if _, err := w.Exec(wctx, sql); err != nil {
+				return
+			}
+			time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+		}
+		_, _ = relay.EmitFence(wctx, w, "fsync-end")
+	}()
+
+	var (
+		mu      sync.Mutex
+		reports []uint64 // every position OnDurable reported
+		idleAck uint64   // as internal/flow records it, before it is sent
+		fenced  bool
+	)
+	rc := replConn(t, c)
+	res, err := relay.ResumeFrom(ctx, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := relay.NewSession(rc, tr, res, relay.Config{SourceID: "src", Slot: "fsync", Publication: "pub", Streaming: true,
+		StatusInterval: 10 * time.Millisecond,
+		Assembler:      relay.AssemblerOptions{ChunkBytesMax: 32 << 10, SpillDir: t.TempDir()},
+		OnDurable:      func(end uint64) { mu.Lock(); reports = append(reports, end); mu.Unlock() },
+		RecordIdleAck:  func(lsn uint64) error { mu.Lock(); idleAck = lsn; mu.Unlock(); return nil },
+		OnFence:        func(string, uint64) { mu.Lock(); fenced = true; mu.Unlock() },
+		Stop:           func() bool { mu.Lock(); defer mu.Unlock(); return fenced },
+	})
+	runErr := s.Run(ctx)
+	wcancel()
+	<-workloadDone
+	rc.Close(context.Background())
+	waitInactive(t, conn, "fsync")
+	if !ffs.hasFailed() {
+		t.Fatalf("the workload ended after %d fsyncs, before the injected failure at fsync %d", ffs.count(), ffs.failFrom)
+	}
+
+	// What a power loss right now would keep, read back as a restart would.
+	image := ffs.powerLossImage(t, dir)
+	after, _, err := segmentlog.Open(image, segmentlog.Options{})
+	if err != nil {
+		t.Fatalf("a power loss now would damage acknowledged data (or the image is unreadable): %v", err)
+	}
+	defer after.Close()
+	durable, err := relay.ResumeFrom(ctx, transport.Local{Log: after})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := max(durable.DurableEnd, idleAck)
+	if durable.Empty {
+		bound = max(created.ConfirmedFlush, idleAck)
+	}
+	si, err := relay.LookupSlot(ctx, conn, "fsync")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("fsync %d failed; %d positions reported; durable through %s after a power loss; slot confirmed at %s",
+		ffs.failFrom, len(reports), envelope.FormatLSN(bound), envelope.FormatLSN(si.ConfirmedFlush))
+	for _, r := range reports {
+		if r > bound {
+			t.Fatalf("the relay reported %s acknowledgeable, but a power loss keeps only what lies through %s: "+
+				"it acknowledged before the fsync", envelope.FormatLSN(r), envelope.FormatLSN(bound))
+		}
+	}
+	if si.ConfirmedFlush > bound {
+		t.Fatalf("slot confirmed at %s, but a power loss keeps only what lies through %s", envelope.FormatLSN(si.ConfirmedFlush), envelope.FormatLSN(bound))
+	}
+	if !errors.Is(runErr, segmentlog.ErrMustReopen) || !errors.Is(runErr, syscall.EIO) {
+		t.Fatalf("relay run = %v; want it stopped by the failed fsync (segmentlog.ErrMustReopen, EIO)", runErr)
+	}
+}
+
+// faultFS is the operating system's filesystem under the segment log, with
+// the fsync of segment files failing (EIO) from the failFrom-th on, like a
+// disk gone bad. It remembers each segment's size at its last successful
+// fsync: what a power loss keeps.
+type faultFS struct {
+	segmentlog.OSFS
+	failFrom int
+
+	mu     sync.Mutex
+	syncs  int
+	failed bool
+	synced map[string]int64 // segment path → size at its last good fsync
+}
+
+type faultFile struct {
+	segmentlog.File
+	fs   *faultFS
+	path string
+}
+
+func (f *faultFS) OpenFile(name string, flag int, perm iofs.FileMode) (segmentlog.File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, ".seg") {
+		return file, err
+	}
+	return &faultFile{File: file, fs: f, path: name}, nil
+}
+
+func (f *faultFile) Sync() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	f.fs.syncs++
+	if f.fs.syncs >= f.fs.failFrom {
+		f.fs.failed = true
+		return &os.PathError{Op: "fsync", Path: f.path, Err: syscall.EIO}
+	}
+	if err := f.File.Sync(); err != nil {
+		return err
+	}
+	n, err := f.File.Size()
+	if err != nil {
+		return err
+	}
+	f.fs.synced[f.path] = n
+	return nil
+}
+
+func (f *faultFS) hasFailed() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.failed }
+func (f *faultFS) count() int      { f.mu.Lock(); defer f.mu.Unlock(); return f.syncs }
+
+// powerLossImage copies dir as a power loss would leave it: each segment
+// cut at its last successful fsync (a segment never synced since it was
+// created keeps its header, which creation synced), other files whole.
+func (f *faultFS) powerLossImage(t *testing.T, dir string) string {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := t.TempDir()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() || e.Name() == "LOCK" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(e.Name(), ".seg") {
+			keep, ok := f.synced[filepath.Join(dir, e.Name())]
+			if !ok {
+				keep = 32 // the segment header
+			}
+			b = b[:min(int64(len(b)), keep)]
+		}
+		if err := os.WriteFile(filepath.Join(out, e.Name()), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
 }

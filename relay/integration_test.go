@@ -346,3 +346,100 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 		t.Fatalf("%d inserts published before the drift, want 2", got)
 	}
 }
+
+// A crash in the middle of publishing a large transaction B, committed
+// back to back after a transaction A, on a real server: A's end LSN is B's
+// commit LSN, the slot acknowledged through A is confirmed exactly there,
+// and the resume must neither report a gap nor lose B: the server resends
+// B from that position and the relay publishes it whole.
+func TestResumeAfterPartialChunksAtBackToBackCommits(t *testing.T) {
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := c.Connect(ctx)
+	c.Exec(t, schemaSQL)
+	// probe finds the LSNs; bb plays the crashed relay's slot.
+	for _, s := range []string{"probe", "bb"} {
+		if _, err := relay.CreateSlot(ctx, replConn(t, c), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := relay.Config{Assembler: relay.AssemblerOptions{ChunkBytesMax: 4 << 10}}
+	probe := &memTransport{}
+	a, b := -1, -1 // indexes in probe of A and of B's first chunk
+	for attempt := 0; attempt < 5 && a < 0; attempt++ {
+		// B's changes are written first, then A commits and B right after:
+		// nothing lies between the two commit records unless the server
+		// happens to log something of its own there (then try again).
+		big, small := c.Connect(ctx), c.Connect(ctx)
+		for _, step := range []struct {
+			conn *pgx.Conn
+			sql  string
+		}{
+			{big, `BEGIN`},
+			{big, fmt.Sprintf(`INSERT INTO orders SELECT g, g, repeat('n', 100) FROM generate_series(%d, %d) g`, 10000*(attempt+1), 10000*(attempt+1)+299)},
+			{small, `BEGIN`},
+			{small, fmt.Sprintf(`INSERT INTO ledger VALUES (%d)`, 1000+attempt)},
+			{small, `COMMIT`},
+			{big, `COMMIT`},
+		} {
+			if _, err := step.conn.Exec(ctx, step.sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+		big.Close(ctx)
+		small.Close(ctx)
+		from := len(probe.Units())
+		runUntilFence(t, c, conn, probe, "probe", fmt.Sprintf("probe-%d", attempt), cfg)
+		envs := probe.envelopes(t)
+		for i := from; i+1 < len(envs); i++ {
+			first := envs[i+1].Boundary
+			if envs[i].Boundary.Kind != pb.UnitKind_UNIT_KIND_CHUNK && first.Kind == pb.UnitKind_UNIT_KIND_CHUNK &&
+				first.ChunkIndex == 0 && first.ChunkCount > 1 && envs[i].EndLsn == envs[i+1].CommitLsn {
+				a, b = i, i+1
+			}
+		}
+	}
+	if a < 0 {
+		t.Fatal("no back-to-back commits in 5 attempts: the server logged a record between them every time")
+	}
+	envs := probe.envelopes(t)
+	endA, commitB, chunks := envs[a].EndLsn, envs[b].CommitLsn, int(envs[b].Boundary.ChunkCount)
+	// The relay acknowledged A, then crashed after B's first chunk.
+	var moved string
+	if err := conn.QueryRow(ctx, `SELECT end_lsn::text FROM pg_replication_slot_advance('bb', $1::pg_lsn)`, envelope.FormatLSN(endA)).Scan(&moved); err != nil {
+		t.Fatal(err)
+	}
+	si, err := relay.LookupSlot(ctx, conn, "bb")
+	if err != nil || si.ConfirmedFlush != endA {
+		t.Fatalf("slot bb confirmed at %s (%v), want A's end %s", envelope.FormatLSN(si.ConfirmedFlush), err, envelope.FormatLSN(endA))
+	}
+	crashed := &memTransport{}
+	if err := crashed.PublishBatch(ctx, probe.Units()[:b+1]); err != nil {
+		t.Fatal(err)
+	}
+	res, err := relay.ResumeFrom(ctx, crashed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.CheckResume("bb", res, si.ConfirmedFlush, 0, "trellara run --config trellara.yml --cleanup"); err != nil {
+		t.Fatalf("A ends at %s, B commits at %s: %v", envelope.FormatLSN(endA), envelope.FormatLSN(commitB), err)
+	}
+	runUntilFence(t, c, conn, crashed, "bb", "after-crash", cfg)
+	got := crashed.envelopes(t)
+	for i := 0; i < chunks; i++ {
+		e := got[b+1+i]
+		if e.CommitLsn != commitB || e.Boundary.ChunkIndex != uint32(i) || !proto.Equal(e, envs[b+i]) {
+			t.Fatalf("unit %d after the partial chunk is %s, want B's chunk %d of %d", b+1+i, summary(e), i, chunks)
+		}
+	}
+	for _, e := range got[b+1+chunks:] {
+		if e.CommitLsn <= commitB {
+			t.Fatalf("%s published again after B", summary(e))
+		}
+	}
+	si, err = relay.LookupSlot(ctx, conn, "bb")
+	if err != nil || si.ConfirmedFlush <= envs[b].EndLsn {
+		t.Fatalf("slot bb confirmed at %s (%v), want past B's end %s", envelope.FormatLSN(si.ConfirmedFlush), err, envelope.FormatLSN(envs[b].EndLsn))
+	}
+}

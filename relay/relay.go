@@ -64,9 +64,19 @@ type Config struct {
 }
 
 // Resume is where a relay session starts, derived from the transport.
+//
+// The LSN rule everything here follows: a transaction's commit LSN is where
+// its commit record starts and its end LSN where that record ends, which is
+// where the next record starts (back-to-back commits: one transaction's end
+// LSN is the next one's commit LSN). A slot confirmed at position P has the
+// server resend, after a restart, every transaction whose commit LSN is ≥ P
+// (logical decoding skips a commit record only when it starts before P).
 type Resume struct {
-	// DurableEnd is the end LSN of the newest complete transaction in the
-	// transport: the position acknowledged to the source.
+	// DurableEnd is the highest position the source may be acknowledged
+	// at without losing a transaction the transport does not hold whole:
+	// the end LSN of the newest complete transaction, or the commit LSN of
+	// a trailing partial one (the server resends a transaction committing
+	// at the confirmed position).
 	DurableEnd uint64
 	// SkipThrough: transactions with commit LSN ≤ SkipThrough are already
 	// in the transport (or, with SkipEqual false, < SkipThrough).
@@ -87,6 +97,9 @@ func AfterSnapshot(cp uint64) Resume {
 // ResumeFrom reads the transport's newest unit. A trailing incomplete chunk
 // sequence (a crash between chunks) means that transaction is not durable:
 // it will be published again, whole, and readers discard the partial copy.
+// The slot may have been acknowledged through the transaction before it,
+// whose end LSN can equal this one's commit LSN: the position this one
+// commits at is still safe, since the server resends it from there.
 func ResumeFrom(ctx context.Context, tr Transport) (Resume, error) {
 	b, ok, err := tr.Last(ctx)
 	if err != nil {
@@ -102,9 +115,10 @@ func ResumeFrom(ctx context.Context, tr Transport) (Resume, error) {
 	b0 := e.GetBoundary()
 	switch {
 	case b0.GetKind() == pb.UnitKind_UNIT_KIND_CHUNK && b0.ChunkIndex+1 < b0.ChunkCount:
-		// Everything before this transaction is complete; it is not.
-		prev := e.CommitLsn - 1
-		return Resume{DurableEnd: prev, SkipThrough: e.CommitLsn, SkipEqual: false}, nil
+		// Everything before this transaction is complete; it is not. A
+		// slot confirmed at its commit LSN resends it; one confirmed past
+		// it never will (CheckResume refuses that).
+		return Resume{DurableEnd: e.CommitLsn, SkipThrough: e.CommitLsn, SkipEqual: false}, nil
 	case b0.GetKind() == pb.UnitKind_UNIT_KIND_SNAPSHOT || b0.GetKind() == pb.UnitKind_UNIT_KIND_SNAPSHOT_END:
 		// Snapshot units sit at the consistent point: nothing streamed yet.
 		return AfterSnapshot(e.CommitLsn), nil
@@ -114,8 +128,9 @@ func ResumeFrom(ctx context.Context, tr Transport) (Resume, error) {
 }
 
 // CheckResume refuses a resume that would skip committed transactions: the
-// slot confirmed beyond both the transport's newest complete unit and the
-// last recorded idle acknowledgement. recovery is named in the error.
+// slot confirmed beyond both res.DurableEnd and the last recorded idle
+// acknowledgement. recovery is named in the error. The relay and the
+// extension's sidecar both decide with it.
 func CheckResume(slot string, res Resume, slotConfirmed, idleAck uint64, recovery string) error {
 	if res.Empty {
 		return nil

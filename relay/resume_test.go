@@ -1,10 +1,15 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
@@ -49,5 +54,99 @@ func TestResumeAfterSnapshotKeepsCommitAtConsistentPoint(t *testing.T) {
 	res, err := ResumeFrom(ctx, tr)
 	if err != nil || res.SkipThrough != cp || !res.SkipEqual {
 		t.Fatalf("resume after it: %+v, %v", res, err)
+	}
+}
+
+// A crash in the middle of publishing a large transaction B leaves its
+// first chunks in the transport after the whole transaction A before it.
+// When the commits were back to back, A's commit record ends exactly where
+// B's begins (A's end LSN = B's commit LSN), and the slot, acknowledged
+// through A, is confirmed at exactly that position. The server resends
+// every transaction whose commit LSN is at or past the confirmed position,
+// so B comes again: that is no gap. A slot confirmed past B's commit LSN
+// is one (B would never come again), and is refused.
+func TestResumeAfterPartialChunksBackToBack(t *testing.T) {
+	const (
+		cA = 0x2000000
+		eA = 0x2000030 // A's end LSN
+		cB = eA        // B's commit record starts where A's ends
+		eB = 0x2000060
+	)
+	ctx := context.Background()
+	full := &transport.Memory{}
+	opts := Config{SourceID: "src", Slot: "s", Assembler: AssemblerOptions{ChunkBytesMax: 4 << 10}}
+	s := NewSession(nil, full, Resume{Empty: true}, opts)
+	a := []pgoutput.Message{
+		&pgoutput.Begin{FinalLSN: cA, Xid: 700},
+		ordersRel,
+		&pgoutput.Insert{RelationID: 16400, New: []pgoutput.Column{txt("1"), txt("small")}},
+		&pgoutput.Commit{CommitLSN: cA, EndLSN: eA},
+	}
+	b := []pgoutput.Message{&pgoutput.Begin{FinalLSN: cB, Xid: 701}}
+	for i := 0; i < 200; i++ {
+		b = append(b, &pgoutput.Insert{RelationID: 16400, New: []pgoutput.Column{txt(fmt.Sprint(100 + i)), txt(strings.Repeat("x", 100))}})
+	}
+	b = append(b, &pgoutput.Commit{CommitLSN: cB, EndLSN: eB})
+	feedSession := func(s *Session, msgs []pgoutput.Message) {
+		t.Helper()
+		for _, m := range msgs {
+			if err := s.HandleCopyData(ctx, xlogData(cA, m)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feedSession(s, append(append([]pgoutput.Message{}, a...), b...))
+	s.Close()
+	units := full.Units()
+	if len(units) < 3 {
+		t.Fatalf("%d units: want A and B in several chunks", len(units))
+	}
+	// The crash: A and B's first chunk are durable, the rest is not.
+	crashed := &transport.Memory{}
+	if err := crashed.PublishBatch(ctx, units[:2]); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ResumeFrom(ctx, crashed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		confirmed uint64
+		gap       bool
+	}{
+		{cA, false},
+		{eA, false}, // acknowledged through A: B is resent
+		{cB + 1, true},
+		{eB, true}, // B acknowledged but not durable: lost
+	} {
+		err := CheckResume("s", res, tc.confirmed, 0, "trellara run --config trellara.yml --cleanup")
+		var gap *GapError
+		if got := errors.As(err, &gap); got != tc.gap {
+			t.Errorf("slot confirmed at %s with B (commit %s) partly durable: gap %v (%v), want gap %v",
+				envelope.FormatLSN(tc.confirmed), envelope.FormatLSN(cB), got, err, tc.gap)
+		}
+	}
+	// The session resumed there acknowledges nothing past B's commit before
+	// B is durable, and publishes B whole when the server resends it.
+	s2 := NewSession(nil, crashed, res, opts)
+	defer s2.Close()
+	if ack := s2.Stats().DurableEnd; ack > cB {
+		t.Fatalf("resumed session acknowledges %s before B (commit %s) is durable", envelope.FormatLSN(ack), envelope.FormatLSN(cB))
+	}
+	feedSession(s2, append([]pgoutput.Message{ordersRel}, b...))
+	got := crashed.Units()
+	if want := 2 + len(units) - 1; len(got) != want {
+		t.Fatalf("%d units after the resend, want %d (A, B's partial chunk, B whole)", len(got), want)
+	}
+	for i, u := range got[2:] {
+		if !bytes.Equal(u, units[1+i]) {
+			t.Fatalf("resent unit %d differs from B's chunk %d", 2+i, i)
+		}
+	}
+	if ack := s2.Stats().DurableEnd; ack != eB {
+		t.Fatalf("acknowledged %s after B is durable, want %s", envelope.FormatLSN(ack), envelope.FormatLSN(eB))
 	}
 }

@@ -199,10 +199,13 @@ func (l *Log) loadCursors() error {
 			continue
 		}
 		b, err := readFileBounded(l.fs, path, cursorFileSize)
-		if err != nil {
+		if err != nil && !errors.Is(err, errFileTooLarge) {
 			return fmt.Errorf("segmentlog: read cursor %s: %w", path, err)
 		}
-		rec, err := decodeCursor(b)
+		var rec cursorRecord
+		if err == nil {
+			rec, err = decodeCursor(b)
+		}
 		if err != nil {
 			return &CorruptionError{Path: path, Reason: err.Error() + fmt.Sprintf("; delete the file and reseed consumer %q", name)}
 		}

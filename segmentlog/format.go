@@ -280,6 +280,9 @@ func decodeIndex(b []byte) (indexFile, error) {
 	if v := le.Uint16(b[4:]); v != formatVersion {
 		return indexFile{}, fmt.Errorf("unsupported index format version %d", v)
 	}
+	if le.Uint16(b[6:]) != 0 {
+		return indexFile{}, errors.New("index reserved bytes are not zero")
+	}
 	count := le.Uint32(b[32:])
 	if uint64(len(body)-indexHeaderSize) != uint64(count)*indexEntrySize {
 		return indexFile{}, fmt.Errorf("index names %d entries but holds %d bytes of entries", count, len(body)-indexHeaderSize)

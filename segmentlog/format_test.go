@@ -43,7 +43,7 @@ func goldenOptions(fsys FS) Options {
 // one commit group (AppendBatch); a 40-byte entry in three chunks plus a
 // manifest, which does not fit segment 0 and starts segment 3; "bye",
 // which starts segment 4; cursor "relay" at offset 2.
-func buildGolden(t *testing.T) *memFS {
+func buildGolden(t testing.TB) *memFS {
 	m := newMemFS()
 	l := mustOpen(t, memDir, goldenOptions(m))
 	mustAppend(t, l, goldenPayloads[0])

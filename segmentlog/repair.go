@@ -40,6 +40,10 @@ func (r *RepairReport) String() string {
 		r.Segment, r.Position, r.BytesDropped, r.TornPath, r.NextOffset, r.Reason)
 }
 
+// errFileTooLarge is matched by readFileBounded's refusal: a metadata
+// file larger than its format allows is damaged, not unreadable.
+var errFileTooLarge = errors.New("larger than its format allows")
+
 // readFileBounded reads a small metadata file whole, refusing files larger
 // than max so a damaged size cannot make Open allocate without bound.
 func readFileBounded(fsys FS, path string, max int64) ([]byte, error) {
@@ -53,7 +57,7 @@ func readFileBounded(fsys FS, path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if size > max {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d expected at most", path, size, max)
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d expected at most: %w", path, size, max, errFileTooLarge)
 	}
 	b := make([]byte, size)
 	if _, err := f.ReadAt(b, 0); err != nil && !(errors.Is(err, io.EOF) && size == 0) {

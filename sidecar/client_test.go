@@ -1,9 +1,11 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -287,6 +289,89 @@ func TestClientGap(t *testing.T) {
 	var ge *relay.GapError
 	if !errors.As(err, &ge) || ge.SlotConfirmedLSN != 5000 || ge.TransportDurable != 1008 {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// bigTxn sends one committed transaction of n 100-byte rows.
+func (c *fakeConn) bigTxn(xid uint32, commit uint64, n int) {
+	c.frame(&pgoutput.Begin{Xid: pgoutput.XID(xid), FinalLSN: pgoutput.LSN(commit), CommitTime: 1})
+	c.frame(&pgoutput.Relation{RelationID: 2, Namespace: "public", Name: "big", ReplicaIdentity: 'd',
+		Columns: []pgoutput.RelationColumn{{Key: true, Name: "id", TypeOID: 23, TypeModifier: -1}, {Name: "body", TypeOID: 25, TypeModifier: -1}}})
+	for i := 0; i < n; i++ {
+		c.frame(&pgoutput.Insert{RelationID: 2, New: []pgoutput.Column{text(fmt.Sprint(i)), text(strings.Repeat("x", 100))}})
+	}
+	c.frame(&pgoutput.Commit{CommitLSN: pgoutput.LSN(commit), EndLSN: pgoutput.LSN(commit + 8), CommitTime: 1})
+}
+
+// A crash in the middle of publishing a large transaction B leaves its
+// first chunk after the whole transaction A before it. Back-to-back
+// commits: A ends (1008) exactly where B's commit record starts, and the
+// slot acknowledged through A is confirmed at 1008. The extension's decoder
+// resends every transaction committing at or past the confirmed position,
+// so that is no gap; the sidecar must publish B whole and go on.
+func TestClientResumeAfterPartialChunksBackToBack(t *testing.T) {
+	const rows = 100
+	fs := newFakeServer(t, func(n int, c *fakeConn) {
+		confirmed := uint64(0)
+		if n > 0 {
+			confirmed = 1008 // acknowledged through A
+		}
+		c.hello("TRLA", 1, confirmed)
+		if n == 0 {
+			c.txn(700, 1000)
+		}
+		c.bigTxn(701, 1008, rows)
+		c.readAcks(2)
+		time.Sleep(time.Second)
+	})
+	chunked := func(o *Options) { o.ChunkBytesMax = 4 << 10 }
+	full := &memTransport{}
+	if _, err := runFake(t, fs, full, func(s *Sidecar) bool { return s.Stats().Acked >= 1016 }, chunked); err != nil {
+		t.Fatal(err)
+	}
+	units := full.snapshot()
+	if envs := decodeAll(t, units); len(envs) < 3 || envs[0].EndLsn != 1008 || envs[1].CommitLsn != 1008 {
+		t.Fatalf("first run published %d units, want A ending at 1008 and B committing there in several chunks", len(envs))
+	}
+	// The crash: A and B's first chunk are durable, the rest is not.
+	crashed := &memTransport{units: append([][]byte(nil), units[:2]...)}
+	dir := t.TempDir()
+	s, err := runFake(t, fs, crashed, func(s *Sidecar) bool { return s.Stats().Acked >= 1016 },
+		func(o *Options) { chunked(o); o.Progress = FileProgress{Path: filepath.Join(dir, "progress")} })
+	if err != nil {
+		t.Fatalf("resume with the slot confirmed at A's end: %v", err)
+	}
+	got := crashed.snapshot()
+	if len(got) != 2+len(units)-1 {
+		t.Fatalf("%d units after the resend, want %d (A, B's partial chunk, B whole)", len(got), 2+len(units)-1)
+	}
+	for i, u := range got[2:] {
+		if !bytes.Equal(u, units[1+i]) {
+			t.Fatalf("resent unit %d differs from B's chunk %d", 2+i, i)
+		}
+	}
+	if st := s.Stats(); st.Acked != 1016 {
+		t.Fatalf("acknowledged %d, want B's end 1016", st.Acked)
+	}
+	// A slot confirmed past B's commit while B is not whole is a real gap.
+	crashed = &memTransport{units: append([][]byte(nil), units[:2]...)}
+	res, err := relay.ResumeFrom(context.Background(), crashed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	side, err := New(Options{SocketPath: fs.path, Transport: crashed, SourceID: "fake", Progress: FileProgress{Path: filepath.Join(t.TempDir(), "p")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		confirmed uint64
+		gap       bool
+	}{{1000, false}, {1008, false}, {1009, true}, {1016, true}} {
+		err := side.checkGap(Hello{SlotConfirmedLSN: tc.confirmed}, res)
+		var ge *relay.GapError
+		if errors.As(err, &ge) != tc.gap {
+			t.Errorf("slot confirmed at %d with B (commit 1008) partly durable: %v, want gap %v", tc.confirmed, err, tc.gap)
+		}
 	}
 }
 

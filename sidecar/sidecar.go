@@ -352,6 +352,10 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 	return r.total > 0, err
 }
 
+// checkGap refuses a slot confirmed past what the transport and the
+// recorded progress hold, by the relay's rule (relay.CheckResume), so the
+// two capture paths agree on where a gap starts. Without a ProgressStore,
+// positions acknowledged for 'P' frames are unknown and nothing is checked.
 func (s *Sidecar) checkGap(h Hello, res relay.Resume) error {
 	if s.o.Progress == nil || res.Empty {
 		return nil
@@ -360,11 +364,7 @@ func (s *Sidecar) checkGap(h Hello, res relay.Resume) error {
 	if err != nil {
 		return err
 	}
-	if h.SlotConfirmedLSN > max(res.DurableEnd, saved) {
-		return &relay.GapError{Slot: "of the trellara extension", SlotConfirmedLSN: h.SlotConfirmedLSN,
-			TransportDurable: max(res.DurableEnd, saved), RecoveryCommand: s.o.GapRecovery}
-	}
-	return nil
+	return relay.CheckResume("of the trellara extension", res, h.SlotConfirmedLSN, saved, s.o.GapRecovery)
 }
 
 // relFrame is the last 'R' frame of a relation and its schema.name.

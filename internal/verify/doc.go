@@ -83,20 +83,26 @@
 //     (Options.SourceLSN, default pg_current_wal_insert_lsn()); every
 //     transaction the snapshot sees committed before L0;
 //  2. opens the target snapshot and compares every table;
-//  3. for tables that differ, and when Options.TargetCheckpoint is given,
+//  3. when a table differs, and when Options.TargetCheckpoint is given,
 //     re-checks: a fresh source snapshot and LSN L, a wait (polling with
 //     backoff, within Options.WaitCaughtUp over all rounds) until the
 //     target checkpoint passes L, a fresh target snapshot, and a new
-//     comparison of only the mismatching buckets. Rounds stop when nothing
-//     differs, when a round sees exactly what the previous one saw, when the
-//     wait budget is spent, or after Options.RechecksMax rounds;
-//  4. reads the target checkpoint once more and reports caught_up as
-//     checkpoint >= L0.
+//     comparison of every table (one that was split into buckets the round
+//     before is split again straight away, its totals summed from the
+//     buckets). Rounds stop when nothing differs, when a round sees exactly
+//     what the previous one saw, when the wait budget is spent, or after
+//     Options.RechecksMax rounds;
+//  4. reads the target checkpoint once more and reports the last round's
+//     source LSN L (L0 without re-checks) and caught_up as checkpoint >= L.
 //
-// So differences seen while the target was behind are reported only if they
-// are still there after it caught up, or if it never did (then caught_up is
-// false). Tables that matched at the first comparison are CONVERGED even if
-// the target checkpoint lags, since their rows are equal.
+// The verdict, counts, checksums, example keys and watermark all come from
+// the last round's one pair of snapshots; nothing is carried over from an
+// earlier round, so a bucket or table that matched then and differs now is
+// reported. Differences seen while the target was behind are reported only
+// if they are still there after it caught up, or if it never did (then
+// caught_up is false). When the first comparison matches, no re-check runs
+// and every table is CONVERGED even if the target checkpoint lags, since
+// their rows are equal.
 //
 // The applier only ever reaches positions it is sent, so either the
 // checkpoint must advance past idle stretches of the source (a
@@ -115,8 +121,8 @@
 // # Cost
 //
 // One sequential scan per side per table; a table whose totals differ gets
-// one more to split it, plus one filtered scan per re-check round and per
-// drill-down level. Both sides run concurrently. On one core a side hashes
+// one more to split it, plus one scan per table per re-check round and one
+// filtered scan per drill-down level. Both sides run concurrently. On one core a side hashes
 // about 1.7 million rows of a five-column table per second (see
 // BenchmarkVerify); Options.ParallelWorkers lets PostgreSQL's parallel query
 // share the work across cores. Snapshots hold back vacuum on both servers

@@ -62,7 +62,7 @@ const FormatVersion = 1
 //	  "target_rows_per_second": float,
 //	  "row_hash": "typed" | "text",       // how rows were hashed (see Hashing)
 //	  "watermark": null | {
-//	    "source_lsn": "X/X",              // source WAL position when the comparison started
+//	    "source_lsn": "X/X",              // source WAL position of the compared snapshot (the last round's)
 //	    "target_checkpoint": "X/X",       // applier checkpoint read at the end
 //	    "caught_up": bool,                // target_checkpoint >= source_lsn
 //	    "waited_ms": int                  // time spent waiting for the target
@@ -107,7 +107,10 @@ type Result struct {
 	Tables              []TableResult `json:"tables"`
 }
 
-// Watermark records where the comparison stood in the replication stream.
+// Watermark records where the comparison stood in the replication stream:
+// SourceLSN is the position of the source snapshot the verdict comes from
+// (the last re-check round's), TargetCheckpoint the applier's checkpoint
+// read after the comparison, CaughtUp whether it had passed SourceLSN.
 type Watermark struct {
 	SourceLSN        pglogrepl.LSN
 	TargetCheckpoint pglogrepl.LSN
@@ -262,9 +265,9 @@ func (r *Result) RenderText(w io.Writer) error {
 	if wm := r.Watermark; wm != nil {
 		state := "caught up"
 		if !wm.CaughtUp {
-			state = "NOT caught up: the target had not applied everything the source had committed when the comparison started"
+			state = "NOT caught up: the target had not applied everything the compared source snapshot had committed"
 		}
-		fmt.Fprintf(&b, "watermark: source LSN %s at start, target checkpoint %s at end; %s", wm.SourceLSN, wm.TargetCheckpoint, state)
+		fmt.Fprintf(&b, "watermark: source LSN %s compared, target checkpoint %s at end; %s", wm.SourceLSN, wm.TargetCheckpoint, state)
 		if wm.Waited > 0 {
 			fmt.Fprintf(&b, " (waited %s)", wm.Waited.Round(time.Millisecond))
 		}

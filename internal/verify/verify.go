@@ -61,7 +61,7 @@ type verifier struct {
 	o         Options
 	src, dst  *side
 	tables    []*tableState
-	sourceLSN uint64        // observed when the comparison started
+	sourceLSN uint64        // of the latest source snapshot: the one the verdict comes from
 	waited    time.Duration // spent waiting for the target, all rounds
 	hashing   Hashing
 	notes     []string
@@ -93,15 +93,17 @@ type tableState struct {
 	dstPlan    plan
 	srcTotal   bucketStat // the whole table; for incomparable tables, count only
 	dstTotal   bucketStat
-	split      bool  // totals differed (or a re-check): buckets computed
+	split      bool  // totals differed (or a re-check of a split table): buckets computed
 	buckets    int64 // B, chosen once
 	src, dst   map[int64]bucketStat
 	mismatched []int64 // sorted bucket ids
 	rechecks   int
 	samples    []SampleKey
 	notes      []string
-	// partial is set for a re-check of only the mismatched buckets.
-	partial        bool
+	// direct is set on a re-check of a table split the round before: its
+	// buckets are computed straight away and its totals summed from them,
+	// one scan instead of two.
+	direct         bool
 	newSrc, newDst map[int64]bucketStat
 }
 
@@ -167,33 +169,34 @@ func (v *verifier) run(ctx context.Context) (*Result, error) {
 	return v.result(started, wm), nil
 }
 
-// recheck compares differing tables again, each round in fresh snapshots
-// taken once the target has applied everything the new source snapshot
-// sees: source snapshot first, then its WAL position L, then wait until the
-// target checkpoint passes L, then the target snapshot. A difference that
-// was only replication lag disappears; one that survives a round with the
-// target caught up, unchanged, is real. Without a TargetCheckpoint hook
-// there is nothing to wait for, so nothing is re-checked.
+// recheck compares again while something differs, each round in fresh
+// snapshots taken once the target has applied everything the new source
+// snapshot sees: source snapshot first, then its WAL position L, then wait
+// until the target checkpoint passes L, then the target snapshot. A
+// difference that was only replication lag disappears; one that survives a
+// round with the target caught up, unchanged, is real. Without a
+// TargetCheckpoint hook there is nothing to wait for, so nothing is
+// re-checked.
+//
+// Every round compares every table and every bucket anew: the verdict and
+// the watermark come from the last round's one pair of snapshots. Keeping
+// an earlier round's numbers for what matched then would answer CONVERGED
+// for a table, or a bucket, that differs at the watermark reported.
 func (v *verifier) recheck(ctx context.Context) error {
 	if v.o.TargetCheckpoint == nil {
 		return nil
 	}
 	for round := 0; round < v.o.RechecksMax; round++ {
-		var pending []*tableState
-		for _, t := range v.tables {
-			if !t.comparable || len(t.mismatched) > 0 {
-				pending = append(pending, t)
-			}
-		}
-		if len(pending) == 0 {
+		if !v.differs() {
 			return nil
 		}
-		before := fingerprint(pending)
+		before := fingerprint(v.tables)
 		v.endSnapshots(ctx)
 		lsn, err := v.beginSource(ctx)
 		if err != nil {
 			return err
 		}
+		v.sourceLSN = lsn
 		reached, err := v.waitTarget(ctx, lsn)
 		if err != nil {
 			return err
@@ -201,19 +204,29 @@ func (v *verifier) recheck(ctx context.Context) error {
 		if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
 			return err
 		}
-		if err := v.compare(ctx, pending, true); err != nil {
+		if err := v.compare(ctx, v.tables, true); err != nil {
 			return err
 		}
-		for _, t := range pending {
+		for _, t := range v.tables {
 			t.rechecks++
 		}
 		// Out of waiting budget, another round would compare against the
 		// same stale target; an identical picture will not change either.
-		if !reached || fingerprint(pending) == before {
+		if !reached || fingerprint(v.tables) == before {
 			return nil
 		}
 	}
 	return nil
+}
+
+// differs says whether any table differs in the current snapshots.
+func (v *verifier) differs() bool {
+	for _, t := range v.tables {
+		if !t.comparable || len(t.mismatched) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // fingerprint summarises what differs, to tell whether a round changed it.
@@ -359,8 +372,9 @@ func (v *verifier) compareServers() error {
 // its buckets', so equal totals settle it, and skipping the hash
 // aggregation saves about a third of the time. Only tables whose totals
 // differ are then split into buckets, in the same snapshots. On a re-check,
-// tables that were bucketed and still have the same shape and key re-hash
-// only their mismatched buckets.
+// a table split the round before that still has the same shape and key is
+// split straight away, its totals summed from its buckets. Every number a
+// table ends with comes from the current pair of snapshots.
 func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) error {
 	err := both(ctx,
 		func(ctx context.Context) error {
@@ -390,15 +404,13 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 		if !t.srcShape.exists || (t.srcShape.relkind != "r" && t.srcShape.relkind != "p") {
 			return fmt.Errorf("%w: %s (check the table list in %s or the --table flag)", ErrSourceTable, t.spec.src, v.o.ConfigPath)
 		}
-		wasComparable, oldSig := t.comparable, t.keySig
+		wasComparable, wasSplit, oldSig := t.comparable, t.split, t.keySig
 		t.reasons = shapeProblems(t.spec, t.srcShape, t.dstShape)
 		t.comparable = len(t.reasons) == 0
 		t.keySig = fmt.Sprintf("%s%q", t.srcShape.basis, t.srcShape.key)
-		t.partial = recheck && wasComparable && t.comparable && oldSig == t.keySig && t.src != nil
-		t.split = t.partial
-		if !t.partial {
-			t.src, t.dst, t.mismatched = nil, nil, nil
-		}
+		t.direct = recheck && wasComparable && wasSplit && t.comparable && oldSig == t.keySig
+		t.split = t.direct
+		t.src, t.dst, t.mismatched = nil, nil, nil
 		if t.comparable {
 			t.srcPlan, t.dstPlan = plans(t.spec, t.srcShape, t.dstShape, v.hashing)
 			if t.buckets == 0 {
@@ -416,7 +428,7 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 		return err
 	}
 	for _, t := range ts {
-		if t.comparable && !t.partial && !t.srcTotal.equal(t.dstTotal) {
+		if t.comparable && !t.direct && !t.srcTotal.equal(t.dstTotal) {
 			t.split = true
 		}
 	}
@@ -430,20 +442,7 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 		if !t.split {
 			continue
 		}
-		if t.partial {
-			for _, id := range t.mismatched {
-				delete(t.src, id)
-				delete(t.dst, id)
-			}
-			for id, s := range t.newSrc {
-				t.src[id] = s
-			}
-			for id, s := range t.newDst {
-				t.dst[id] = s
-			}
-		} else {
-			t.src, t.dst = t.newSrc, t.newDst
-		}
+		t.src, t.dst = t.newSrc, t.newDst
 		t.newSrc, t.newDst = nil, nil
 		t.mismatched = mismatchedBuckets(t.src, t.dst)
 		t.srcTotal, t.dstTotal = total(t.src), total(t.dst)
@@ -464,8 +463,8 @@ func (v *verifier) sideOf(s *side, t *tableState) (config.TableName, plan, *shap
 // side's fields of a tableState.
 func (v *verifier) totalsSide(ctx context.Context, s *side, ts []*tableState, timed bool) error {
 	for _, t := range ts {
-		if t.partial {
-			continue
+		if t.direct {
+			continue // summed from its buckets
 		}
 		tn, p, sh, tot, _ := v.sideOf(s, t)
 		wrap := func(err error) error { return &TableError{Table: tn.String(), Side: s.role, Err: err} }
@@ -504,12 +503,8 @@ func (v *verifier) bucketsSide(ctx context.Context, s *side, ts []*tableState, t
 			continue
 		}
 		tn, p, _, _, out := v.sideOf(s, t)
-		var filters []level
-		if t.partial {
-			filters = []level{{seed: 0, mod: t.buckets, keep: t.mismatched}}
-		}
 		start := time.Now()
-		stats, rows, err := s.buckets(ctx, tn, p, filters, 0, t.buckets)
+		stats, rows, err := s.buckets(ctx, tn, p, nil, 0, t.buckets)
 		if err != nil {
 			return err
 		}

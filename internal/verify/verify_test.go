@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,7 @@ func TestVerify(t *testing.T) {
 		{"Parallel", testParallel, false},
 		{"WatermarkCatchesUp", testWatermarkCatchesUp, false},
 		{"WatermarkNeverCatchesUp", testWatermarkNeverCatchesUp, false},
+		{"RecheckComparesEverything", testRecheckComparesEverything, true},
 		{"SourceTableMissing", testSourceTableMissing, false},
 	} {
 		for _, text := range []bool{false, true} {
@@ -630,6 +632,71 @@ func testWatermarkNeverCatchesUp(t *testing.T, p *pair) {
 	wantSamples(t, tr, SampleKey{Key: "12", Kind: KindChanged})
 	if tr.Rechecks != 1 {
 		t.Errorf("rechecks %d, want 1", tr.Rechecks)
+	}
+}
+
+// testRecheckComparesEverything: the verdict comes from one pair of
+// snapshots. Round 1 sees one differing bucket in public.items and a
+// matching public.notes. Before round 2 the target catches up on that
+// bucket but diverges in another bucket of items and in notes (rows the
+// first round had seen equal). A re-check that re-hashed only the buckets
+// round 1 saw differ, or only the tables that differed, would answer
+// CONVERGED with the first round's watermark.
+func testRecheckComparesEverything(t *testing.T, p *pair) {
+	p.both(t, itemsDDL, itemsFill,
+		`CREATE TABLE public.notes (id int PRIMARY KEY, body text)`,
+		`INSERT INTO public.notes SELECT g, 'n' || g FROM generate_series(1, 50) g`)
+	p.source(t, `INSERT INTO public.items VALUES (1001, 'late', 1, 2.00)`)
+	// A row of items in another bucket than 1001's, by the bucket
+	// expression Verify itself uses (int4 key, seed 0, 64 buckets).
+	var other int
+	b := bucketExpr("pg_catalog.hashint4extended(id, 0)", 64)
+	q := fmt.Sprintf(`SELECT id FROM public.items WHERE %s <> (SELECT %s FROM (SELECT 1001 AS id) AS x) ORDER BY id LIMIT 1`, b, b)
+	if err := p.src.QueryRow(context.Background(), q).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	var lsns []uint64
+	sourceLSN := func(context.Context) (uint64, error) {
+		lsns = append(lsns, uint64(len(lsns)+1)<<24)
+		return lsns[len(lsns)-1], nil
+	}
+	var once sync.Once
+	checkpoint := func(ctx context.Context) (uint64, error) {
+		// First read: between round 1 and round 2's target snapshot.
+		var err error
+		once.Do(func() {
+			conn, cerr := pgx.Connect(ctx, p.c.URL(p.dstDB))
+			if cerr != nil {
+				err = cerr
+				return
+			}
+			defer conn.Close(context.Background())
+			for _, s := range []string{
+				`INSERT INTO public.items VALUES (1001, 'late', 1, 2.00)`,
+				fmt.Sprintf(`UPDATE public.items SET qty = qty + 1 WHERE id = %d`, other),
+				`DELETE FROM public.notes WHERE id = 9`,
+			} {
+				if _, err = conn.Exec(ctx, s); err != nil {
+					return
+				}
+			}
+		})
+		return 1 << 40, err // always past the source: caught up
+	}
+	r := p.verify(t, Options{Tables: []string{"public.items", "public.notes"}, Buckets: 64, SourceLSN: sourceLSN, TargetCheckpoint: checkpoint})
+	wantVerdict(t, r, Diverged)
+	wantSamples(t, table(t, r, "public.items"), SampleKey{Key: strconv.Itoa(other), Kind: KindChanged})
+	wantSamples(t, table(t, r, "public.notes"), SampleKey{Key: "9", Kind: KindMissing})
+	if len(lsns) < 2 {
+		t.Fatalf("%d source snapshots, want a re-check", len(lsns))
+	}
+	if r.Watermark == nil || uint64(r.Watermark.SourceLSN) != lsns[len(lsns)-1] || !r.Watermark.CaughtUp {
+		t.Errorf("watermark %+v, want the last round's source LSN %s (of %d rounds), caught up", r.Watermark, pglogrepl.LSN(lsns[len(lsns)-1]), len(lsns))
+	}
+	for _, tr := range r.Tables {
+		if tr.Rechecks != len(lsns)-1 {
+			t.Errorf("%s rechecks %d, want %d (every table in every round)", tr.Table, tr.Rechecks, len(lsns)-1)
+		}
 	}
 }
 

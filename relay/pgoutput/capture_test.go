@@ -28,7 +28,7 @@ type capture struct {
 	data     []byte
 }
 
-func loadCaptures(t *testing.T) map[string][]capture {
+func loadCaptures(t testing.TB) map[string][]capture {
 	t.Helper()
 	f, err := os.Open("testdata/captured.txt")
 	if err != nil {

@@ -3,7 +3,11 @@ package pgoutput
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -13,8 +17,9 @@ import (
 // message.
 //
 // Seeds: testdata/fuzz/FuzzDecode holds messages captured from PostgreSQL 15
-// (one per message type and variant, chosen from testdata/captured.txt);
-// the hand-built cases of decode_test.go are added here.
+// (one per message type and variant, chosen from testdata/captured.txt;
+// TestFuzzSeedsAreCaptured holds them to it); the hand-built cases of
+// decode_test.go are added here.
 func FuzzDecode(f *testing.F) {
 	for _, tc := range decodeCases {
 		f.Add(tc.data, tc.inStream)
@@ -49,4 +54,72 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("MessageType() %v for type byte %q", m.MessageType(), data[0])
 		}
 	})
+}
+
+// pgoutput carries no checksum, so FuzzDecode's mutations all reach the
+// decoder; what matters is that its seeds are real server output. Every
+// seed in testdata/fuzz/FuzzDecode must be a message of
+// testdata/captured.txt (same bytes, same in-stream flag), and every kind
+// of message the capture holds, per protocol, format and in-stream flag,
+// must have a seed.
+func TestFuzzSeedsAreCaptured(t *testing.T) {
+	type variant struct {
+		typ      byte
+		session  string
+		inStream bool
+	}
+	// Message bytes and flag → the variants sending exactly those bytes
+	// (the same transaction read by two sessions often gives the same).
+	captured := map[string][]variant{}
+	need := map[variant]bool{}
+	for _, caps := range loadCaptures(t) {
+		for _, c := range caps {
+			v := variant{c.typ, c.session, c.inStream}
+			k := string(c.data) + strconv.FormatBool(c.inStream)
+			captured[k] = append(captured[k], v)
+			need[v] = true
+		}
+	}
+	dir := filepath.Join("testdata", "fuzz", "FuzzDecode")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, inStream, err := parseSeed(string(b))
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		vs, ok := captured[string(data)+strconv.FormatBool(inStream)]
+		if !ok {
+			t.Errorf("seed %s is not a message of captured.txt (in stream %v)", e.Name(), inStream)
+		}
+		for _, v := range vs {
+			delete(need, v)
+		}
+	}
+	for v := range need {
+		t.Errorf("no seed for captured %q messages of session %q (in stream %v); add one from captured.txt to %s", v.typ, v.session, v.inStream, dir)
+	}
+}
+
+// parseSeed reads a corpus file of FuzzDecode: "go test fuzz v1", then a
+// []byte and a bool, each as a Go literal on its own line.
+func parseSeed(s string) ([]byte, bool, error) {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) != 3 || lines[0] != "go test fuzz v1" ||
+		!strings.HasPrefix(lines[1], "[]byte(") || !strings.HasSuffix(lines[1], ")") ||
+		!strings.HasPrefix(lines[2], "bool(") || !strings.HasSuffix(lines[2], ")") {
+		return nil, false, errors.New("not a corpus file of ([]byte, bool)")
+	}
+	data, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "[]byte("), ")"))
+	if err != nil {
+		return nil, false, err
+	}
+	inStream, err := strconv.ParseBool(strings.TrimSuffix(strings.TrimPrefix(lines[2], "bool("), ")"))
+	return []byte(data), inStream, err
 }
