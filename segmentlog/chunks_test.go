@@ -8,13 +8,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 )
 
 // TestCrashMidChunks cuts the segment at every byte inside a chunked entry,
 // as a crash between (or inside) its write calls would: the entry
 // disappears whole, its offset is reused, and offsets stay dense.
 func TestCrashMidChunks(t *testing.T) {
-	m := newMemFS()
+	m := segmentlogtest.NewFS()
 	opts := Options{FrameBytesMax: 64, FS: m}
 	l := mustOpen(t, memDir, opts)
 	first := []byte("before the big one")
@@ -23,12 +25,12 @@ func TestCrashMidChunks(t *testing.T) {
 	mustAppend(t, l, big)
 	l.Close()
 	seg := memDir + "/" + segmentName(0)
-	full := m.bytes(seg)
+	full := m.Bytes(seg)
 	start := int64(segmentHeaderSize + frameHeaderSize + len(first))
 
 	for cut := start; cut < int64(len(full)); cut++ {
-		img := m.crash()
-		img.setBytes(seg, full[:cut])
+		img := m.CrashImage(nil)
+		img.SetBytes(seg, full[:cut])
 		o := opts
 		o.FS = img
 		l, rep, err := Open(memDir, o)
@@ -53,7 +55,7 @@ func TestCrashMidChunks(t *testing.T) {
 // a chunked entry: a tailing reader must not see any of it until the
 // whole entry is durable.
 func TestHalfWrittenEntryInvisible(t *testing.T) {
-	m := newMemFS()
+	m := segmentlogtest.NewFS()
 	opts := Options{FrameBytesMax: 64, FS: m, writeChunkBytes: 100}
 	l := mustOpen(t, memDir, opts)
 	defer l.Close()
@@ -62,20 +64,17 @@ func TestHalfWrittenEntryInvisible(t *testing.T) {
 	blocked := make(chan struct{})
 	var once sync.Once
 	writes := 0
-	m.setHooks(func(m *memFS) {
-		m.writeHook = func(path string, p []byte) (int, error) {
-			if strings.HasSuffix(path, segmentSuffix) {
-				if writes++; writes == 2 {
-					// Block outside m.mu would be nicer, but the reader
-					// never touches the segment file while nothing is
-					// committed, so holding it here is safe.
-					once.Do(func() { close(blocked) })
-					<-release
-				}
+	m.SetHooks(segmentlogtest.Hooks{Write: func(path string, p []byte) (int, error) {
+		if strings.HasSuffix(path, segmentSuffix) {
+			if writes++; writes == 2 {
+				// Hooks run outside the filesystem's lock: only
+				// this write waits, the reader does not.
+				once.Do(func() { close(blocked) })
+				<-release
 			}
-			return len(p), nil
 		}
-	})
+		return len(p), nil
+	}})
 	big := payloadFor(6, 0, 1000)
 	appended := make(chan error, 1)
 	go func() { _, err := l.Append(big); appended <- err }()

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 )
 
 func TestCursorDurableMonotonicResume(t *testing.T) {
@@ -84,7 +86,7 @@ func TestCursorDurableMonotonicResume(t *testing.T) {
 }
 
 func TestCursorSurvivesPowerLoss(t *testing.T) {
-	m := newMemFS()
+	m := segmentlogtest.NewFS()
 	l := mustOpen(t, memDir, memOpts(m))
 	for i := range 5 {
 		mustAppend(t, l, payloadFor(1, i, 50))
@@ -92,7 +94,7 @@ func TestCursorSurvivesPowerLoss(t *testing.T) {
 	if err := l.CommitCursor("c", 3); err != nil {
 		t.Fatal(err)
 	}
-	img := m.crash() // no Close: the process dies right after the commit
+	img := m.CrashImage(nil) // no Close: the process dies right after the commit
 	l.Close()
 	l2 := mustOpen(t, memDir, memOpts(img))
 	defer l2.Close()
@@ -117,7 +119,7 @@ func TestCursorNames(t *testing.T) {
 }
 
 func TestDamagedCursorFileIsCorruption(t *testing.T) {
-	m := newMemFS()
+	m := segmentlogtest.NewFS()
 	l := mustOpen(t, memDir, memOpts(m))
 	mustAppend(t, l, []byte("x"))
 	if err := l.CommitCursor("c", 1); err != nil {
@@ -125,9 +127,9 @@ func TestDamagedCursorFileIsCorruption(t *testing.T) {
 	}
 	l.Close()
 	path := filepath.Join(memDir, cursorDirName, "c"+cursorSuffix)
-	b := m.bytes(path)
+	b := m.Bytes(path)
 	b[9] ^= 1
-	m.setBytes(path, b)
+	m.SetBytes(path, b)
 	_, _, err := Open(memDir, memOpts(m))
 	if c := asCorruption(t, err); c.Path != path {
 		t.Fatalf("corruption names %s, want %s", c.Path, path)

@@ -3,6 +3,8 @@ package segmentlog
 import (
 	"errors"
 	"fmt"
+
+	"github.com/trellara/trellara/segmentlog/internal/vfs"
 )
 
 // Sentinel errors. Each is wrapped with the identifiers that locate the
@@ -28,7 +30,7 @@ var (
 	ErrInvalidCursorName = errors.New("segmentlog: invalid cursor name")
 	// ErrLocked means another process (or another Log in this process)
 	// holds the directory. Two writers would interleave frames.
-	ErrLocked = errors.New("segmentlog: directory is locked by another log instance")
+	ErrLocked = vfs.ErrLocked
 	// ErrInvalidOptions is wrapped by every Options validation failure.
 	ErrInvalidOptions = errors.New("segmentlog: invalid options")
 	// ErrMustReopen is matched (errors.Is) by every *FatalError.

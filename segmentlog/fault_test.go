@@ -11,18 +11,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 )
 
 const memDir = "/log"
 
-func memOpts(m *memFS) Options {
+func memOpts(m *segmentlogtest.FS) Options {
 	o := smallOpts()
 	o.FS = m
 	return o
 }
 
 func TestFaultShortWriteIsUndone(t *testing.T) {
-	m := newMemFS()
+	m := segmentlogtest.NewFS()
 	l := mustOpen(t, memDir, memOpts(m))
 	defer l.Close()
 	var want [][]byte
@@ -32,16 +34,16 @@ func TestFaultShortWriteIsUndone(t *testing.T) {
 		want = append(want, p)
 	}
 	seg := memDir + "/" + segmentName(0)
-	before := m.bytes(seg)
-	m.setHooks(func(m *memFS) { m.writeHook = enospcAfter(50, ".seg") })
+	before := m.Bytes(seg)
+	m.SetSpace(50)
 	_, err := l.Append(make([]byte, 300))
 	if !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrMustReopen) {
 		t.Fatalf("Append with a short write = %v, want a non-fatal ENOSPC", err)
 	}
-	if after := m.bytes(seg); !bytes.Equal(after, before) {
+	if after := m.Bytes(seg); !bytes.Equal(after, before) {
 		t.Fatalf("partial write left %d bytes behind", len(after)-len(before))
 	}
-	m.setHooks(func(m *memFS) { m.writeHook = nil })
+	m.SetSpace(-1)
 	p := payloadFor(1, 3, 100)
 	if off := mustAppend(t, l, p); off != 3 {
 		t.Fatalf("append after the failure got offset %d, want 3 (dense)", off)
@@ -49,23 +51,21 @@ func TestFaultShortWriteIsUndone(t *testing.T) {
 	want = append(want, p)
 	checkEntries(t, readAll(t, l, 0), want)
 
-	l2 := mustOpen(t, memDir, memOpts(m.crash()))
+	l2 := mustOpen(t, memDir, memOpts(m.CrashImage(nil)))
 	defer l2.Close()
 	checkEntries(t, readAll(t, l2, 0), want)
 }
 
 func TestFaultENOSPCWhenRolling(t *testing.T) {
-	m := newMemFS()
+	m := segmentlogtest.NewFS()
 	l := mustOpen(t, memDir, memOpts(m))
 	defer l.Close()
-	m.setHooks(func(m *memFS) {
-		m.createHook = func(path string) error {
-			if strings.HasSuffix(path, segmentSuffix+tmpSuffix) {
-				return syscall.ENOSPC
-			}
-			return nil
+	m.SetHooks(segmentlogtest.Hooks{Create: func(path string) error {
+		if strings.HasSuffix(path, segmentSuffix+tmpSuffix) {
+			return syscall.ENOSPC
 		}
-	})
+		return nil
+	}})
 	var want [][]byte
 	var err error
 	for i := 0; err == nil; i++ {
@@ -77,7 +77,7 @@ func TestFaultENOSPCWhenRolling(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrMustReopen) {
 		t.Fatalf("Append needing a new segment = %v, want a non-fatal ENOSPC", err)
 	}
-	m.setHooks(func(m *memFS) { m.createHook = nil })
+	m.SetHooks(segmentlogtest.Hooks{})
 	for i := range 10 {
 		p := payloadFor(3, i, 900)
 		if off := mustAppend(t, l, p); off != uint64(len(want)) {
@@ -86,7 +86,7 @@ func TestFaultENOSPCWhenRolling(t *testing.T) {
 		want = append(want, p)
 	}
 	checkEntries(t, readAll(t, l, 0), want)
-	l2 := mustOpen(t, memDir, memOpts(m.crash()))
+	l2 := mustOpen(t, memDir, memOpts(m.CrashImage(nil)))
 	defer l2.Close()
 	checkEntries(t, readAll(t, l2, 0), want)
 }
@@ -94,7 +94,7 @@ func TestFaultENOSPCWhenRolling(t *testing.T) {
 func TestFaultFsyncFailureIsFatal(t *testing.T) {
 	for _, target := range []string{"segment", "directory", "cursor"} {
 		t.Run(target, func(t *testing.T) {
-			m := newMemFS()
+			m := segmentlogtest.NewFS()
 			l := mustOpen(t, memDir, memOpts(m))
 			var want [][]byte
 			for i := range 5 {
@@ -108,29 +108,25 @@ func TestFaultFsyncFailureIsFatal(t *testing.T) {
 			var err error
 			switch target {
 			case "segment":
-				m.setHooks(func(m *memFS) {
-					m.syncHook = func(p string) error {
-						if strings.HasSuffix(p, segmentSuffix) {
-							return eio
-						}
-						return nil
+				m.SetHooks(segmentlogtest.Hooks{Sync: func(p string) error {
+					if strings.HasSuffix(p, segmentSuffix) {
+						return eio
 					}
-				})
+					return nil
+				}})
 				_, err = l.Append([]byte("doomed"))
 			case "directory":
-				m.setHooks(func(m *memFS) { m.syncDirHook = func(string) error { return eio } })
+				m.SetHooks(segmentlogtest.Hooks{SyncDir: func(string) error { return eio }})
 				for err == nil { // until a roll needs the directory synced
 					_, err = l.Append(make([]byte, 900))
 				}
 			case "cursor":
-				m.setHooks(func(m *memFS) {
-					m.syncHook = func(p string) error {
-						if strings.Contains(p, cursorSuffix) {
-							return eio
-						}
-						return nil
+				m.SetHooks(segmentlogtest.Hooks{Sync: func(p string) error {
+					if strings.Contains(p, cursorSuffix) {
+						return eio
 					}
-				})
+					return nil
+				}})
 				err = l.CommitCursor("c", 2)
 			}
 			var fe *FatalError
@@ -141,7 +137,7 @@ func TestFaultFsyncFailureIsFatal(t *testing.T) {
 				t.Fatalf("fatal error does not say to reopen: %v", err)
 			}
 			// Every later call fails the same way: no retry-and-pretend.
-			m.setHooks(func(m *memFS) { m.syncHook, m.syncDirHook = nil, nil })
+			m.SetHooks(segmentlogtest.Hooks{})
 			calls := map[string]error{}
 			_, calls["Append"] = l.Append([]byte("after"))
 			calls["CommitCursor"] = l.CommitCursor("c", 1)
@@ -155,7 +151,7 @@ func TestFaultFsyncFailureIsFatal(t *testing.T) {
 			}
 			l.Close()
 			// What was acknowledged before the failure survives a crash.
-			l2, _, err := Open(memDir, memOpts(m.crash()))
+			l2, _, err := Open(memDir, memOpts(m.CrashImage(nil)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,28 +166,26 @@ func TestFaultFsyncFailureIsFatal(t *testing.T) {
 }
 
 func TestFaultTornCopyFailureLeavesSegmentAlone(t *testing.T) {
-	m := newMemFS()
+	m := segmentlogtest.NewFS()
 	l := mustOpen(t, memDir, memOpts(m))
 	mustAppend(t, l, []byte("one"))
 	l.Close()
 	seg := memDir + "/" + segmentName(0)
-	damaged := append(m.bytes(seg), 1, 2, 3)
-	m.setBytes(seg, damaged)
-	m.setHooks(func(m *memFS) {
-		m.createHook = func(p string) error {
-			if strings.Contains(p, tornInfix) {
-				return syscall.ENOSPC
-			}
-			return nil
+	damaged := append(m.Bytes(seg), 1, 2, 3)
+	m.SetBytes(seg, damaged)
+	m.SetHooks(segmentlogtest.Hooks{Create: func(p string) error {
+		if strings.Contains(p, tornInfix) {
+			return syscall.ENOSPC
 		}
-	})
+		return nil
+	}})
 	if _, _, err := Open(memDir, memOpts(m)); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Open = %v, want ENOSPC from the torn copy", err)
 	}
-	if !bytes.Equal(m.bytes(seg), damaged) {
+	if !bytes.Equal(m.Bytes(seg), damaged) {
 		t.Fatal("segment was truncated although its torn bytes could not be kept")
 	}
-	m.setHooks(func(m *memFS) { m.createHook = nil })
+	m.SetHooks(segmentlogtest.Hooks{})
 	l, rep, err := Open(memDir, memOpts(m))
 	if err != nil || rep == nil || rep.BytesDropped != 3 {
 		t.Fatalf("retry: %v %v", rep, err)
@@ -199,7 +193,7 @@ func TestFaultTornCopyFailureLeavesSegmentAlone(t *testing.T) {
 	l.Close()
 }
 
-// TestSimulatedPowerLoss runs concurrent writers against memFS and takes
+// TestSimulatedPowerLoss runs concurrent writers against segmentlogtest.FS and takes
 // crash images (only synced bytes and synced directory entries) at random
 // moments: every append acknowledged before the image is in it.
 func TestSimulatedPowerLoss(t *testing.T) {
@@ -211,33 +205,31 @@ func TestSimulatedPowerLoss(t *testing.T) {
 	}
 	repairs := 0
 	for it := range iterations {
-		m := newMemFS()
+		m := segmentlogtest.NewFS()
 		opts := Options{SegmentBytesMax: 8 << 10, FrameBytesMax: 700, IndexIntervalBytes: 512, FS: m}
 		l := mustOpen(t, memDir, opts)
 		var ackMu sync.Mutex
 		acked := map[uint64][]byte{}
-		var image *memFS
+		var image *segmentlogtest.FS
 		var snapshot map[uint64][]byte
 		imageAt := 1 + rng.IntN(40)
 		imageTaken := make(chan struct{})
 		syncs := 0
 		// The crash image is taken inside an fsync of a segment, the
 		// moment when unsynced bytes are most likely to be in flight.
-		m.setHooks(func(m *memFS) {
-			m.syncHook = func(path string) error {
-				if !strings.HasSuffix(path, segmentSuffix) {
-					return nil
-				}
-				if syncs++; syncs == imageAt {
-					image = m.crashTornLocked(rng)
-					ackMu.Lock()
-					snapshot = maps.Clone(acked)
-					ackMu.Unlock()
-					close(imageTaken)
-				}
+		m.SetHooks(segmentlogtest.Hooks{Sync: func(path string) error {
+			if !strings.HasSuffix(path, segmentSuffix) {
 				return nil
 			}
-		})
+			if syncs++; syncs == imageAt {
+				image = m.CrashImage(rng)
+				ackMu.Lock()
+				snapshot = maps.Clone(acked)
+				ackMu.Unlock()
+				close(imageTaken)
+			}
+			return nil
+		}})
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for w := range 4 {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -43,8 +45,8 @@ func goldenOptions(fsys FS) Options {
 // one commit group (AppendBatch); a 40-byte entry in three chunks plus a
 // manifest, which does not fit segment 0 and starts segment 3; "bye",
 // which starts segment 4; cursor "relay" at offset 2.
-func buildGolden(t testing.TB) *memFS {
-	m := newMemFS()
+func buildGolden(t testing.TB) *segmentlogtest.FS {
+	m := segmentlogtest.NewFS()
 	l := mustOpen(t, memDir, goldenOptions(m))
 	mustAppend(t, l, goldenPayloads[0])
 	if _, err := l.AppendBatch(goldenPayloads[1:3]); err != nil {
@@ -96,7 +98,7 @@ func TestGoldenFormat(t *testing.T) {
 		t.Fatalf("docs/LOG-FORMAT.md: %v", err)
 	}
 	for _, name := range goldenFiles {
-		got := m.bytes(filepath.Join(memDir, name))
+		got := m.Bytes(filepath.Join(memDir, name))
 		if got == nil {
 			t.Fatalf("golden log has no %s", name)
 		}

@@ -7,38 +7,19 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/trellara/trellara/segmentlog/internal/vfs"
 )
 
-// FS is the filesystem seam. The log calls nothing else, so an
+// FS is the filesystem seam: the log calls nothing else, so an
 // implementation can model short writes, fsync failures, ENOSPC and the
-// loss of unsynced data after a crash.
-type FS interface {
-	// OpenFile opens a file like os.OpenFile. The log opens segments it
-	// appends to with os.O_APPEND, so File.Write always appends.
-	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
-	Rename(oldpath, newpath string) error
-	Remove(name string) error
-	// ReadDir returns the names of the entries in dir, in any order.
-	ReadDir(dir string) ([]string, error)
-	MkdirAll(dir string, perm fs.FileMode) error
-	// SyncDir makes creations, renames and removals in dir durable.
-	SyncDir(dir string) error
-	// Lock takes an exclusive, non-blocking lock on the named file
-	// (creating it) that is released by Close or by the process dying.
-	// It returns ErrLocked when someone else holds it.
-	Lock(name string) (io.Closer, error)
-}
+// loss of unsynced data after a crash. The method contracts are in
+// internal/vfs, a leaf package, so that segmentlogtest's simulated
+// filesystem can implement FS without importing segmentlog.
+type FS = vfs.FS
 
-// File is an open file.
-type File interface {
-	io.Writer
-	io.ReaderAt
-	io.Closer
-	// Sync makes the file's data and size durable (fdatasync).
-	Sync() error
-	Truncate(size int64) error
-	Size() (int64, error)
-}
+// File is an open file (see FS).
+type File = vfs.File
 
 // OSFS is the operating system's filesystem.
 type OSFS struct{}

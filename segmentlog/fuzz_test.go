@@ -3,6 +3,7 @@ package segmentlog
 import (
 	"bytes"
 	"context"
+	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 	"io"
 	"log/slog"
 	"os"
@@ -193,7 +194,7 @@ func checkScanSegment(t *testing.T, data []byte) {
 }
 
 // fuzzLogOptions opens the golden log on m without logging.
-func fuzzLogOptions(m *memFS) Options {
+func fuzzLogOptions(m *segmentlogtest.FS) Options {
 	o := goldenOptions(m)
 	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return o
@@ -231,7 +232,7 @@ func checkGoldenReads(t *testing.T, l *Log, corruptionOK bool) {
 func FuzzIndexFile(f *testing.F) {
 	golden := buildGolden(f)
 	for _, second := range []bool{false, true} {
-		f.Add(golden.bytes(filepath.Join(memDir, indexName(map[bool]uint64{false: 0, true: 3}[second]))), second)
+		f.Add(golden.Bytes(filepath.Join(memDir, indexName(map[bool]uint64{false: 0, true: 3}[second]))), second)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, second bool) {
 		b := slices.Clone(data)
@@ -248,11 +249,11 @@ func FuzzIndexFile(f *testing.F) {
 			if !bytes.Equal(encodeIndex(ix), b) {
 				t.Fatalf("decoded index does not re-encode to its bytes")
 			}
-			size := int64(len(golden.bytes(filepath.Join(memDir, segmentName(base)))))
+			size := int64(len(golden.Bytes(filepath.Join(memDir, segmentName(base)))))
 			trusted = validateIndex(ix, base, next, size) == nil
 		}
-		m := golden.crash()
-		m.setBytes(filepath.Join(memDir, indexName(base)), b)
+		m := golden.CrashImage(nil)
+		m.SetBytes(filepath.Join(memDir, indexName(base)), b)
 		l, _, err := Open(memDir, fuzzLogOptions(m))
 		if err != nil {
 			if !trusted {
@@ -273,7 +274,7 @@ func FuzzIndexFile(f *testing.F) {
 func FuzzCursorFile(f *testing.F) {
 	golden := buildGolden(f)
 	path := filepath.Join(memDir, cursorDirName, "relay"+cursorSuffix)
-	f.Add(golden.bytes(path))
+	f.Add(golden.Bytes(path))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := slices.Clone(data)
 		if len(b) >= cursorFileSize {
@@ -283,8 +284,8 @@ func FuzzCursorFile(f *testing.F) {
 		if derr == nil && !bytes.Equal(encodeCursor(rec), b) {
 			t.Fatalf("decoded cursor does not re-encode to its bytes")
 		}
-		m := golden.crash()
-		m.setBytes(path, b)
+		m := golden.CrashImage(nil)
+		m.SetBytes(path, b)
 		l, _, err := Open(memDir, fuzzLogOptions(m))
 		if derr != nil || rec.offset > uint64(len(goldenPayloads)) {
 			if err == nil {

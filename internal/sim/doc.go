@@ -1,11 +1,11 @@
 // Package sim is Trellara's deterministic failure matrix: it runs the real
 // relay session and assembler, the real segment log and the real applier
 // against a simulated source (a seeded history rendered as pgoutput bytes),
-// a simulated filesystem (unsynced data lost on power loss, torn writes,
-// fsync errors, a full disk), a simulated slot and a simulated
-// transactional target, interleaved by a seeded scheduler on one
-// goroutine, and checks every invariant while faults are injected at named
-// points. The same seed reproduces a run byte for byte.
+// a simulated filesystem (segmentlog/segmentlogtest: unsynced data lost on
+// power loss, torn writes, fsync errors, a full disk), a simulated slot and
+// a simulated transactional target, interleaved by a seeded scheduler on
+// one goroutine, and checks every invariant while faults are injected at
+// named points. The same seed reproduces a run byte for byte.
 //
 // Files:
 //
@@ -13,7 +13,6 @@
 //	catalog.go   the catalogue: every simulation and scenario, stable ids
 //	source.go    the history generator and walsender stream
 //	model.go     tables, rows and the order-independent state hash
-//	fs.go        the filesystem (segmentlog.FS)
 //	target.go    the target (apply.Target)
 //	harness.go   the scheduler, the fault points, crash and recovery
 //	check.go     the invariants

@@ -20,6 +20,7 @@ import (
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 )
 
 // The harness runs one scenario: the real relay session (decode,
@@ -62,7 +63,7 @@ type harness struct {
 	step  int
 	nowUS int64
 
-	fs           *simFS
+	fs           *segmentlogtest.FS
 	lg           *segmentlog.Log
 	logOpts      segmentlog.Options
 	pins         *simPins
@@ -85,7 +86,7 @@ type harness struct {
 
 	faults       []*faultState
 	arg          int
-	pendingImage *simFS
+	pendingImage *segmentlogtest.FS
 	detected     map[string]int
 	stats        RunStats
 	failed       bool
@@ -266,8 +267,8 @@ func (h *harness) run() {
 	if dir, err := os.MkdirTemp("", "trellara-sim-spill-"); err == nil {
 		h.spillDir = dir
 	}
-	h.fs = newSimFS()
-	h.fs.syncNoop = h.opts.Mutations.StorageLies
+	h.fs = segmentlogtest.NewFS()
+	h.fs.SetSyncLies(h.opts.Mutations.StorageLies)
 	_, _, seg, _, _, _ := h.bounds()
 	h.logOpts = segmentlog.Options{SegmentBytesMax: seg, FrameBytesMax: h.sim.FrameBytesMax, Retention: h.sim.Retention,
 		IndexIntervalBytes: 256, Clock: h.now}
@@ -296,7 +297,7 @@ func (h *harness) run() {
 		h.nowUS += 1000
 		if h.enospcUntil > 0 && h.step >= h.enospcUntil {
 			h.enospcUntil = 0
-			h.fs.setSpace(-1)
+			h.fs.SetSpace(-1)
 			h.tracef("fs", "disk space freed")
 		}
 		if h.finished() {
@@ -425,7 +426,7 @@ func (h *harness) openLog() error {
 	for range 10 {
 		o := h.logOpts
 		o.FS = h.fs
-		h.fs.onSync = h.onSync
+		h.fs.SetHooks(segmentlogtest.Hooks{Sync: h.onSync})
 		lg, rep, err = segmentlog.Open(logDir, o)
 		if err == nil {
 			break
@@ -437,7 +438,7 @@ func (h *harness) openLog() error {
 		if img := h.pendingImage; img != nil {
 			h.pendingImage = nil
 			h.fs = img
-			h.fs.syncNoop = h.opts.Mutations.StorageLies
+			h.fs.SetSyncLies(h.opts.Mutations.StorageLies)
 		}
 	}
 	if err != nil {
@@ -460,10 +461,10 @@ func (h *harness) onSync(path string) error {
 	}
 	switch h.at(point) {
 	case actPowerLoss:
-		h.pendingImage = h.fs.crashImage(nil)
+		h.pendingImage = h.fs.CrashImage(nil)
 		return errMachineDied
 	case actTornLoss:
-		h.pendingImage = h.fs.crashImage(h.frng)
+		h.pendingImage = h.fs.CrashImage(h.frng)
 		return errMachineDied
 	case actFsyncFail:
 		h.detect("fsync-failure")
@@ -490,14 +491,14 @@ func (h *harness) reopenLog() {
 
 // machineCrash loses power: the log's directory becomes img, every
 // process restarts; the target (another machine) keeps what it committed.
-func (h *harness) machineCrash(img *simFS) {
+func (h *harness) machineCrash(img *segmentlogtest.FS) {
 	h.pendingImage = nil
 	h.tracef("crash", "power loss")
 	h.killRelay("power loss")
 	h.killApplier("power loss")
 	_ = h.lg.Close()
 	h.fs = img
-	h.fs.syncNoop = h.opts.Mutations.StorageLies
+	h.fs.SetSyncLies(h.opts.Mutations.StorageLies)
 	h.enospcUntil = 0
 	if err := h.openLog(); err != nil {
 		if segmentlog.IsCorruption(err) {
@@ -822,7 +823,7 @@ func (h *harness) relayStep() {
 		h.killRelay("crash before publish")
 		return
 	case actENOSPC:
-		h.fs.setSpace(int64(h.arg))
+		h.fs.SetSpace(int64(h.arg))
 		h.enospcUntil = h.step + 40
 		h.tracef("fs", "disk full (%d bytes left)", h.arg)
 	}
@@ -928,7 +929,7 @@ func (h *harness) retention() {
 // corruptSealed damages a payload byte in the oldest sealed segment the
 // applier has not read yet.
 func (h *harness) corruptSealed() {
-	segs := h.fs.names(logDir, ".seg")
+	segs := h.fs.Names(logDir, ".seg")
 	cur, _, _ := h.lg.CursorOffset(cursorName)
 	for i, name := range segs[:max(0, len(segs)-1)] {
 		var base uint64
@@ -936,7 +937,7 @@ func (h *harness) corruptSealed() {
 		if i == 0 || base < cur {
 			continue
 		}
-		if h.fs.flip(name, 32+32+8) {
+		if h.fs.Flip(name, 32+32+8) {
 			h.detect("corrupted")
 			h.tracef("fault", "flipped a byte in %s", name)
 			return
@@ -948,12 +949,12 @@ func (h *harness) corruptSealed() {
 // corruptIndex damages a sealed segment's index and restarts the process:
 // Open must notice and rebuild it.
 func (h *harness) corruptIndex() {
-	idx := h.fs.names(logDir, ".idx")
+	idx := h.fs.Names(logDir, ".idx")
 	if len(idx) == 0 {
 		h.unfire(actCorruptIdx)
 		return
 	}
-	h.fs.flip(idx[0], h.fs.size(idx[0])/2)
+	h.fs.Flip(idx[0], len(h.fs.Bytes(idx[0]))/2)
 	h.tracef("fault", "flipped a byte in %s", idx[0])
 	h.reopenLog()
 }

@@ -3,10 +3,6 @@ package sim
 import (
 	"context"
 	"errors"
-	"io"
-	"math/rand/v2"
-	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,66 +13,6 @@ import (
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
-
-// The simulated filesystem keeps only what was made durable.
-func TestSimFSCrash(t *testing.T) {
-	m := newSimFS()
-	if err := m.MkdirAll("/d", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := m.OpenFile("/d/a", os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(s string) {
-		if _, err := f.Write([]byte(s)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("synced")
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	// The name is not durable until its directory is synced.
-	if img := m.crashImage(nil); len(img.files) != 0 {
-		t.Fatalf("an unsynced directory entry survived the crash: %v", img.files)
-	}
-	if err := m.SyncDir("/d"); err != nil {
-		t.Fatal(err)
-	}
-	write("-unsynced")
-	read := func(fs *simFS) string {
-		g, err := fs.OpenFile("/d/a", os.O_RDONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := make([]byte, 64)
-		n, err := g.ReadAt(b, 0)
-		if err != nil && !errors.Is(err, io.EOF) {
-			t.Fatal(err)
-		}
-		return string(b[:n])
-	}
-	if got := read(m.crashImage(nil)); got != "synced" {
-		t.Errorf("clean crash kept %q, want the synced bytes only", got)
-	}
-	torn := map[string]bool{}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for range 50 {
-		got := read(m.crashImage(rng))
-		if len(got) < len("synced") || got[:6] != "synced" {
-			t.Fatalf("torn crash lost synced bytes: %q", got)
-		}
-		torn[got] = true
-	}
-	if len(torn) < 3 {
-		t.Errorf("torn crashes kept only %d distinct tails", len(torn))
-	}
-	m.setSpace(3)
-	if n, err := f.Write([]byte("abcdef")); n != 3 || !errors.Is(err, syscall.ENOSPC) {
-		t.Errorf("write on a full disk = %d, %v; want a short write with ENOSPC", n, err)
-	}
-}
 
 // The simulated target shows nothing of an open or rolled-back
 // transaction and refuses what the real one would.
