@@ -14,6 +14,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/mutation"
 )
 
 // Source yields encoded envelopes in log order. Next blocks until an entry
@@ -131,7 +132,9 @@ type Applier struct {
 	cp       Checkpoint
 	progress map[string]*snapshotState
 	openQuar map[string]int64 // unit key → id of its open quarantine row
-	mutation Mutation
+	// broken holds the protections removed for the simulator's mutation
+	// tests (NewWithTarget with a mutation.Carrier); empty otherwise.
+	broken mutation.Set
 
 	// cursorAt is the last offset committed to the Cursor (cursorSet).
 	cursorAt  uint64
@@ -177,7 +180,7 @@ func NewWithTarget(t Target, cfg Config) (*Applier, error) {
 }
 
 func newEngine(t Target, cfg Config) *Applier {
-	return &Applier{
+	a := &Applier{
 		t:        t,
 		cfg:      cfg,
 		log:      cfg.Logger.With("flow", cfg.Flow, "source_id", cfg.SourceID),
@@ -185,13 +188,14 @@ func newEngine(t Target, cfg Config) *Applier {
 		openQuar: map[string]int64{},
 		cp:       Checkpoint{Flow: cfg.Flow, SourceID: cfg.SourceID},
 	}
+	if c, ok := t.(mutation.Carrier); ok {
+		a.broken = c.ApplierMutations()
+	}
+	return a
 }
 
-// Mutate removes the protections in m. Only the failure matrix's mutation
-// tests call it, to show the simulations catch a broken applier.
-func (a *Applier) Mutate(m Mutation) { a.mutation = m }
-
-func (a *Applier) mutated(m Mutation) bool { return a.mutation&m != 0 }
+// mutated reports whether the protection m is removed (mutation tests).
+func (a *Applier) mutated(m mutation.Set) bool { return a.broken.Has(m) }
 
 // Checkpoint returns the checkpoint as of the last target commit.
 func (a *Applier) Checkpoint() Checkpoint {
@@ -684,7 +688,7 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	var lastApplied *unit
 	napply, nskip := 0, 0
 	for i, u := range units {
-		if u.env.CommitLsn <= last && !a.mutated(MutationSkipDedupe) {
+		if u.env.CommitLsn <= last && !a.mutated(mutation.SkipDedupe) {
 			skip[i] = true
 			nskip++
 			continue
@@ -733,7 +737,7 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	if err := tx.Flush(ctx); err != nil {
 		return a.asFailure(ctx, lsn, err)
 	}
-	if a.mutated(MutationCursorBeforeCommit) {
+	if a.mutated(mutation.CursorBeforeCommit) {
 		if err := a.commitCursor(cur, lastOffset); err != nil {
 			return nil, err
 		}
@@ -828,7 +832,7 @@ func (a *Applier) commitCursor(cur Cursor, offset uint64) error {
 // unit's own transaction was rolled back) and returns the error that stops
 // the flow.
 func (a *Applier) quarantine(ctx context.Context, u *unit, f *failure, cur Cursor) error {
-	if a.mutated(MutationDropRefused) {
+	if a.mutated(mutation.DropRefused) {
 		return a.dropRefused(ctx, u, cur)
 	}
 	qe := &QuarantinedError{
@@ -856,7 +860,7 @@ func (a *Applier) quarantine(ctx context.Context, u *unit, f *failure, cur Curso
 	return qe
 }
 
-// dropRefused is MutationDropRefused: the refused unit is passed over as if
+// dropRefused is mutation.DropRefused: the refused unit is passed over as if
 // it had been applied.
 func (a *Applier) dropRefused(ctx context.Context, u *unit, cur Cursor) error {
 	tx, err := a.t.Begin(ctx)

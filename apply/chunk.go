@@ -7,6 +7,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/mutation"
 )
 
 // Chunk sequences (strict mode). The relay publishes a source transaction
@@ -64,7 +65,7 @@ func (a *Applier) processChunks(ctx context.Context, f feed, first *unit, cur Cu
 // same transaction starting at that unit.
 func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Cursor) (*unit, error) {
 	fb := first.env.Boundary
-	if first.env.CommitLsn <= a.cp.CommitLSN && !a.mutated(MutationSkipDedupe) {
+	if first.env.CommitLsn <= a.cp.CommitLSN && !a.mutated(mutation.SkipDedupe) {
 		first.release()
 		if fb.ChunkIndex+1 < fb.ChunkCount {
 			return nil, nil
@@ -112,7 +113,7 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 		if b.ChunkIndex+1 == b.ChunkCount {
 			break
 		}
-		if a.mutated(MutationSplitChunks) {
+		if a.mutated(mutation.SplitChunks) {
 			if _, err := tx.Commit(ctx); err != nil {
 				return nil, a.targetErr(ctx, lsn, err)
 			}
@@ -160,7 +161,7 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 	if err == nil {
 		err = tx.Flush(ctx)
 	}
-	if err == nil && a.mutated(MutationCursorBeforeCommit) {
+	if err == nil && a.mutated(mutation.CursorBeforeCommit) {
 		if err := a.commitCursor(cur, u.offset); err != nil {
 			return nil, err
 		}

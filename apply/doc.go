@@ -111,7 +111,9 @@
 // (internal/sim) runs this same code against a simulated transactional
 // database through NewWithTarget, driving it with Open, Step and Close
 // instead of Run: Step applies one batch from a PollSource that never
-// blocks. Mutate exists only for the simulator's mutation tests.
+// blocks. The simulator's mutation tests remove protections through a
+// target that implements internal/mutation's Carrier; no exported API
+// switches a protection off.
 //
 // # Target tables
 //

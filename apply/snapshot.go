@@ -6,6 +6,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/mutation"
 )
 
 // Snapshot units. The relay copies each relation's rows at the slot's
@@ -133,7 +134,7 @@ func (a *Applier) commitSnapshot(ctx context.Context, tx TargetTx, u *unit, rel 
 	if err != nil {
 		return a.asFailure(ctx, lsn, err)
 	}
-	if a.mutated(MutationCursorBeforeCommit) {
+	if a.mutated(mutation.CursorBeforeCommit) {
 		if err := a.commitCursor(cur, u.offset); err != nil {
 			return nil, err
 		}
