@@ -31,6 +31,17 @@
 //     not the data's fault: Run returns *TransientError and quarantines
 //     nothing (classify in errors.go holds the whole policy).
 //
+// The checkpoint is written in one place, commit (commit.go), which every
+// path that commits a target transaction goes through: a batch of
+// transactions, a chunk sequence, a snapshot unit. In the target
+// transaction that holds the data it writes snapshot progress, the
+// checkpoint row and the closing of replayed quarantine rows; it flushes
+// and commits; then it moves the in-memory checkpoint and the counters,
+// and last the cursor. Besides the row's creation at the first start,
+// the one other write to it is the skipped count of a redelivered
+// snapshot unit or chunk sequence: a statement of its own that moves no
+// position (skipUnit).
+//
 // # Units
 //
 //	TRANSACTION   one source transaction; batched with its neighbours
