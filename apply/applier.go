@@ -14,6 +14,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/mutation"
 )
 
 // Source yields encoded envelopes in log order. Next blocks until an entry
@@ -131,7 +132,9 @@ type Applier struct {
 	cp       Checkpoint
 	progress map[string]*snapshotState
 	openQuar map[string]int64 // unit key → id of its open quarantine row
-	mutation Mutation
+	// broken holds the protections removed for the simulator's mutation
+	// tests (NewWithTarget with a mutation.Carrier); empty otherwise.
+	broken mutation.Set
 
 	// cursorAt is the last offset committed to the Cursor (cursorSet).
 	cursorAt  uint64
@@ -177,7 +180,7 @@ func NewWithTarget(t Target, cfg Config) (*Applier, error) {
 }
 
 func newEngine(t Target, cfg Config) *Applier {
-	return &Applier{
+	a := &Applier{
 		t:        t,
 		cfg:      cfg,
 		log:      cfg.Logger.With("flow", cfg.Flow, "source_id", cfg.SourceID),
@@ -185,13 +188,14 @@ func newEngine(t Target, cfg Config) *Applier {
 		openQuar: map[string]int64{},
 		cp:       Checkpoint{Flow: cfg.Flow, SourceID: cfg.SourceID},
 	}
+	if c, ok := t.(mutation.Carrier); ok {
+		a.broken = c.ApplierMutations()
+	}
+	return a
 }
 
-// Mutate removes the protections in m. Only the failure matrix's mutation
-// tests call it, to show the simulations catch a broken applier.
-func (a *Applier) Mutate(m Mutation) { a.mutation = m }
-
-func (a *Applier) mutated(m Mutation) bool { return a.mutation&m != 0 }
+// mutated reports whether the protection m is removed (mutation tests).
+func (a *Applier) mutated(m mutation.Set) bool { return a.broken.Has(m) }
 
 // Checkpoint returns the checkpoint as of the last target commit.
 func (a *Applier) Checkpoint() Checkpoint {
@@ -684,7 +688,7 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	var lastApplied *unit
 	napply, nskip := 0, 0
 	for i, u := range units {
-		if u.env.CommitLsn <= last && !a.mutated(MutationSkipDedupe) {
+		if u.env.CommitLsn <= last && !a.mutated(mutation.SkipDedupe) {
 			skip[i] = true
 			nskip++
 			continue
@@ -693,8 +697,6 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 		napply++
 	}
 	lsn := units[0].env.CommitLsn
-	lastOffset := units[len(units)-1].offset
-
 	tx, err := a.t.Begin(ctx)
 	if err != nil {
 		return nil, a.targetErr(ctx, lsn, err)
@@ -702,7 +704,7 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 	defer tx.Rollback(ctx) // no-op after Commit
 
 	rows, msgs := 0, 0
-	var replayed []string
+	var applied []*unit
 	for i, u := range units {
 		if skip[i] {
 			continue
@@ -713,77 +715,14 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 		}
 		rows += n
 		msgs += m
-		if _, ok := a.openQuar[u.key()]; ok {
-			replayed = append(replayed, u.key())
-		}
+		applied = append(applied, u)
 	}
 	up := CheckpointUpdate{TxnsSkipped: int64(nskip)}
 	if napply > 0 {
 		up = CheckpointUpdate{MovesPosition: true, MovesLSN: true, CommitLSN: lastApplied.env.CommitLsn, EndLSN: lastApplied.env.EndLsn,
-			Offset: lastOffset, TxnsApplied: int64(napply), TxnsSkipped: int64(nskip), RowsApplied: int64(rows)}
+			Offset: units[len(units)-1].offset, TxnsApplied: int64(napply), TxnsSkipped: int64(nskip), RowsApplied: int64(rows)}
 	}
-	if err := tx.SetCheckpoint(ctx, up); err != nil {
-		return a.asFailure(ctx, lsn, err)
-	}
-	for _, k := range replayed {
-		if err := tx.MarkReplayed(ctx, a.openQuar[k]); err != nil {
-			return a.asFailure(ctx, lsn, err)
-		}
-	}
-	if err := tx.Flush(ctx); err != nil {
-		return a.asFailure(ctx, lsn, err)
-	}
-	if a.mutated(MutationCursorBeforeCommit) {
-		if err := a.commitCursor(cur, lastOffset); err != nil {
-			return nil, err
-		}
-	}
-	at, err := tx.Commit(ctx)
-	if err != nil {
-		return a.commitFailure(ctx, units, err)
-	}
-
-	a.mu.Lock()
-	if napply > 0 {
-		a.cp.CommitLSN, a.cp.EndLSN = lastApplied.env.CommitLsn, lastApplied.env.EndLsn
-		a.cp.Offset, a.cp.HasOffset = lastOffset, true
-		if !at.IsZero() {
-			a.cp.AppliedAt = at
-		}
-	}
-	a.cp.TxnsApplied += int64(napply)
-	a.cp.TxnsSkipped += int64(nskip)
-	a.cp.RowsApplied += int64(rows)
-	a.stats.TxnsApplied += int64(napply)
-	a.stats.TxnsSkipped += int64(nskip)
-	a.stats.RowsApplied += int64(rows)
-	a.stats.MessagesIgnored += int64(msgs)
-	a.stats.TargetTxns++
-	a.mu.Unlock()
-	for _, k := range replayed {
-		delete(a.openQuar, k)
-	}
-	if a.cfg.Applied != nil && napply > 0 {
-		times := make([]int64, 0, napply)
-		for i, u := range units {
-			if !skip[i] {
-				times = append(times, u.env.CommitTimeUnixMicros)
-			}
-		}
-		a.cfg.Applied(times)
-	}
-	return nil, a.commitCursor(cur, lastOffset)
-}
-
-// commitFailure classifies a failed COMMIT. A deferred constraint is refused
-// data that no single statement can be blamed for; with one unit it is that
-// unit's.
-func (a *Applier) commitFailure(ctx context.Context, units []*unit, err error) (*failure, error) {
-	f, err := a.asFailure(ctx, units[0].env.CommitLsn, err)
-	if f != nil && f.unit < 0 && len(units) == 1 {
-		f.unit = 0
-	}
-	return f, err
+	return a.commit(ctx, tx, txnCommit{units: units, applied: applied, checkpoint: up, messages: msgs}, cur)
 }
 
 // targetErr wraps an error that is not about a unit's data.
@@ -808,27 +747,11 @@ func (a *Applier) targetErr(ctx context.Context, commitLSN uint64, err error) er
 	}
 }
 
-// commitCursor moves the transport cursor to offset. It only moves
-// forward: a redelivered unit below the last committed offset (a
-// transport that replays older entries) is skipped at the target and
-// leaves the cursor where it is.
-func (a *Applier) commitCursor(cur Cursor, offset uint64) error {
-	if cur == nil || (a.cursorSet && offset <= a.cursorAt) {
-		return nil
-	}
-	if err := cur.Commit(offset); err != nil {
-		return fmt.Errorf("apply: flow %q: commit transport cursor at offset %d (the target already holds these units; "+
-			"after a restart they are redelivered and skipped): %w", a.cfg.Flow, offset, err)
-	}
-	a.cursorAt, a.cursorSet = offset, true
-	return nil
-}
-
 // quarantine records a refused unit in its own target transaction (the
 // unit's own transaction was rolled back) and returns the error that stops
 // the flow.
 func (a *Applier) quarantine(ctx context.Context, u *unit, f *failure, cur Cursor) error {
-	if a.mutated(MutationDropRefused) {
+	if a.mutated(mutation.DropRefused) {
 		return a.dropRefused(ctx, u, cur)
 	}
 	qe := &QuarantinedError{
@@ -856,25 +779,20 @@ func (a *Applier) quarantine(ctx context.Context, u *unit, f *failure, cur Curso
 	return qe
 }
 
-// dropRefused is MutationDropRefused: the refused unit is passed over as if
-// it had been applied.
+// dropRefused is mutation.DropRefused: the refused unit is passed over as
+// if it had been applied.
 func (a *Applier) dropRefused(ctx context.Context, u *unit, cur Cursor) error {
 	tx, err := a.t.Begin(ctx)
 	if err != nil {
 		return a.targetErr(ctx, u.env.CommitLsn, err)
 	}
 	defer tx.Rollback(ctx)
-	if err := tx.SetCheckpoint(ctx, CheckpointUpdate{MovesPosition: true, MovesLSN: true,
-		CommitLSN: u.env.CommitLsn, EndLSN: u.env.EndLsn, Offset: u.offset}); err != nil {
-		return a.targetErr(ctx, u.env.CommitLsn, err)
+	f, err := a.commit(ctx, tx, txnCommit{units: []*unit{u}, checkpoint: CheckpointUpdate{MovesPosition: true, MovesLSN: true,
+		CommitLSN: u.env.CommitLsn, EndLSN: u.env.EndLsn, Offset: u.offset}}, cur)
+	if f != nil {
+		return a.targetErr(ctx, u.env.CommitLsn, f.err)
 	}
-	if _, err := tx.Commit(ctx); err != nil {
-		return a.targetErr(ctx, u.env.CommitLsn, err)
-	}
-	a.mu.Lock()
-	a.cp.CommitLSN, a.cp.EndLSN, a.cp.Offset, a.cp.HasOffset = u.env.CommitLsn, u.env.EndLsn, u.offset, true
-	a.mu.Unlock()
-	return a.commitCursor(cur, u.offset)
+	return err
 }
 
 // plan and rowStmt are the PostgreSQL target's statement builders, reached

@@ -3,10 +3,10 @@ package apply
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/mutation"
 )
 
 // Chunk sequences (strict mode). The relay publishes a source transaction
@@ -64,7 +64,7 @@ func (a *Applier) processChunks(ctx context.Context, f feed, first *unit, cur Cu
 // same transaction starting at that unit.
 func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Cursor) (*unit, error) {
 	fb := first.env.Boundary
-	if first.env.CommitLsn <= a.cp.CommitLSN && !a.mutated(MutationSkipDedupe) {
+	if first.env.CommitLsn <= a.cp.CommitLSN && !a.mutated(mutation.SkipDedupe) {
 		first.release()
 		if fb.ChunkIndex+1 < fb.ChunkCount {
 			return nil, nil
@@ -112,7 +112,7 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 		if b.ChunkIndex+1 == b.ChunkCount {
 			break
 		}
-		if a.mutated(MutationSplitChunks) {
+		if a.mutated(mutation.SplitChunks) {
 			if _, err := tx.Commit(ctx); err != nil {
 				return nil, a.targetErr(ctx, lsn, err)
 			}
@@ -151,57 +151,17 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 		return nil, a.chunkSeqErr(first, u, fmt.Sprintf("the chunks carry %d rows but the transaction has %d", seen, total))
 	}
 
-	err = tx.SetCheckpoint(ctx, CheckpointUpdate{MovesPosition: true, MovesLSN: true, CommitLSN: lsn, EndLSN: u.env.EndLsn,
-		Offset: u.offset, TxnsApplied: 1, RowsApplied: int64(rows)})
-	id, replayed := a.openQuar[u.key()]
-	if replayed && err == nil {
-		err = tx.MarkReplayed(ctx, id)
-	}
-	if err == nil {
-		err = tx.Flush(ctx)
-	}
-	if err == nil && a.mutated(MutationCursorBeforeCommit) {
-		if err := a.commitCursor(cur, u.offset); err != nil {
-			return nil, err
-		}
-	}
-	var at time.Time
-	if err == nil {
-		at, err = tx.Commit(ctx)
-		// A deferred constraint refused at COMMIT is blamed on the final
-		// chunk (Unit -1 becomes 0 below).
-	}
-	if err != nil {
-		fl, err := a.asFailure(ctx, lsn, err)
-		if err != nil {
-			return nil, err
-		}
+	fl, err := a.commit(ctx, tx, txnCommit{units: []*unit{u}, applied: []*unit{u}, messages: msgs,
+		checkpoint: CheckpointUpdate{MovesPosition: true, MovesLSN: true, CommitLSN: lsn, EndLSN: u.env.EndLsn,
+			Offset: u.offset, TxnsApplied: 1, RowsApplied: int64(rows)}}, cur)
+	if fl != nil {
+		// Refused at the checkpoint or at COMMIT (a deferred constraint):
+		// blamed on the final chunk.
 		tx.Rollback(ctx)
 		return nil, a.quarantineChunk(ctx, first, u, fl, cur)
 	}
-
-	a.mu.Lock()
-	a.cp.CommitLSN, a.cp.EndLSN = lsn, u.env.EndLsn
-	a.cp.Offset, a.cp.HasOffset = u.offset, true
-	if !at.IsZero() {
-		a.cp.AppliedAt = at
-	}
-	a.cp.TxnsApplied++
-	a.cp.RowsApplied += int64(rows)
-	a.stats.TxnsApplied++
-	a.stats.ChunkedTxns++
-	a.stats.RowsApplied += int64(rows)
-	a.stats.MessagesIgnored += int64(msgs)
-	a.stats.TargetTxns++
-	a.mu.Unlock()
-	if replayed {
-		delete(a.openQuar, u.key())
-	}
-	if a.cfg.Applied != nil {
-		a.cfg.Applied([]int64{u.env.CommitTimeUnixMicros})
-	}
 	u.release()
-	return nil, a.commitCursor(cur, u.offset)
+	return nil, err
 }
 
 // quarantineChunk records the transaction of a refused chunk: the failing

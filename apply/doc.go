@@ -31,6 +31,17 @@
 //     not the data's fault: Run returns *TransientError and quarantines
 //     nothing (classify in errors.go holds the whole policy).
 //
+// The checkpoint is written in one place, commit (commit.go), which every
+// path that commits a target transaction goes through: a batch of
+// transactions, a chunk sequence, a snapshot unit. In the target
+// transaction that holds the data it writes snapshot progress, the
+// checkpoint row and the closing of replayed quarantine rows; it flushes
+// and commits; then it moves the in-memory checkpoint and the counters,
+// and last the cursor. Besides the row's creation at the first start,
+// the one other write to it is the skipped count of a redelivered
+// snapshot unit or chunk sequence: a statement of its own that moves no
+// position (skipUnit).
+//
 // # Units
 //
 //	TRANSACTION   one source transaction; batched with its neighbours
@@ -111,7 +122,9 @@
 // (internal/sim) runs this same code against a simulated transactional
 // database through NewWithTarget, driving it with Open, Step and Close
 // instead of Run: Step applies one batch from a PollSource that never
-// blocks. Mutate exists only for the simulator's mutation tests.
+// blocks. The simulator's mutation tests remove protections through a
+// target that implements internal/mutation's Carrier; no exported API
+// switches a protection off.
 //
 // # Target tables
 //

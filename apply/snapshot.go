@@ -115,49 +115,13 @@ func (a *Applier) trySnapshotEnd(ctx context.Context, u *unit, st snapshotState,
 	return nil, nil
 }
 
-// commitSnapshot writes snapshot progress and the checkpoint in tx,
-// commits, and moves the cursor.
+// commitSnapshot commits snapshot unit u with its relation's progress
+// next (commit).
 func (a *Applier) commitSnapshot(ctx context.Context, tx TargetTx, u *unit, rel string, next snapshotState, rows int64, cur Cursor) (*failure, error) {
-	lsn := u.env.CommitLsn
-	err := tx.SetProgress(ctx, SnapshotProgress{Relation: rel, NextBatch: next.nextBatch, Done: next.done,
-		BoundaryLSN: next.boundaryLSN, Rows: next.rows})
-	if err == nil {
-		err = tx.SetCheckpoint(ctx, CheckpointUpdate{MovesPosition: true, Offset: u.offset, RowsApplied: rows})
-	}
-	if id, ok := a.openQuar[u.key()]; ok && err == nil {
-		err = tx.MarkReplayed(ctx, id)
-	}
-	if err == nil {
-		err = tx.Flush(ctx)
-	}
-	if err != nil {
-		return a.asFailure(ctx, lsn, err)
-	}
-	if a.mutated(MutationCursorBeforeCommit) {
-		if err := a.commitCursor(cur, u.offset); err != nil {
-			return nil, err
-		}
-	}
-	at, err := tx.Commit(ctx)
-	if err != nil {
-		return a.commitFailure(ctx, []*unit{u}, err)
-	}
-	st := next
-	a.progress[rel] = &st
-	delete(a.openQuar, u.key())
-	a.mu.Lock()
-	a.cp.Offset, a.cp.HasOffset = u.offset, true
-	if !at.IsZero() {
-		a.cp.AppliedAt = at
-	}
-	a.cp.RowsApplied += rows
-	a.stats.RowsApplied += rows
-	if u.kind() == pb.UnitKind_UNIT_KIND_SNAPSHOT {
-		a.stats.SnapshotBatches++
-	}
-	a.stats.TargetTxns++
-	a.mu.Unlock()
-	return nil, a.commitCursor(cur, u.offset)
+	return a.commit(ctx, tx, txnCommit{units: []*unit{u}, applied: []*unit{u},
+		checkpoint: CheckpointUpdate{MovesPosition: true, Offset: u.offset, RowsApplied: rows},
+		snapshot: &SnapshotProgress{Relation: rel, NextBatch: next.nextBatch, Done: next.done,
+			BoundaryLSN: next.boundaryLSN, Rows: next.rows}}, cur)
 }
 
 // skipUnit counts a redelivered snapshot unit. One statement, so it commits

@@ -157,25 +157,6 @@ type PollSource interface {
 	Seek(offset uint64) error
 }
 
-// Mutation deliberately breaks one protection of the applier. Only the
-// failure matrix's mutation tests use it (Applier.Mutate), to prove that
-// the simulations notice when a protection is missing; the zero value is
-// the correct applier.
-type Mutation uint32
-
-// Mutations.
-const (
-	// MutationCursorBeforeCommit moves the transport cursor before the
-	// target transaction commits.
-	MutationCursorBeforeCommit Mutation = 1 << iota
-	// MutationSkipDedupe applies redelivered transactions again.
-	MutationSkipDedupe
-	// MutationSplitChunks commits a chunk sequence chunk by chunk.
-	MutationSplitChunks
-	// MutationDropRefused skips a refused unit instead of quarantining it.
-	MutationDropRefused
-)
-
 // finalError is an error a target wants returned to Run's caller as it
 // is, not classified (ErrBusy, a vanished checkpoint row).
 type finalError struct{ err error }

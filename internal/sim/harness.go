@@ -1062,6 +1062,7 @@ func (h *harness) startApplier() {
 	}
 	_, _, _, txns, rows, bytes := h.bounds()
 	conn := h.db.connect()
+	conn.mutations = h.opts.Mutations.Apply
 	a, err := apply.NewWithTarget(conn, apply.Config{Flow: simFlow, SourceID: simSourceID, MaxBatchTxns: txns, MaxBatchRows: rows,
 		MaxBatchBytes: bytes, ConfigPath: simConfig, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -1069,7 +1070,6 @@ func (h *harness) startApplier() {
 		h.chk.fail(InvLiveness, "applier config: %v", err)
 		return
 	}
-	a.Mutate(h.opts.Mutations.Apply)
 	if err := a.Open(h.ctx); err != nil {
 		h.tracef("apply", "start failed: %s", errLine(err))
 		return

@@ -1,7 +1,7 @@
 package sim
 
 import (
-	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/mutation"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -128,8 +128,9 @@ var InvariantText = map[string]string{
 // Mutations deliberately remove protections, for the mutation tests that
 // prove the matrix notices.
 type Mutations struct {
-	// Apply is passed to apply.Applier.Mutate.
-	Apply apply.Mutation
+	// Apply is the applier's removed protections; the simulated target
+	// carries them to the applier (mutation.Carrier).
+	Apply mutation.Set
 	// AckBeforeDurable: the transport reports a publish as durable before
 	// writing it, so the relay acknowledges first.
 	AckBeforeDurable bool

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/mutation"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/correctness/report.json and testdata/report.golden.html from this run")
@@ -174,15 +174,15 @@ func TestMutations(t *testing.T) {
 	}{
 		{"relay acknowledges before the publish is durable", Mutations{AckBeforeDurable: true},
 			[]string{"relay.crash.after-publish-before-ack", "storage.power-loss.mid-append"}, []string{InvAckDurable}},
-		{"applier moves the cursor before the target commit", Mutations{Apply: apply.MutationCursorBeforeCommit},
+		{"applier moves the cursor before the target commit", Mutations{Apply: mutation.CursorBeforeCommit},
 			[]string{"applier.crash.before-commit", "applier.crash.mid-transaction"}, []string{InvNoLoss}},
-		{"applier skips the redelivery check", Mutations{Apply: apply.MutationSkipDedupe},
+		{"applier skips the redelivery check", Mutations{Apply: mutation.SkipDedupe},
 			[]string{"applier.crash.after-commit-before-cursor", "transport.duplicate-replay-storm"}, []string{InvExactlyOnce, InvAtomic, InvQuarantine}},
-		{"applier commits a chunk sequence chunk by chunk", Mutations{Apply: apply.MutationSplitChunks},
+		{"applier commits a chunk sequence chunk by chunk", Mutations{Apply: mutation.SplitChunks},
 			[]string{"applier.crash.mid-chunk-sequence", "transport.chunk-barrier-incomplete"}, []string{InvAtomic}},
 		{"relay ignores schema drift", Mutations{IgnoreDrift: true},
 			[]string{"schema.pinned-drift"}, []string{InvSchemaPinned}},
-		{"applier passes over refused transactions", Mutations{Apply: apply.MutationDropRefused},
+		{"applier passes over refused transactions", Mutations{Apply: mutation.DropRefused},
 			[]string{"schema.incompatible-row.quarantine"}, []string{InvAtomic, InvNoLoss, InvQuarantine}},
 		{"storage acknowledges fsync without persisting", Mutations{StorageLies: true},
 			[]string{"storage.power-loss.mid-append", "storage.torn-tail.mid-append"}, []string{InvAckDurable, InvNoLoss}},

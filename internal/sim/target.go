@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellara/trellara/apply"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/mutation"
 )
 
 // The simulated target: a small transactional database the real applier
@@ -93,9 +94,18 @@ type simConn struct {
 	db   *simDB
 	dead bool
 	tx   *simTx
+	// mutations are the protections the applier on this connection runs
+	// without (Options.Mutations.Apply).
+	mutations mutation.Set
 }
 
-var _ apply.Target = (*simConn)(nil)
+var (
+	_ apply.Target     = (*simConn)(nil)
+	_ mutation.Carrier = (*simConn)(nil)
+)
+
+// ApplierMutations implements mutation.Carrier.
+func (c *simConn) ApplierMutations() mutation.Set { return c.mutations }
 
 // kill ends the connection: its open transaction rolls back and its lock
 // goes, as when the server notices the client died.
