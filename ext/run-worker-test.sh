@@ -4,7 +4,8 @@
 # frames (including chunked ones and a transaction far larger than the
 # 16 x 64 KiB queue) delivered in full under backpressure, the slot
 # advancing only on acknowledgements, and replay after a sidecar dies, after
-# the decoder is terminated and after a server restart.
+# the decoder is terminated and after a server restart, and a refused
+# acknowledgement that never splits a message in flight.
 #
 # Run as root on Debian 12 with postgresql-15 and postgresql-server-dev-15
 # (like run-regress.sh; it installs the extension into the system server).
@@ -175,6 +176,17 @@ psqlc "CHECKPOINT"
 out=$(probe --ack --seconds 5)
 check "progress frame offered when idle" grep -q "^frame P" <<<"$out"
 check "progress acknowledgement moves the slot" wait_for 10 bash -c "[ \"\$(runuser -u postgres -- $bindir/psql -h $work -p $port -U postgres -d postgres -XAtqc \"SELECT confirmed_flush_lsn > '$before' FROM pg_replication_slots WHERE slot_name = 'trellara'\")\" = t ]"
+
+# A refused acknowledgement while a frame chunk is half sent: the server
+# finishes the message in flight and then sends its 'E'; it must never
+# splice the 'E' into the half-sent chunk, which would complete that frame
+# with foreign bytes.
+psqlc "INSERT INTO w VALUES (6000, repeat('m', 4000000))"   # 62 chunks of 64 KiB
+out=$(probe --bad-ack-mid-message --seconds 60 2>&1)
+check "probe caught the server blocked in the middle of a message" grep -q "server blocked mid-message" <<<"$out"
+check "refused ack: the message in flight completes, then the error" grep -q "^error: invalid acknowledgement" <<<"$out"
+out=$(probe --ack --commits 1 --seconds 30)
+check "the refused sidecar's transaction is replayed whole to the next" grep -q "^frame I len=4000[0-9][0-9][0-9]" <<<"$out"
 
 echo
 echo "server log: $(grep -c 'trellara' "$work/server.log") trellara lines"
