@@ -414,7 +414,10 @@ func (d *decoder) secretRef(dst *SecretRef) keyFn {
 		switch n.Kind {
 		case yaml.ScalarNode:
 			if t := n.ShortTag(); t != "!!str" {
-				d.fail(path, n, fix, "must be a reference such as {env: VARIABLE}, not %s", describe(n))
+				// An unquoted number or word here is most likely the
+				// credential itself: say what it is, never what it says.
+				d.fail(path, n, fix, "must be a reference such as {env: VARIABLE}, not an unquoted %s value (not shown: it may be the credential itself)",
+					strings.TrimPrefix(t, "!!"))
 				return
 			}
 			dst.inline = NewSecret(n.Value)
