@@ -185,7 +185,9 @@ func TestErrorClasses(t *testing.T) {
 		{"top level list", "- version: 2\n", "", 1, "top level must be a mapping"},
 		{"version missing", edit(t, local, "version: 2\n", ""), "version", 0, "version 2 is the only supported version"},
 		{"version 1", edit(t, local, "version: 2", "version: 1"), "version", 1, "version 2 is the only supported version"},
-		{"version string", edit(t, local, "version: 2", `version: "2"`), "version", 1, "only supported version"},
+		{"version string", edit(t, local, "version: 2", `version: "2"`), "version", 1, `is the string "2"; the schema version is the number 2`},
+		{"version string 3", edit(t, local, "version: 2", `version: "3"`), "version", 1, `must be the number 2, not "3"`},
+		{"version float", edit(t, local, "version: 2", `version: 2.5`), "version", 1, `must be the number 2, not "2.5"`},
 		{"unknown top-level key", local + "sorce: {}\n", "sorce", 17, "unknown key sorce (did you mean source?)"},
 		{"unknown key in reference", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{evn: TRELLARA_SOURCE_URL}"),
 			"source.database_url.evn", 6, "did you mean env?"},
@@ -497,5 +499,20 @@ func TestErrorsNeverEchoCredentials(t *testing.T) {
 		if strings.Contains(err.Error(), "EchoPw1") {
 			t.Errorf("error echoes a credential: %v", err)
 		}
+	}
+}
+
+// version: "2" is the supported version written as a string: the refusal
+// says exactly that and how to fix it, and never calls version 2
+// unsupported (which would contradict itself).
+func TestVersionStringIsRefusedConsistently(t *testing.T) {
+	_, err := Parse([]byte(edit(t, readTestdata(t, "local.yml"), "version: 2", `version: "2"`)))
+	errs := validationErrors(t, err)
+	if len(errs) != 1 {
+		t.Fatalf("want exactly one error, got:\n%v", err)
+	}
+	fe := errs[0]
+	if strings.Contains(fe.Message, "unsupported") || !strings.Contains(fe.Fix, "without quotes") {
+		t.Errorf("version \"2\": %q, fix %q", fe.Message, fe.Fix)
 	}
 }
