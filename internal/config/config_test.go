@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,8 +73,30 @@ func TestParseValid(t *testing.T) {
 	if c.Target == nil || c.Target.Mode != ModeStrict || c.Target.Schema != "trellara" || c.Target.CreateTables {
 		t.Errorf("target defaults: %+v", c.Target)
 	}
-	if c.Run.Listen.Relay != ":9401" || c.Run.Listen.Applier != ":9402" || c.Run.Evaluate {
+	if c.Run.Listen.Relay != "127.0.0.1:9401" || c.Run.Listen.Applier != "127.0.0.1:9402" || c.Run.Evaluate {
 		t.Errorf("run defaults: %+v", c.Run)
+	}
+}
+
+// Health and metrics are not exposed beyond the host unless configured: the
+// default listen addresses are loopback, and a configured address is kept.
+func TestDefaultListenIsLoopback(t *testing.T) {
+	c, err := Parse([]byte(readTestdata(t, "local.yml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, addr := range map[string]string{"relay": c.Run.Listen.Relay, "applier": c.Run.Listen.Applier} {
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			t.Errorf("run.listen.%s defaults to %q: not a loopback address", name, addr)
+		}
+	}
+	c, err = Parse([]byte(readTestdata(t, "local.yml") + "run: {listen: {relay: \":9401\", applier: \"0.0.0.0:9402\"}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Run.Listen.Relay != ":9401" || c.Run.Listen.Applier != "0.0.0.0:9402" {
+		t.Errorf("configured listen addresses not kept: %+v", c.Run.Listen)
 	}
 }
 
