@@ -60,7 +60,7 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 		logger = slog.Default()
 	}
 	f := &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}
-	if err := os.MkdirAll(f.dir, 0o750); err != nil {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil { // the log, pins and checkpoints: the service user's only
 		return nil, fmt.Errorf("flow %s: create %s: %w", cfg.Flow, f.dir, err)
 	}
 	f.Log, f.Repair, err = segmentlog.Open(filepath.Join(f.dir, "log"), segmentlog.Options{
