@@ -7,7 +7,6 @@ package flow
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -148,17 +147,9 @@ func connect(ctx context.Context, side, url string) (*pgx.Conn, error) {
 	return c, nil
 }
 
-// sanitize removes the connection string (and its password) from err.
-func sanitize(err error, url string) error {
-	msg := err.Error()
-	if url != "" {
-		msg = strings.ReplaceAll(msg, url, "<connection string>")
-	}
-	if cfg, perr := pgconn.ParseConfig(url); perr == nil && cfg.Password != "" {
-		msg = strings.ReplaceAll(msg, cfg.Password, "<redacted>")
-	}
-	return errors.New(msg)
-}
+// sanitize removes the connection string's credentials from err, by
+// structure (config.ScrubConnError), keeping err's chain.
+func sanitize(err error, url string) error { return config.ScrubConnError(err, url) }
 
 func (f *Flow) replicationConnect(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(f.Secrets.SourceDatabaseURL.Reveal())
