@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/envelope"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Sentinel errors. Each is wrapped with the flow, source and LSN it concerns;
@@ -77,12 +78,9 @@ func (e *QuarantinedError) Error() string {
 	if e.ID != 0 {
 		fmt.Fprintf(&b, "; it was quarantined (id %d)", e.ID)
 	}
-	cfg := e.ConfigPath
-	if cfg == "" {
-		cfg = "<file>"
-	}
 	fmt.Fprintf(&b, " and the flow is stopped before it (strict mode), so the target holds every earlier transaction and nothing later. "+
-		"See it with `trellara status --config %s --view quarantine`; after fixing the target, replay it with `trellara repair-plan --config %s`", cfg, cfg)
+		"See it with `%s`; after fixing the target, replay it with `%s`",
+		shell.Trellara("status", e.ConfigPath, "--view", "quarantine"), shell.Trellara("repair-plan", e.ConfigPath))
 	return b.String()
 }
 

@@ -114,7 +114,7 @@ type UnsupportedChangeError struct {
 func (e *UnsupportedChangeError) Error() string {
 	return fmt.Sprintf("sidecar: transaction at LSN %s: %s on %s; capture stopped rather than drop the change. "+
 		"Give the table a key (ALTER TABLE %s REPLICA IDENTITY FULL) for future changes, and exclude it from "+
-		"trellara.tables (then restart the server) or reseed to get past this one",
+		"trellara.tables (then restart the server) to get past this one",
 		envelope.FormatLSN(e.LSN), e.Reason, e.Relation, e.Relation)
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
@@ -110,7 +111,7 @@ func (o *Options) validate() error {
 		o.Logger = slog.Default()
 	}
 	if o.GapRecovery == "" {
-		o.GapRecovery = "trellara reseed --config <flow config>"
+		o.GapRecovery = shell.ResnapshotExtension("")
 	}
 	checks := []struct {
 		bad    bool

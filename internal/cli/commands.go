@@ -19,6 +19,7 @@ import (
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
 	"github.com/trellara/trellara/internal/obs"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
 )
 
@@ -127,7 +128,7 @@ func initCommand() *cli.Command {
 			if format == "json" {
 				return writeJSON(c.App.Writer, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": c.Bool("evaluate")})
 			}
-			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: trellara check --config %s --format text\n", out, cfg.Flow, out)
+			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: %s\n", out, cfg.Flow, shell.Trellara("check", out, "--format", "text"))
 			return nil
 		},
 	}

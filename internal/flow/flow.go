@@ -22,6 +22,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgsession"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -224,7 +225,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 	defer repl.Close(context.Background())
-	cleanup := fmt.Sprintf("trellara run --config %s --cleanup", f.ConfigPath)
+	cleanup := shell.Trellara("run", f.ConfigPath, "--cleanup")
 
 	switch {
 	case !si.Exists && !src.OwnsSlot:
@@ -267,7 +268,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 			}
 		}
 		if err := relay.CheckResume(src.Slot, res, si.ConfirmedFlush, f.idleAck(),
-			fmt.Sprintf("trellara reseed --config %s", f.ConfigPath)); err != nil {
+			shell.Resnapshot(f.ConfigPath)); err != nil {
 			return err
 		}
 		if res.Empty {
@@ -286,7 +287,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		SourceID: src.ID, Slot: src.Slot, Publication: src.Publication,
 		ProtocolVersion: src.ProtocolVersion, Streaming: src.Streaming,
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
-			InspectCommand: fmt.Sprintf("trellara status --config %s --view diagnostics", f.ConfigPath)},
+			InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")},
 		Logger: f.Logger, OnFence: o.OnFence, Stop: o.Stop,
 		RecordIdleAck: f.recordIdleAck,
 	})
