@@ -158,14 +158,22 @@ func checkCommand() *cli.Command {
 				return failure(err)
 			}
 			defer s.Close(context.Background())
-			r, err := s.Inspect(ctx, check.Options{})
+			// The grade covers the configured tables too: a table the
+			// source lacks is a critical finding, not a valid config.
+			r, err := s.Inspect(ctx, check.Options{Tables: cfg.Source.Tables})
 			if err != nil {
 				return failure(err)
 			}
 			if format == "json" {
 				err = r.RenderJSON(c.App.Writer)
 			} else {
-				fmt.Fprintf(c.App.Writer, "config %s valid (flow %s, %d tables)\n", c.String("config"), cfg.Flow, len(cfg.Source.Tables))
+				verdict := "valid"
+				for _, f := range r.Findings {
+					if f.Code == check.CodeConfiguredTableMissing {
+						verdict = fmt.Sprintf("parses, but %s", f.Title)
+					}
+				}
+				fmt.Fprintf(c.App.Writer, "config %s %s (flow %s, %d tables)\n", c.String("config"), verdict, cfg.Flow, len(cfg.Source.Tables))
 				err = r.RenderText(c.App.Writer)
 			}
 			if err != nil {
