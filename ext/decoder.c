@@ -434,8 +434,11 @@ ensure_slot(void)
  * the consumer would read 2024-01-02 as 2024-02-01, lose float digits or
  * shift times.  PGC_S_OVERRIDE outranks the database, role and file
  * sources, so neither those nor a reload can change them afterwards.  The
- * relay's connections pin the same values: both capture paths must write
- * identical text.
+ * Go side pins the same output settings on every connection
+ * (internal/pgsession): both capture paths must write identical text.
+ * The settings there that only affect input (xmloption, array_nulls,
+ * standard_conforming_strings) do not matter here, and client_encoding is
+ * replaced by output.c sending UTF-8.
  */
 static const struct
 {
@@ -443,7 +446,7 @@ static const struct
 	const char *value;
 }			pinned_output_settings[] =
 {
-	{"DateStyle", "ISO, MDY"},
+	{"DateStyle", "ISO, YMD"},
 	{"IntervalStyle", "postgres"},
 	{"extra_float_digits", "3"},
 	{"TimeZone", "UTC"},
