@@ -69,9 +69,9 @@ func Trellara(subcommand, configPath string, args ...string) string {
 // that works today; a reseed of one table or consumer is not implemented
 // yet, and messages must not send anyone to it.
 func Resnapshot(configPath string) string {
-	return "start the flow over with a full snapshot (reseed is not implemented yet): " +
-		Trellara("run", configPath, "--cleanup") + " (drops the slot, publication and local state the flow created), " +
-		"empty the flow's target tables, then " + Trellara("run", configPath, "--local") +
+	return "start the flow over with a full snapshot (reseed is not implemented yet): `" +
+		Trellara("run", configPath, "--cleanup") + "` (drops the slot, publication and local state the flow created), " +
+		"empty the flow's target tables, then `" + Trellara("run", configPath, "--local") + "`" +
 		" (with source.owns_slot: false, set it to true for this recovery; --cleanup then drops that slot and publication too)"
 }
 
@@ -81,6 +81,6 @@ func Resnapshot(configPath string) string {
 // "Gap check").
 func ResnapshotExtension(configPath string) string {
 	return "start the flow over with a full snapshot through pgoutput (reseed is not implemented yet): set source.capture: pgoutput and " +
-		"source.owns_slot: true, run " + Trellara("run", configPath, "--cleanup") + ", empty the flow's target tables, run " +
-		Trellara("run", configPath, "--local") + ", then set capture: extension again (the worker's slot must be older than the log's newest transaction)"
+		"source.owns_slot: true, run `" + Trellara("run", configPath, "--cleanup") + "`, empty the flow's target tables, run `" +
+		Trellara("run", configPath, "--local") + "`, then set capture: extension again (the worker's slot must be older than the log's newest transaction)"
 }
