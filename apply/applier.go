@@ -15,6 +15,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/mutation"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Source yields encoded envelopes in log order. Next blocks until an entry
@@ -573,8 +574,8 @@ func (a *Applier) decode(offset uint64, payload []byte) (*unit, error) {
 	env, err := envelope.Decode(payload)
 	if err != nil {
 		return nil, fmt.Errorf("apply: flow %q (source %q): entry at log offset %d is not a valid envelope; "+
-			"the transport copy is damaged and applying past it would leave a gap (repair the log or reseed the flow): %w",
-			a.cfg.Flow, a.cfg.SourceID, offset, err)
+			"the transport copy is damaged and applying past it would leave a gap (restore the log from a backup, or %s): %w",
+			a.cfg.Flow, a.cfg.SourceID, offset, shell.Resnapshot(a.cfg.ConfigPath), err)
 	}
 	if env.SourceId != a.cfg.SourceID {
 		return nil, fmt.Errorf("%w: entry at log offset %d (commit LSN %s) is from source %q, this flow applies source %q",

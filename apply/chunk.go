@@ -7,6 +7,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/mutation"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Chunk sequences (strict mode). The relay publishes a source transaction
@@ -73,9 +74,9 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 	}
 	if fb.ChunkIndex != 0 {
 		return nil, fmt.Errorf("%w: flow %q (source %q): log offset %d holds chunk %d of %d of the transaction at commit LSN %s, "+
-			"but no chunk 0 precedes it; the transport lost part of a large transaction: reseed the flow with `trellara reseed --config %s`",
+			"but no chunk 0 precedes it; the transport lost part of a large transaction: %s",
 			ErrSequence, a.cfg.Flow, a.cfg.SourceID, first.offset, fb.ChunkIndex, fb.ChunkCount,
-			envelope.FormatLSN(first.env.CommitLsn), a.cfg.ConfigPath)
+			envelope.FormatLSN(first.env.CommitLsn), shell.Resnapshot(a.cfg.ConfigPath))
 	}
 	if len(first.env.Rows) > 0 && first.env.Rows[0].Seq != 0 {
 		return nil, a.chunkSeqErr(first, first, fmt.Sprintf("its first row is number %d, not 0", first.env.Rows[0].Seq))
@@ -178,9 +179,9 @@ func (a *Applier) chunkSeqErr(first, last *unit, why string) error {
 	b := last.env.Boundary
 	return fmt.Errorf("%w: flow %q (source %q): the chunks of the transaction at commit LSN %s start at log offset %d and "+
 		"stop after chunk %d of %d at log offset %d: %s. The transaction was not applied (its partial copy was rolled back); "+
-		"the transport lost part of it: reseed the flow with `trellara reseed --config %s`",
+		"the transport lost part of it: %s",
 		ErrSequence, a.cfg.Flow, a.cfg.SourceID, envelope.FormatLSN(first.env.CommitLsn), first.offset,
-		b.ChunkIndex, b.ChunkCount, last.offset, why, a.cfg.ConfigPath)
+		b.ChunkIndex, b.ChunkCount, last.offset, why, shell.Resnapshot(a.cfg.ConfigPath))
 }
 
 // describeUnit names a unit in sequence errors.

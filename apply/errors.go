@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/envelope"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Sentinel errors. Each is wrapped with the flow, source and LSN it concerns;
@@ -77,12 +78,9 @@ func (e *QuarantinedError) Error() string {
 	if e.ID != 0 {
 		fmt.Fprintf(&b, "; it was quarantined (id %d)", e.ID)
 	}
-	cfg := e.ConfigPath
-	if cfg == "" {
-		cfg = "<file>"
-	}
 	fmt.Fprintf(&b, " and the flow is stopped before it (strict mode), so the target holds every earlier transaction and nothing later. "+
-		"See it with `trellara status --config %s --view quarantine`; after fixing the target, replay it with `trellara repair-plan --config %s`", cfg, cfg)
+		"See it with `%s`; after fixing the target, replay it with `%s`",
+		shell.Trellara("status", e.ConfigPath, "--view", "quarantine"), shell.Trellara("repair-plan", e.ConfigPath))
 	return b.String()
 }
 
@@ -116,16 +114,11 @@ func (e *CheckpointBehindError) Error() string {
 		cp = fmt.Sprintf("is at commit LSN %s, log offset %d", envelope.FormatLSN(e.CommitLSN), e.Offset)
 		need = e.Offset + 1
 	}
-	cfg := e.ConfigPath
-	if cfg == "" {
-		cfg = "<file>"
-	}
 	return fmt.Sprintf("apply: flow %q (source %q): the target's checkpoint %s, but the log cursor is at offset %d: "+
 		"the target lost transactions it had committed (restored from a backup, or failed over to an asynchronous standby), "+
 		"and the log no longer holds them (it starts at offset %d; the target needs offset %d on). "+
-		"Applying on would leave them missing. Recover with a full resnapshot: `trellara run --config %s --cleanup`, "+
-		"empty the flow's target tables, then `trellara run --config %s --local --verify`",
-		e.Flow, e.SourceID, cp, e.Cursor, e.Oldest, need, cfg, cfg)
+		"Applying on would leave them missing. Recover: %s",
+		e.Flow, e.SourceID, cp, e.Cursor, e.Oldest, need, shell.Resnapshot(e.ConfigPath))
 }
 
 // TransientError wraps a failure that says nothing about the data: the

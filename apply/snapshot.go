@@ -6,6 +6,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Snapshot units. The relay copies each relation's rows at the slot's
@@ -29,8 +30,8 @@ func (a *Applier) processSnapshot(ctx context.Context, u *unit, cur Cursor) erro
 	}
 	if batch > st.nextBatch {
 		return fmt.Errorf("%w: flow %q (source %q): snapshot of %s continues with batch %d at log offset %d but batch %d was never applied; "+
-			"the transport lost snapshot data: reseed the table with `trellara reseed --config %s --table %s`",
-			ErrSequence, a.cfg.Flow, a.cfg.SourceID, rel, batch, u.offset, st.nextBatch, a.cfg.ConfigPath, rel)
+			"the transport lost snapshot data: %s",
+			ErrSequence, a.cfg.Flow, a.cfg.SourceID, rel, batch, u.offset, st.nextBatch, shell.Resnapshot(a.cfg.ConfigPath))
 	}
 	for i, r := range u.env.Rows {
 		if r.Op != pb.Op_OP_INSERT || envRelName(u.env, r) != rel {
@@ -87,8 +88,8 @@ func (a *Applier) processSnapshotEnd(ctx context.Context, u *unit, cur Cursor) e
 	}
 	if u.env.Boundary.ChunkIndex != st.nextBatch {
 		return fmt.Errorf("%w: flow %q (source %q): snapshot of %s ends after %d batches (log offset %d) but %d were applied; "+
-			"the transport lost snapshot data: reseed the table with `trellara reseed --config %s --table %s`",
-			ErrSequence, a.cfg.Flow, a.cfg.SourceID, rel, u.env.Boundary.ChunkIndex, u.offset, st.nextBatch, a.cfg.ConfigPath, rel)
+			"the transport lost snapshot data: %s",
+			ErrSequence, a.cfg.Flow, a.cfg.SourceID, rel, u.env.Boundary.ChunkIndex, u.offset, st.nextBatch, shell.Resnapshot(a.cfg.ConfigPath))
 	}
 	f, err := a.trySnapshotEnd(ctx, u, st, cur)
 	if err != nil || f == nil {

@@ -426,6 +426,42 @@ ensure_slot(void)
 			(errmsg("trellara created logical replication slot \"%s\"", trellara_slot_name)));
 }
 
+/*
+ * The output settings values are rendered with (typoutput), pinned as
+ * PostgreSQL's own subscriber pins them, plus every other setting that
+ * changes the text of a value.  Without this the worker inherits the
+ * database's defaults (ALTER DATABASE ... SET datestyle = 'SQL, DMY'), and
+ * the consumer would read 2024-01-02 as 2024-02-01, lose float digits or
+ * shift times.  PGC_S_OVERRIDE outranks the database, role and file
+ * sources, so neither those nor a reload can change them afterwards.  The
+ * Go side pins the same output settings on every connection
+ * (internal/pgsession): both capture paths must write identical text.
+ * The settings there that only affect input (xmloption, array_nulls,
+ * standard_conforming_strings) do not matter here, and client_encoding is
+ * replaced by output.c sending UTF-8.
+ */
+static const struct
+{
+	const char *name;
+	const char *value;
+}			pinned_output_settings[] =
+{
+	{"DateStyle", "ISO, YMD"},
+	{"IntervalStyle", "postgres"},
+	{"extra_float_digits", "3"},
+	{"TimeZone", "UTC"},
+	{"bytea_output", "hex"},
+	{"lc_monetary", "C"},
+};
+
+static void
+pin_output_settings(void)
+{
+	for (int i = 0; i < lengthof(pinned_output_settings); i++)
+		SetConfigOption(pinned_output_settings[i].name, pinned_output_settings[i].value,
+						PGC_SUSET, PGC_S_OVERRIDE);
+}
+
 static List *
 plugin_options(void)
 {
@@ -458,6 +494,7 @@ trellara_decoder_main(Datum main_arg)
 	wait_event_wal = trellara_wait_event("TrellaraWaitWAL");
 
 	BackgroundWorkerInitializeConnection(trellara_database, NULL, 0);
+	pin_output_settings();
 
 	/*
 	 * A fresh start: whatever is in the queue belongs to a previous decoder

@@ -103,13 +103,47 @@ get_str(FrameReader *r, uint32 *len, const char *what)
 	return s;
 }
 
-static char *
-get_cstr(FrameReader *r, const char *what)
+/*
+ * Whether a frame string can be returned as text: frames carry text as
+ * UTF-8, so it must be valid UTF-8 (pg_verify_mbstr also refuses NUL), and
+ * in a database with another encoding it is shown as text only when it is
+ * plain ASCII.  Anything else is shown as hex: this function must never
+ * return text that is invalid in the database encoding.
+ */
+static bool
+text_showable(const char *s, uint32 len)
+{
+	if (!pg_verify_mbstr(PG_UTF8, s, (int) len, true))
+		return false;
+	if (GetDatabaseEncoding() == PG_UTF8)
+		return true;
+	for (uint32 i = 0; i < len; i++)
+		if (IS_HIGHBIT_SET(s[i]))
+			return false;
+	return true;
+}
+
+static void
+append_hex(StringInfo out, const char *s, uint32 len)
+{
+	appendStringInfoString(out, "\\x");
+	for (uint32 i = 0; i < len && i < VALUE_SHOW_BYTES_MAX; i++)
+		appendStringInfo(out, "%02x", (unsigned char) s[i]);
+	if (len > VALUE_SHOW_BYTES_MAX)
+		appendStringInfo(out, "...(%u bytes)", len);
+}
+
+/* A name (namespace, relation, column) from the frame, quoted as needed. */
+static void
+append_name(StringInfo out, FrameReader *r, const char *what)
 {
 	uint32		len;
 	const char *s = get_str(r, &len, what);
 
-	return pnstrdup(s, len);
+	if (text_showable(s, len))
+		appendStringInfoString(out, quote_identifier(pnstrdup(s, len)));
+	else
+		append_hex(out, s, len);
 }
 
 static void
@@ -129,21 +163,17 @@ append_time(StringInfo out, const char *label, int64 unix_us)
 
 /*
  * A value as a SQL-style literal; long ones abbreviated on a character
- * boundary.  Bytes that are not valid in the database encoding are shown
- * as a hex blob rather than producing invalid text.
+ * boundary.  Bytes that cannot be returned as text (text_showable) are
+ * shown as a hex blob.
  */
 static void
 append_value(StringInfo out, const char *s, uint32 len)
 {
 	uint32		shown = len;
 
-	if (pg_verifymbstr(s, (int) len, true) == false)
+	if (!text_showable(s, len))
 	{
-		appendStringInfoString(out, "\\x");
-		for (uint32 i = 0; i < len && i < VALUE_SHOW_BYTES_MAX; i++)
-			appendStringInfo(out, "%02x", (unsigned char) s[i]);
-		if (len > VALUE_SHOW_BYTES_MAX)
-			appendStringInfo(out, "...(%u bytes)", len);
+		append_hex(out, s, len);
 		return;
 	}
 
@@ -218,26 +248,30 @@ static void
 render_relation(StringInfo out, FrameReader *r, bool redact)
 {
 	uint32		relid = get_u32(r, "relid");
-	char	   *nspname = get_cstr(r, "namespace");
-	char	   *relname = get_cstr(r, "relation name");
-	uint8		replident = get_u8(r, "replica identity");
-	uint16		ncols = get_u16(r, "column count");
+	uint8		replident;
+	uint16		ncols;
 
-	appendStringInfo(out, "RELATION %s", quote_qualified_identifier(nspname, relname));
+	appendStringInfoString(out, "RELATION ");
+	append_name(out, r, "namespace");
+	appendStringInfoChar(out, '.');
+	append_name(out, r, "relation name");
+	replident = get_u8(r, "replica identity");
+	ncols = get_u16(r, "column count");
 	if (!redact)
 		appendStringInfo(out, "[%u]", relid);
 	appendStringInfo(out, " identity=%c (", replident);
 	for (uint16 i = 0; i < ncols; i++)
 	{
 		uint8		flags = get_u8(r, "column flags");
-		char	   *name = get_cstr(r, "column name");
-		Oid			typid = get_u32(r, "type oid");
-		int32		typmod = (int32) get_u32(r, "type modifier");
+		Oid			typid;
+		int32		typmod;
 
 		if (i > 0)
 			appendStringInfoString(out, ", ");
-		appendStringInfo(out, "%s %s", quote_identifier(name),
-						 format_type_with_typemod(typid, typmod));
+		append_name(out, r, "column name");
+		typid = get_u32(r, "type oid");
+		typmod = (int32) get_u32(r, "type modifier");
+		appendStringInfo(out, " %s", format_type_with_typemod(typid, typmod));
 		if (flags & TRELLARA_COLFLAG_KEY)
 			appendStringInfoString(out, " key");
 	}
@@ -346,14 +380,17 @@ trellara_frame_text(PG_FUNCTION_ARGS)
 		case TRELLARA_FRAME_MESSAGE:
 			{
 				uint64		lsn = get_u64(&r, "message lsn");
-				char	   *prefix = get_cstr(&r, "message prefix");
+				uint32		plen;
+				const char *prefix = get_str(&r, &plen, "message prefix");
 				uint32		len;
 				const char *content = get_str(&r, &len, "message content");
 
 				appendStringInfoString(&out, "MESSAGE");
 				if (!redact)
 					append_lsn(&out, "lsn", lsn);
-				appendStringInfo(&out, " prefix=%s content=", quote_literal_cstr(prefix));
+				appendStringInfoString(&out, " prefix=");
+				append_value(&out, prefix, plen);
+				appendStringInfoString(&out, " content=");
 				append_value(&out, content, len);
 				break;
 			}

@@ -41,6 +41,7 @@
 #include "catalog/pg_class.h"
 #include "commands/defrem.h"
 #include "libpq/pqformat.h"
+#include "mb/pg_wchar.h"
 #include "nodes/bitmapset.h"
 #include "parser/scansup.h"
 #include "replication/logical.h"
@@ -427,6 +428,29 @@ send_str(StringInfo out, const char *s, Size len)
 	pq_sendbytes(out, s, (int) len);
 }
 
+/*
+ * A str holding text: names and values in UTF-8 whatever the database
+ * encoding, as pgoutput sends them to a UTF-8 client, so both capture paths
+ * carry the same bytes.  (SQL_ASCII databases pass bytes through, as the
+ * server does for them.)  Message content is bytes and uses send_str.
+ */
+static void
+send_text(StringInfo out, const char *s, Size len)
+{
+	char	   *utf8;
+
+	if (len > (Size) PG_INT32_MAX)
+		elog(ERROR, "trellara frame string of %zu bytes is too long", len);
+	utf8 = pg_server_to_any(s, (int) len, PG_UTF8);
+	if (utf8 == s)
+		send_str(out, s, len);
+	else
+	{
+		send_str(out, utf8, strlen(utf8));
+		pfree(utf8);
+	}
+}
+
 /* PostgreSQL-epoch microseconds to Unix-epoch microseconds. */
 static inline int64
 unix_micros(TimestampTz t)
@@ -509,9 +533,9 @@ write_relation(LogicalDecodingContext *ctx, Relation rel)
 
 		if (nspname == NULL)
 			elog(ERROR, "cache lookup failed for namespace %u", nspid);
-		send_str(out, nspname, strlen(nspname));
+		send_text(out, nspname, strlen(nspname));
 	}
-	send_str(out, relname, strlen(relname));
+	send_text(out, relname, strlen(relname));
 	pq_sendbyte(out, (uint8) replident);
 	pq_sendint16(out, count_sent_columns(desc));
 
@@ -526,7 +550,7 @@ write_relation(LogicalDecodingContext *ctx, Relation rel)
 			bms_is_member(att->attnum - FirstLowInvalidHeapAttributeNumber, idattrs))
 			flags |= TRELLARA_COLFLAG_KEY;
 		pq_sendbyte(out, flags);
-		send_str(out, NameStr(att->attname), strlen(NameStr(att->attname)));
+		send_text(out, NameStr(att->attname), strlen(NameStr(att->attname)));
 		pq_sendint32(out, att->atttypid);
 		pq_sendint32(out, (uint32) att->atttypmod);
 	}
@@ -588,7 +612,7 @@ write_tuple(StringInfo out, Relation rel, HeapTuple tuple)
 		getTypeOutputInfo(att->atttypid, &typoutput, &typisvarlena);
 		text = OidOutputFunctionCall(typoutput, values[i]);
 		pq_sendbyte(out, TRELLARA_COL_TEXT);
-		send_str(out, text, strlen(text));
+		send_text(out, text, strlen(text));
 	}
 }
 
@@ -798,7 +822,7 @@ trellara_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	OutputPluginPrepareWrite(ctx, true);
 	frame_start(ctx->out, TRELLARA_FRAME_MESSAGE);
 	pq_sendint64(ctx->out, message_lsn);
-	send_str(ctx->out, prefix, strlen(prefix));
+	send_text(ctx->out, prefix, strlen(prefix));
 	send_str(ctx->out, message, message_size);
 	OutputPluginWrite(ctx, true);
 }

@@ -4,7 +4,9 @@
 # frames (including chunked ones and a transaction far larger than the
 # 16 x 64 KiB queue) delivered in full under backpressure, the slot
 # advancing only on acknowledgements, and replay after a sidecar dies, after
-# the decoder is terminated and after a server restart.
+# the decoder is terminated and after a server restart, values rendered
+# with pinned output settings under hostile database defaults, and a
+# refused acknowledgement that never splits a message in flight.
 #
 # Run as root on Debian 12 with postgresql-15 and postgresql-server-dev-15
 # (like run-regress.sh; it installs the extension into the system server).
@@ -175,6 +177,38 @@ psqlc "CHECKPOINT"
 out=$(probe --ack --seconds 5)
 check "progress frame offered when idle" grep -q "^frame P" <<<"$out"
 check "progress acknowledgement moves the slot" wait_for 10 bash -c "[ \"\$(runuser -u postgres -- $bindir/psql -h $work -p $port -U postgres -d postgres -XAtqc \"SELECT confirmed_flush_lsn > '$before' FROM pg_replication_slots WHERE slot_name = 'trellara'\")\" = t ]"
+
+# Values are rendered with pinned output settings, whatever the database's
+# own defaults say: a DMY date style, another interval style, fewer float
+# digits, another time zone or bytea_output would otherwise change the text.
+psqlc "CREATE TABLE typed (id int PRIMARY KEY, d date, i interval, f float8, tz timestamptz, b bytea, m money)"
+for setting in "datestyle = 'SQL, DMY'" "intervalstyle = 'sql_standard'" "extra_float_digits = 0" \
+	"timezone = 'Asia/Kolkata'" "bytea_output = 'escape'"; do
+	psqlc "ALTER DATABASE postgres SET $setting"
+done
+check "decoder running" wait_for 20 decoder_running
+pid=$(decoder_pid)   # it reads the database's settings when it connects: restart it
+psqlc "SELECT pg_terminate_backend($pid)" >/dev/null
+check "decoder restarted under the hostile database settings" wait_for 20 decoder_replaced "$pid"
+psqlc "INSERT INTO typed VALUES (1, '2024-01-02', '-1 day -02:00:00', 1::float8 / 3, '2024-01-02 03:04:05+00', '\\x00ff', 1234.5)"
+out=$(probe --ack --values --commits 1 --seconds 20)
+check "date rendered ISO (not SQL, DMY)" grep -qx "value 1=2024-01-02" <<<"$out"
+check "interval rendered in the postgres style" grep -qx "value 2=-1 days -02:00:00" <<<"$out"
+check "float8 rendered with every digit (extra_float_digits 3)" grep -qx "value 3=0.3333333333333333" <<<"$out"
+check "timestamptz rendered in UTC" grep -qx "value 4=2024-01-02 03:04:05+00" <<<"$out"
+check "bytea rendered hex" grep -qx 'value 5=\\x00ff' <<<"$out"
+check "money rendered with lc_monetary C" grep -qx 'value 6=\$1,234.50' <<<"$out"
+
+# A refused acknowledgement while a frame chunk is half sent: the server
+# finishes the message in flight and then sends its 'E'; it must never
+# splice the 'E' into the half-sent chunk, which would complete that frame
+# with foreign bytes.
+psqlc "INSERT INTO w VALUES (6000, repeat('m', 4000000))"   # 62 chunks of 64 KiB
+out=$(probe --bad-ack-mid-message --seconds 60 2>&1)
+check "probe caught the server blocked in the middle of a message" grep -q "server blocked mid-message" <<<"$out"
+check "refused ack: the message in flight completes, then the error" grep -q "^error: invalid acknowledgement" <<<"$out"
+out=$(probe --ack --commits 1 --seconds 30)
+check "the refused sidecar's transaction is replayed whole to the next" grep -q "^frame I len=4000[0-9][0-9][0-9]" <<<"$out"
 
 echo
 echo "server log: $(grep -c 'trellara' "$work/server.log") trellara lines"

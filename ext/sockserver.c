@@ -20,6 +20,10 @@
  *     'K' u64 ackable_lsn i64 server_time                 keepalive, 17 bytes
  *     'E' u16 len  len bytes                              error; then close
  *
+ * Messages are never interleaved: an 'E' raised while another message is
+ * partly written follows that message once it is complete (or, if the
+ * client stops reading, the connection is closed without it).
+ *
  * A frame is the concatenation of consecutive 'F' payloads up to one
  * without MORE.  An ack names the end LSN of a 'C' (commit) frame or the
  * LSN of a 'P' (progress) frame the sidecar has made durable, together
@@ -115,6 +119,16 @@ static int	outpos;
 static XLogRecPtr out_ack_lsn;		/* delivered once outbuf is fully sent */
 static TimestampTz last_send_time;
 
+/*
+ * An 'E' waiting for the message in flight to be finished: the stream is
+ * a sequence of whole messages, so an error never overwrites a partly sent
+ * one (its remaining bytes would be taken from the 'E' and complete the
+ * frame with foreign bytes).
+ */
+#define ERROR_TEXT_MAX				1024
+static char errbuf[3 + ERROR_TEXT_MAX];
+static int	errlen;
+
 static void
 socket_sigterm(SIGNAL_ARGS)
 {
@@ -197,6 +211,7 @@ close_client(const char *why)
 	client_state = CLIENT_NONE;
 	outlen = outpos = 0;
 	out_ack_lsn = InvalidXLogRecPtr;
+	errlen = 0;
 	inlen = 0;
 	if (client_sent_chunks)
 		request_decoder_reset();
@@ -225,20 +240,41 @@ socket_detach(int code, Datum arg)
 	}
 }
 
-/* Queue an error message for the client and close once it is sent. */
+/* Move the pending 'E' into outbuf: only when no message is in flight. */
+static void
+start_error_message(void)
+{
+	Assert(outlen == 0 || outpos == 0);
+	memcpy(outbuf, errbuf, errlen);
+	outlen = errlen;
+	outpos = 0;
+	out_ack_lsn = InvalidXLogRecPtr;
+	errlen = 0;
+}
+
+/*
+ * Queue an error message for the client and close once it is sent.  A
+ * message partly written to the socket is finished first (flush_out then
+ * sends the 'E'); one not started yet is dropped, as is everything after
+ * it: the client is going away, and the decoder replays from the slot's
+ * confirmed position for the next one.  If the client does not read the
+ * rest within the deadline, the connection is closed without the 'E',
+ * which is still a clean end of the stream at a message boundary or a
+ * truncated one -- never a spliced one.
+ */
 static void
 client_error(const char *msg)
 {
-	size_t		len = strlen(msg);
+	size_t		len = Min(strlen(msg), (size_t) ERROR_TEXT_MAX);
 
-	if (len > 1024)
-		len = 1024;
-	outbuf[0] = MSG_ERROR;
-	put_u16(outbuf + 1, (uint16) len);
-	memcpy(outbuf + 3, msg, len);
-	outlen = 3 + (int) len;
-	outpos = 0;
-	out_ack_lsn = InvalidXLogRecPtr;
+	if (client_state == CLIENT_CLOSING)
+		return;					/* the first error is the one reported */
+	errbuf[0] = MSG_ERROR;
+	put_u16(errbuf + 1, (uint16) len);
+	memcpy(errbuf + 3, msg, len);
+	errlen = 3 + (int) len;
+	if (outpos == 0 || outpos >= outlen)
+		start_error_message();
 	client_state = CLIENT_CLOSING;
 	client_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
 }
@@ -365,41 +401,48 @@ take_chunk(void)
 	return taken;
 }
 
-/* Write as much of outbuf as the socket takes; false if the client is gone. */
+/*
+ * Write as much of outbuf as the socket takes; false if the client is gone.
+ * When closing, the 'E' follows the message that was in flight.
+ */
 static bool
 flush_out(void)
 {
-	while (outpos < outlen)
+	for (;;)
 	{
-		ssize_t		n = send(client_fd, outbuf + outpos, outlen - outpos,
-							 MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (n < 0)
+		while (outpos < outlen)
 		{
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return true;
-			close_client(strerror(errno));
-			return false;
-		}
-		outpos += (int) n;
-		last_send_time = GetCurrentTimestamp();
-	}
+			ssize_t		n = send(client_fd, outbuf + outpos, outlen - outpos,
+								 MSG_NOSIGNAL | MSG_DONTWAIT);
 
-	if (outlen > 0)
-	{
+			if (n < 0)
+			{
+				if (errno == EINTR)
+					continue;
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					return true;
+				close_client(strerror(errno));
+				return false;
+			}
+			outpos += (int) n;
+			last_send_time = GetCurrentTimestamp();
+		}
+
+		if (outlen == 0)
+			return true;
 		if (!XLogRecPtrIsInvalid(out_ack_lsn) && out_ack_lsn > delivered_lsn)
 			delivered_lsn = out_ack_lsn;
 		outlen = outpos = 0;
 		out_ack_lsn = InvalidXLogRecPtr;
-		if (client_state == CLIENT_CLOSING)
+		if (client_state != CLIENT_CLOSING)
+			return true;
+		if (errlen == 0)
 		{
 			close_client("protocol error or refusal sent");
 			return false;
 		}
+		start_error_message();	/* the message in flight is complete */
 	}
-	return true;
 }
 
 static void
@@ -557,6 +600,7 @@ accept_client(void)
 	delivered_lsn = InvalidXLogRecPtr;
 	inlen = 0;
 	outlen = outpos = 0;
+	errlen = 0;
 	last_send_time = GetCurrentTimestamp();
 }
 

@@ -12,3 +12,7 @@ LANGUAGE C STRICT STABLE PARALLEL SAFE;
 
 COMMENT ON FUNCTION trellara_frame_text(bytea, boolean) IS
 'Render a trellara output-plugin frame as text; redact hides run-dependent values';
+
+-- A debugging aid that parses arbitrary input in C: not for every role.
+-- Superusers, and roles they GRANT EXECUTE to, may call it.
+REVOKE EXECUTE ON FUNCTION trellara_frame_text(bytea, boolean) FROM PUBLIC;

@@ -37,6 +37,9 @@
  *                kind 'n' NULL, 'u' unchanged TOAST value (not sent),
  *                't' followed by the value in the type's text output form
  *
+ * Text (names, values, message prefixes) is UTF-8 whatever the database
+ * encoding; message content is bytes as emitted.
+ *
  * Times are microseconds since 1970-01-01 UTC.  Columns are the relation's
  * attributes in attnum order, skipping dropped and generated ones -- the
  * same set, order, key flags and namespace spelling ("" for pg_catalog) as

@@ -240,6 +240,9 @@ for s in "postinstall scriptlet" "preuninstall scriptlet" "postuninstall scriptl
 	grep -q "$s" <<<"$scripts" || fail "rpm -qp --scripts: no $s"
 done
 if grep -Eq 'systemctl (enable|start|restart)' <<<"$scripts"; then fail "rpm scripts enable or start units"; fi
-ok "rpm -qp --scripts: post/preun/postun present, none enables or starts a unit"
+for u in trellara trellara-relay trellara-applier trellara-sidecar; do
+	grep -qF "'$u@*.service'" <<<"$scripts" || fail "rpm preuninstall does not stop $u@*.service"
+done
+ok "rpm -qp --scripts: post/preun/postun present, preun stops every unit, none enables or starts a unit"
 
 echo "== install test passed ($pass checks)"

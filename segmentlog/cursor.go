@@ -74,9 +74,9 @@ func (l *Log) CommitCursor(name string, offset uint64) error {
 }
 
 // ResetCursor moves cursor name to offset in either direction, clears its
-// past-retention mark and registers it if needed. It is the recovery
-// primitive behind `trellara reseed`, not something a consumer calls in
-// normal operation. offset must lie within [FirstOffset, NextOffset].
+// past-retention mark and registers it if needed. It is a recovery
+// primitive (for a reseed, which is not implemented yet), not something a
+// consumer calls in normal operation. offset must lie within [FirstOffset, NextOffset].
 func (l *Log) ResetCursor(name string, offset uint64) error {
 	if err := validCursorName(name); err != nil {
 		return err
@@ -207,7 +207,7 @@ func (l *Log) loadCursors() error {
 			rec, err = decodeCursor(b)
 		}
 		if err != nil {
-			return &CorruptionError{Path: path, Reason: err.Error() + fmt.Sprintf("; delete the file and reseed consumer %q", name)}
+			return &CorruptionError{Path: path, Reason: err.Error() + fmt.Sprintf(" (the cursor of consumer %q)", name)}
 		}
 		if rec.offset > l.next {
 			return &CorruptionError{Path: path, Position: 8,

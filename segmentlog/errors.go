@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/segmentlog/internal/vfs"
 )
 
@@ -57,7 +58,7 @@ func (e *CorruptionError) Error() string {
 		at += fmt.Sprintf(" (offset %d)", e.Offset)
 	}
 	return fmt.Sprintf("segmentlog: corruption in %s: %s; acknowledged data is damaged, so the log will not truncate it: "+
-		"restore the directory from a replica or backup, or move the damaged file aside and reseed the affected consumers (trellara reseed --config <file> --consumer <name>)", at, e.Reason)
+		"restore the directory from a replica or backup, or %s", at, e.Reason, shell.Resnapshot(""))
 }
 
 // IsCorruption reports whether err is or wraps a *CorruptionError.
@@ -89,7 +90,7 @@ func (e *FatalError) Unwrap() []error { return []error{ErrMustReopen, e.Err} }
 // needs an offset that retention has already deleted. With
 // Retention.Expire set, retention deletes segments that a registered
 // cursor still needs and marks the cursor; the consumer cannot continue
-// without a gap and must be reseeded.
+// without a gap, and the flow has to start over (shell.Resnapshot).
 type PastRetentionError struct {
 	Consumer    string // cursor name; empty for an anonymous reader
 	Offset      uint64 // offset the consumer needs
@@ -98,14 +99,12 @@ type PastRetentionError struct {
 
 func (e *PastRetentionError) Error() string {
 	who := "reader"
-	name := "<name>"
 	if e.Consumer != "" {
 		who = fmt.Sprintf("consumer %q", e.Consumer)
-		name = e.Consumer
 	}
 	return fmt.Sprintf("segmentlog: %s needs offset %d but retention removed everything before offset %d; "+
-		"the consumer would skip data, so it must be reseeded: trellara reseed --config <file> --consumer %s",
-		who, e.Offset, e.FirstOffset, name)
+		"the consumer would skip data, so it cannot continue: %s",
+		who, e.Offset, e.FirstOffset, shell.Resnapshot(""))
 }
 
 // OptionsError names the option that failed validation and its allowed range.

@@ -21,6 +21,14 @@ type FS = vfs.FS
 // File is an open file (see FS).
 type File = vfs.File
 
+// Modes of everything the log creates. Its entries are the source's row
+// data and its cursors say what a consumer has applied: readable by the
+// service's own user only, like PostgreSQL's data directory.
+const (
+	fileMode fs.FileMode = 0o600
+	dirMode  fs.FileMode = 0o700
+)
+
 // OSFS is the operating system's filesystem.
 type OSFS struct{}
 
@@ -75,7 +83,7 @@ func (OSFS) SyncDir(dir string) error {
 // Lock implements FS with flock(2), which the kernel releases when the
 // process dies, so a crashed writer never leaves a stale lock behind.
 func (OSFS) Lock(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, fileMode)
 	if err != nil {
 		return nil, err
 	}

@@ -84,7 +84,7 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := o.FS.MkdirAll(filepath.Join(dir, cursorDirName), 0o755); err != nil {
+	if err := o.FS.MkdirAll(filepath.Join(dir, cursorDirName), dirMode); err != nil {
 		return nil, nil, fmt.Errorf("segmentlog: create %s: %w", dir, err)
 	}
 	// The directory entry of dir itself must survive a crash too.
@@ -473,7 +473,7 @@ func (l *Log) createSegment(base uint64) (*segment, File, error) {
 		return nil, nil, fmt.Errorf("segmentlog: remove stale %s: %w", tmp, err)
 	}
 	hdr := segmentHeader{base: base, created: l.opts.Clock().UnixNano()}
-	tf, err := l.fs.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	tf, err := l.fs.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fileMode)
 	if err != nil {
 		return nil, nil, fmt.Errorf("segmentlog: create segment %s: %w", tmp, err)
 	}
@@ -528,7 +528,7 @@ func (l *Log) writeIndex(seg *segment) {
 // fsync the directory; callers that need the name durable do.
 func (l *Log) writeFileAtomic(path string, b []byte) error {
 	tmp := path + tmpSuffix
-	f, err := l.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := l.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, fileMode)
 	if err != nil {
 		return err
 	}

@@ -291,7 +291,7 @@ func (l *Log) openNewest(base uint64, tornMax int) (*RepairReport, error) {
 // the repair with the next n.
 func (l *Log) cutTail(f File, path string, d *scanDamage, size int64, n int) (*RepairReport, error) {
 	tornPath := path + ".torn-" + strconv.Itoa(n)
-	tf, err := l.fs.OpenFile(tornPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	tf, err := l.fs.OpenFile(tornPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fileMode)
 	if err != nil {
 		return nil, fmt.Errorf("segmentlog: repair %s: %w", path, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // fakeClock is an injectable clock for retention by age.
@@ -180,8 +182,8 @@ func TestRetentionExpireMarksCursor(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Consumer != "laggard" {
 			t.Fatalf("got %v, want *PastRetentionError for laggard", err)
 		}
-		if want := "trellara reseed --config <file> --consumer laggard"; !strings.Contains(err.Error(), want) {
-			t.Fatalf("error %q does not name the recovery %q", err, want)
+		if want := `consumer "laggard" needs offset`; !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), shell.Resnapshot("")) {
+			t.Fatalf("error %q does not name the consumer and the recovery", err)
 		}
 	}
 	_, _, err = nextCtx(r)

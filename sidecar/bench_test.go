@@ -91,7 +91,7 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 	dec0, sock0 := procCPU(decPID), procCPU(sockPID)
 	var decCPU, sockCPU float64
 	var acked atomic.Uint64
-	s, err := New(Options{Dial: l.dialer(b), SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
+	s, err := New(Options{Dial: l.dialer(b), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
 		SpillDir: b.TempDir(), OnDurable: func(e uint64) { acked.Store(e) },
 		Stop: func() bool {
 			if acked.Load() <= fence {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/trellara/trellara/envelope"
 )
 
@@ -69,6 +71,40 @@ type client struct {
 func dialUnix(ctx context.Context, path string) (net.Conn, error) {
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", path)
+}
+
+// checkPeer verifies that the process at the other end of a Unix socket
+// runs as the expected uid (want; 0 = this process's effective uid), using
+// the kernel's record of the peer (SO_PEERCRED), which the peer cannot
+// forge. Anyone who can create the socket path first could otherwise feed
+// the sidecar transactions that never happened. A connection from a Dial
+// hook that is not a Unix socket (a test pipe) has no peer to check.
+func checkPeer(conn net.Conn, path string, want int) error {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	if want == 0 {
+		want = os.Geteuid()
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return &PeerError{Path: path, Err: err}
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		cerr = err
+	}
+	if cerr != nil {
+		return &PeerError{Path: path, Err: cerr}
+	}
+	if int(cred.Uid) != want {
+		return &PeerError{Path: path, UID: int(cred.Uid), PID: int(cred.Pid), WantUID: want}
+	}
+	return nil
 }
 
 func newClient(conn net.Conn, deadTimeout time.Duration, frameMax int64) *client {

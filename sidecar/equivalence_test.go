@@ -128,7 +128,7 @@ func TestEquivalence(t *testing.T) {
 	sideTr := &memTransport{}
 	var acked atomic.Uint64
 	var frames [][]byte
-	s, err := New(Options{Dial: l.dialer(t), SocketPath: l.sock, Transport: sideTr, SourceID: "eq",
+	s, err := New(Options{Dial: l.dialer(t), ServerUID: l.uid, SocketPath: l.sock, Transport: sideTr, SourceID: "eq",
 		MemoryBytesMax: opts.MemoryBytesMax, ChunkBytesMax: opts.ChunkBytesMax, SpillDir: t.TempDir(),
 		OnDurable: func(e uint64) { acked.Store(e) },
 		Stop:      func() bool { return acked.Load() > fenceLSN },

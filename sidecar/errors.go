@@ -114,7 +114,7 @@ type UnsupportedChangeError struct {
 func (e *UnsupportedChangeError) Error() string {
 	return fmt.Sprintf("sidecar: transaction at LSN %s: %s on %s; capture stopped rather than drop the change. "+
 		"Give the table a key (ALTER TABLE %s REPLICA IDENTITY FULL) for future changes, and exclude it from "+
-		"trellara.tables (then restart the server) or reseed to get past this one",
+		"trellara.tables (then restart the server) to get past this one",
 		envelope.FormatLSN(e.LSN), e.Reason, e.Relation, e.Relation)
 }
 
@@ -130,3 +130,27 @@ type SlotError struct {
 func (e *SlotError) Error() string {
 	return fmt.Sprintf("sidecar: replication slot %s %s; fix: %s", e.Slot, e.Reason, e.Fix)
 }
+
+// PeerError is a socket whose server is not the PostgreSQL server's OS
+// user (SO_PEERCRED), or whose peer could not be identified. Nothing was
+// sent to it and nothing it sent was read. Not retried: it does not fix
+// itself.
+type PeerError struct {
+	Path    string
+	UID     int // the peer's uid
+	PID     int // the peer's pid
+	WantUID int
+	Err     error // set when the credentials could not be read
+}
+
+func (e *PeerError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("sidecar: cannot identify the process serving %s (SO_PEERCRED): %v; refusing to use the socket", e.Path, e.Err)
+	}
+	return fmt.Sprintf("sidecar: the process serving %s (pid %d) runs as uid %d, not uid %d, so it is not the PostgreSQL server "+
+		"this sidecar serves; refusing to use the socket. Fix: point source.socket at the server's trellara.socket_path, "+
+		"make sure only the server's OS user can create files in its directory, and run the sidecar as that user",
+		e.Path, e.PID, e.UID, e.WantUID)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }

@@ -82,6 +82,7 @@ func trimNL(b []byte) []byte {
 type live struct {
 	c    *pgtest.Cluster
 	sock string
+	uid  int // the server's OS user: Options.ServerUID for a sidecar that connects as it (dialer)
 }
 
 // startLive starts a cluster, installs the extension into its server and
@@ -96,6 +97,11 @@ func startLive(t testing.TB, database string, extra map[string]string) *live {
 	c := pgtest.Start(t, pgtest.Options{Settings: settings, NoFsync: true})
 	installExtension(t, c.BinDir())
 	l := &live{c: c, sock: filepath.Join(c.SocketDir(), "trellara.sock")}
+	st, err := os.Stat(c.DataDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.uid = int(st.Sys().(*syscall.Stat_t).Uid)
 	conf := map[string]string{
 		"shared_preload_libraries":    "trellara",
 		"trellara.database":           database,

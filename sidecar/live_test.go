@@ -49,6 +49,7 @@ func sidecarChild() int {
 		}}
 	if uid != 0 {
 		o.Dial = dialAs(o.SocketPath, uid, gid)
+		o.ServerUID = uid
 	}
 	if err := Run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -170,7 +171,7 @@ func TestKillBeforeAck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var acked atomic.Uint64
-	s, err := New(Options{Dial: l.dialer(t), SocketPath: l.sock, Transport: transport.Local{Log: log}, SourceID: "kill",
+	s, err := New(Options{Dial: l.dialer(t), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: log}, SourceID: "kill",
 		MemoryBytesMax: 64 << 10, ChunkBytesMax: 64 << 10, SpillDir: t.TempDir(), ReconnectBackoffMax: 200 * time.Millisecond,
 		OnDurable: func(e uint64) { acked.Store(e) }, Stop: func() bool { return acked.Load() > fence }})
 	if err != nil {
@@ -202,7 +203,7 @@ func TestWorkerAndServerRestart(t *testing.T) {
 	}
 	defer log.Close()
 	var hold atomic.Bool
-	s, err := New(Options{Dial: l.dialer(t), SocketPath: l.sock, Transport: transport.Local{Log: log}, SourceID: "restart",
+	s, err := New(Options{Dial: l.dialer(t), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: log}, SourceID: "restart",
 		SpillDir: t.TempDir(), ReconnectBackoffMax: 200 * time.Millisecond,
 		beforeAck: func(uint64) bool { return !hold.Load() }})
 	if err != nil {
@@ -340,7 +341,7 @@ func TestTwoPhaseFailsClosed(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(ctx, 2500*time.Millisecond)
 	defer rcancel()
 	tr := &memTransport{}
-	s, err := New(Options{Dial: l.dialer(t), SocketPath: l.sock, Transport: tr, SourceID: "tp"})
+	s, err := New(Options{Dial: l.dialer(t), ServerUID: l.uid, SocketPath: l.sock, Transport: tr, SourceID: "tp"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +395,7 @@ func TestSocketSecurity(t *testing.T) {
 	}
 	nuid, _ := strconv.Atoi(nobody.Uid)
 	ngid, _ := strconv.Atoi(nobody.Gid)
-	o := Options{SocketPath: l.sock, Transport: &memTransport{}, SourceID: "sec", Dial: dialAs(l.sock, nuid, ngid)}
+	o := Options{SocketPath: l.sock, Transport: &memTransport{}, SourceID: "sec", Dial: dialAs(l.sock, nuid, ngid), ServerUID: l.uid}
 	err = Run(ctx, o)
 	var de *DialError
 	if !errors.As(err, &de) || !errors.Is(err, syscall.EACCES) || !strings.Contains(err.Error(), "run the sidecar as the PostgreSQL server's OS user") {

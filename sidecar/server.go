@@ -82,7 +82,7 @@ func CheckServer(ctx context.Context, conn *pgx.Conn) (ServerInfo, error) {
 			}
 			info.SlotConfirmed = uint64(lsn)
 		}
-		drop := fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); the decoder re-creates it (a new flow then needs a reseed)",
+		drop := fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); the decoder re-creates it (a flow that captured from the old slot then stops with a gap and must start over with a full snapshot)",
 			strings.ReplaceAll(info.SlotName, "'", "''"))
 		switch {
 		case plugin == nil || *plugin != "trellara":

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
@@ -29,6 +30,14 @@ type Options struct {
 	// activation). The server accepts only connections whose peer is its
 	// own OS user.
 	Dial func(ctx context.Context) (net.Conn, error)
+	// ServerUID is the OS user the process serving the socket must run as,
+	// checked with SO_PEERCRED on every Unix-socket connection before
+	// anything is sent or read. 0 means this process's effective uid: the
+	// extension serves only its own OS user (the sidecar runs as the
+	// server's user, usually postgres), and PostgreSQL never runs as root,
+	// so a process of any other uid listening on the path is not the
+	// server. Set it when connecting as the server's user by other means.
+	ServerUID int
 
 	Transport relay.Transport
 	SourceID  string
@@ -110,7 +119,7 @@ func (o *Options) validate() error {
 		o.Logger = slog.Default()
 	}
 	if o.GapRecovery == "" {
-		o.GapRecovery = "trellara reseed --config <flow config>"
+		o.GapRecovery = shell.ResnapshotExtension("")
 	}
 	checks := []struct {
 		bad    bool
@@ -319,6 +328,9 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 	// one.
 	defer context.AfterFunc(rctx, func() { _ = conn.Close() })()
 
+	if err := checkPeer(conn, s.o.SocketPath, s.o.ServerUID); err != nil {
+		return false, err
+	}
 	c := newClient(conn, s.o.DeadServerTimeout, s.o.FrameBytesMax)
 	hello, err := c.handshake()
 	if err != nil {

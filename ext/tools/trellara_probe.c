@@ -4,12 +4,23 @@
  *		reference for real clients.  Plain C, no PostgreSQL headers.
  *
  *	 trellara_probe SOCKET [--ack] [--commits N] [--seconds S] [--bad-version]
+ *					[--values] [--bad-ack-mid-message]
  *
  * Connects, says hello, reassembles frames from 'F' chunks and prints one
  * line per frame (type, length, and the LSN a 'C' or 'P' frame makes
  * acknowledgeable).  With --ack it acknowledges each such LSN right after
  * receiving it, as a sidecar does once the transaction is durable.  Stops
  * after N commit frames or S seconds (default 10) of total run time.
+ * --values also prints each column value of 'I' frames ("value N=text").
+ *
+ * --bad-ack-mid-message tests the server's error path: it stops reading
+ * until the server is blocked in the middle of a message (it peeks at the
+ * unread bytes to know; it reads whole messages to move the server on),
+ * sends an acknowledgement the server must refuse, and then checks only
+ * the message framing of what follows: a correct server finishes the
+ * message in flight and then sends its 'E' (or closes), never an 'E'
+ * spliced into a half-sent message.
+ *
  * Exit status: 0 ok, 2 the server sent an error, 1 anything else.
  */
 #include <errno.h>
@@ -19,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -113,6 +125,214 @@ send_ack(uint64_t lsn)
 		printf("ack write failed: %s\n", strerror(errno));
 }
 
+/* print the text values of an 'I' frame: u32 relid | u16 ncols | columns */
+static void
+print_insert_values(const unsigned char *f, size_t len)
+{
+	size_t		pos = 2 + 4;
+	unsigned	ncols;
+
+	if (len < pos + 2)
+		return;
+	ncols = (f[pos] << 8) | f[pos + 1];
+	pos += 2;
+	for (unsigned i = 0; i < ncols && pos < len; i++)
+	{
+		unsigned char kind = f[pos++];
+		uint32_t	n;
+
+		if (kind != 't')
+		{
+			printf("value %u=<%c>\n", i, kind);
+			continue;
+		}
+		if (pos + 4 > len)
+			return;
+		n = be32(f + pos);
+		pos += 4;
+		if (pos + n > len)
+			return;
+		printf("value %u=%.*s\n", i, (int) n, (const char *) f + pos);
+		pos += n;
+	}
+}
+
+/*
+ * Length of the server message starting at p (avail bytes known), or 0 when
+ * its header is not complete yet.
+ */
+static size_t
+message_len(const unsigned char *p, size_t avail)
+{
+	switch (p[0])
+	{
+		case 'H':
+			return 28;
+		case 'K':
+			return 17;
+		case 'F':
+			return avail < 6 ? 0 : 6 + (size_t) be32(p + 2);
+		case 'E':
+			return avail < 3 ? 0 : 3 + (size_t) ((p[1] << 8) | p[2]);
+		default:
+			return 1;			/* unknown: framing is already broken */
+	}
+}
+
+/*
+ * Wait until the server stops writing (the unread byte count is stable),
+ * then report whether the unread bytes end inside a message.  *first_len is
+ * set to the length of the first unread message (0 if unknown).
+ */
+static int
+server_blocked_mid_message(double deadline, size_t *first_len)
+{
+	static unsigned char peek[4 << 20];
+	int			last = -1;
+	int			avail = 0;
+	size_t		pos = 0;
+	ssize_t		n;
+
+	*first_len = 0;
+	for (;;)
+	{
+		struct timespec ts = {0, 100 * 1000 * 1000};
+
+		if (now_s() > deadline)
+			return 0;
+		nanosleep(&ts, NULL);
+		if (ioctl(fd, FIONREAD, &avail) != 0)
+			return 0;
+		if (avail > 0 && avail == last)
+			break;
+		last = avail;
+	}
+	n = recv(fd, peek, sizeof(peek), MSG_PEEK | MSG_DONTWAIT);
+	if (n <= 0)
+		return 0;
+	while (pos < (size_t) n)
+	{
+		size_t		len = message_len(peek + pos, (size_t) n - pos);
+
+		if (pos == 0)
+			*first_len = len;
+		if (len == 0 || pos + len > (size_t) n)
+			return 1;			/* the unread bytes end inside this message */
+		pos += len;
+	}
+	return 0;
+}
+
+/* --bad-ack-mid-message, after the hello reply (see the header comment) */
+static int
+bad_ack_mid_message(double deadline)
+{
+	unsigned char buf[1 << 16];
+	size_t		first_len;
+	int			mid = 0;
+
+	for (int attempt = 0; attempt < 200 && !mid; attempt++)
+	{
+		mid = server_blocked_mid_message(deadline, &first_len);
+		if (!mid)
+		{
+			/* consume one whole message so the server writes on */
+			size_t		left = first_len;
+
+			if (left == 0)
+			{
+				printf("server sent nothing to block on\n");
+				return 1;
+			}
+			while (left > 0)
+			{
+				size_t		k = left < sizeof(buf) ? left : sizeof(buf);
+
+				if (read_full(buf, k, deadline) != 0)
+				{
+					printf("eof while draining\n");
+					return 1;
+				}
+				left -= k;
+			}
+		}
+	}
+	if (!mid)
+	{
+		printf("the server never blocked in the middle of a message\n");
+		return 1;
+	}
+	printf("server blocked mid-message; sending an invalid acknowledgement\n");
+	fflush(stdout);
+	send_ack(UINT64_MAX);
+
+	/* from here on only the framing is checked */
+	for (;;)
+	{
+		unsigned char type;
+		unsigned char h[5];
+		size_t		left;
+
+		if (read_full(&type, 1, deadline) != 0)
+		{
+			/* a close between messages is acceptable */
+			printf("closed at a message boundary\n");
+			return 0;
+		}
+		switch (type)
+		{
+			case 'F':
+				if (read_full(h, 5, deadline) != 0)
+				{
+					printf("eof inside a message\n");
+					return 1;
+				}
+				left = be32(h + 1);
+				if (left > 65536)
+				{
+					printf("chunk too long: %zu (framing broken)\n", left);
+					return 1;
+				}
+				if (read_full(buf, left, deadline) != 0)
+				{
+					printf("eof inside a message\n");
+					return 1;
+				}
+				break;
+			case 'K':
+				if (read_full(buf, 16, deadline) != 0)
+				{
+					printf("eof inside a message\n");
+					return 1;
+				}
+				break;
+			case 'E':
+				{
+					char		msg[1100];
+					unsigned	len;
+
+					if (read_full(h, 2, deadline) != 0)
+					{
+						printf("eof inside a message\n");
+						return 1;
+					}
+					len = (h[0] << 8) | h[1];
+					if (len >= sizeof(msg) || read_full((unsigned char *) msg, len, deadline) != 0)
+					{
+						printf("eof inside a message\n");
+						return 1;
+					}
+					msg[len] = '\0';
+					printf("error: %s\n", msg);
+					return 2;
+				}
+			default:
+				printf("unknown message type 0x%02x (framing broken)\n", type);
+				return 1;
+		}
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -121,6 +341,8 @@ main(int argc, char **argv)
 	long		commits_max = -1;
 	double		seconds = 10;
 	int			bad_version = 0;
+	int			values = 0;
+	int			bad_ack_mid = 0;
 	unsigned char hello[7] = {'H', 'T', 'R', 'L', 'A', 0, 1};
 	unsigned char *frame = NULL;
 	size_t		frame_len = 0;
@@ -130,7 +352,7 @@ main(int argc, char **argv)
 
 	if (argc < 2)
 	{
-		fprintf(stderr, "usage: %s SOCKET [--ack] [--commits N] [--seconds S] [--bad-version]\n", argv[0]);
+		fprintf(stderr, "usage: %s SOCKET [--ack] [--commits N] [--seconds S] [--bad-version] [--values] [--bad-ack-mid-message]\n", argv[0]);
 		return 1;
 	}
 	for (int i = 2; i < argc; i++)
@@ -143,6 +365,10 @@ main(int argc, char **argv)
 			seconds = atof(argv[++i]);
 		else if (strcmp(argv[i], "--bad-version") == 0)
 			bad_version = 1;
+		else if (strcmp(argv[i], "--values") == 0)
+			values = 1;
+		else if (strcmp(argv[i], "--bad-ack-mid-message") == 0)
+			bad_ack_mid = 1;
 		else
 		{
 			fprintf(stderr, "unknown argument %s\n", argv[i]);
@@ -202,6 +428,11 @@ main(int argc, char **argv)
 					printf("hello protocol=%u frame_version=%u server_version=%u confirmed=%X/%X\n",
 						   (b[4] << 8) | b[5], b[6], be32(b + 7),
 						   (uint32_t) (be64(b + 19) >> 32), (uint32_t) be64(b + 19));
+					if (bad_ack_mid)
+					{
+						fflush(stdout);
+						return bad_ack_mid_message(deadline);
+					}
 					break;
 				}
 			case 'F':
@@ -247,7 +478,11 @@ main(int argc, char **argv)
 							send_ack(lsn);
 					}
 					else
+					{
 						printf("frame %c len=%zu\n", frame[1], frame_len);
+						if (values && frame[1] == 'I')
+							print_insert_values(frame, frame_len);
+					}
 					fflush(stdout);
 					frame_len = 0;
 					break;

@@ -3,12 +3,13 @@ package check
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgsession"
 )
 
@@ -52,7 +53,6 @@ func Connect(ctx context.Context, connString string, o ConnectOptions) (*Session
 	if err != nil {
 		return nil, red.Wrap(fmt.Errorf("check: connection string: %w", err))
 	}
-	red.Add(cfg.Password) // also covers PGPASSWORD and .pgpass
 	cfg.ConnectTimeout = o.ConnectTimeout
 	rp := cfg.RuntimeParams
 	rp["default_transaction_read_only"] = "on"
@@ -109,105 +109,20 @@ func hostPort(host string, port uint16) string {
 	return fmt.Sprintf("%s:%d", host, port)
 }
 
-// Redactor scrubs secrets from text. Driver errors may quote the connection
-// string, so every error that leaves this package passes through one.
+// Redactor scrubs a connection string's credentials from text. Driver
+// errors may quote the connection string, so every error that leaves this
+// package passes through one. The scrubbing is config.ScrubConnText's: by
+// structure, never by searching the text for the password.
 type Redactor struct {
-	secrets []string
+	conns []string
 }
 
-// NewRedactor knows the password in connString (URL or key=value form) and
-// the whole string itself.
-func NewRedactor(connString string) *Redactor {
-	r := &Redactor{}
-	if u, err := url.Parse(connString); err == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok {
-			r.Add(pw)
-			r.Add(rawURLPassword(connString)) // the percent-encoded form as typed
-		}
-	}
-	if u, err := url.Parse(connString); err == nil && u.RawQuery != "" {
-		if q, err := url.ParseQuery(u.RawQuery); err == nil {
-			r.Add(q.Get("password"))
-			r.Add(q.Get("sslpassword"))
-		}
-	}
-	for _, f := range strings.Fields(connString) {
-		if k, v, ok := strings.Cut(f, "="); ok && (k == "password" || k == "sslpassword") {
-			r.Add(strings.Trim(v, "'"))
-		}
-	}
-	if len(r.secrets) > 0 {
-		r.Add(connString)
-	}
-	return r
-}
-
-// rawURLPassword returns the password of a URL exactly as written.
-func rawURLPassword(s string) string {
-	i := strings.Index(s, "://")
-	if i < 0 {
-		return ""
-	}
-	rest := s[i+3:]
-	if j := strings.IndexAny(rest, "/?"); j >= 0 {
-		rest = rest[:j]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return ""
-	}
-	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok {
-		return ""
-	}
-	return pw
-}
-
-// Add registers a secret; short strings are ignored only when empty, since a
-// short password is still a password.
-func (r *Redactor) Add(s string) {
-	if s == "" {
-		return
-	}
-	for _, have := range r.secrets {
-		if have == s {
-			return
-		}
-	}
-	r.secrets = append(r.secrets, s)
-	// Longest first, so a password inside the full string is not half-done.
-	for i := len(r.secrets) - 1; i > 0 && len(r.secrets[i]) > len(r.secrets[i-1]); i-- {
-		r.secrets[i], r.secrets[i-1] = r.secrets[i-1], r.secrets[i]
-	}
-}
+// NewRedactor scrubs connString (URL or key=value form).
+func NewRedactor(connString string) *Redactor { return &Redactor{conns: []string{connString}} }
 
 // String scrubs s.
-func (r *Redactor) String(s string) string {
-	for _, sec := range r.secrets {
-		s = strings.ReplaceAll(s, sec, "xxxxx")
-	}
-	return s
-}
+func (r *Redactor) String(s string) string { return config.ScrubConnText(s, r.conns...) }
 
-// Wrap returns err with every secret replaced; errors.Is/As still see the
+// Wrap returns err with the credentials removed; errors.Is/As still see the
 // original chain.
-func (r *Redactor) Wrap(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := r.String(err.Error())
-	if msg == err.Error() {
-		return err
-	}
-	return &redactedError{msg: msg, err: err}
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-
-// Unwrap keeps classification working; printing uses Error only.
-func (e *redactedError) Unwrap() error { return e.err }
+func (r *Redactor) Wrap(err error) error { return config.ScrubConnError(err, r.conns...) }

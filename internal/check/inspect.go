@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/internal/config"
 )
 
 // Querier is the part of *pgx.Conn that Inspect uses. It must be a session
@@ -24,6 +26,10 @@ type Options struct {
 	MaxTables int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Tables are the tables a flow's configuration names (trellara check
+	// --config): each must exist on the source, or the report has a
+	// critical finding naming it.
+	Tables []config.TableName
 }
 
 const (
@@ -92,7 +98,7 @@ func Inspect(ctx context.Context, q Querier, opts Options) (*Report, error) {
 	if err := in.walSampleStart(); err != nil {
 		return nil, err
 	}
-	steps := []func() error{in.settingsRead, in.privileges, in.tables, in.slots, in.conflicts}
+	steps := []func() error{in.settingsRead, in.privileges, in.tables, in.configured, in.slots, in.conflicts}
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return nil, err

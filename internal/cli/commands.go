@@ -19,6 +19,7 @@ import (
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
 	"github.com/trellara/trellara/internal/obs"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
 )
 
@@ -127,7 +128,7 @@ func initCommand() *cli.Command {
 			if format == "json" {
 				return writeJSON(c.App.Writer, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": c.Bool("evaluate")})
 			}
-			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: trellara check --config %s --format text\n", out, cfg.Flow, out)
+			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: %s\n", out, cfg.Flow, shell.Trellara("check", out, "--format", "text"))
 			return nil
 		},
 	}
@@ -157,14 +158,22 @@ func checkCommand() *cli.Command {
 				return failure(err)
 			}
 			defer s.Close(context.Background())
-			r, err := s.Inspect(ctx, check.Options{})
+			// The grade covers the configured tables too: a table the
+			// source lacks is a critical finding, not a valid config.
+			r, err := s.Inspect(ctx, check.Options{Tables: cfg.Source.Tables})
 			if err != nil {
 				return failure(err)
 			}
 			if format == "json" {
 				err = r.RenderJSON(c.App.Writer)
 			} else {
-				fmt.Fprintf(c.App.Writer, "config %s valid (flow %s, %d tables)\n", c.String("config"), cfg.Flow, len(cfg.Source.Tables))
+				verdict := "valid"
+				for _, f := range r.Findings {
+					if f.Code == check.CodeConfiguredTableMissing {
+						verdict = fmt.Sprintf("parses, but %s", f.Title)
+					}
+				}
+				fmt.Fprintf(c.App.Writer, "config %s %s (flow %s, %d tables)\n", c.String("config"), verdict, cfg.Flow, len(cfg.Source.Tables))
 				err = r.RenderText(c.App.Writer)
 			}
 			if err != nil {

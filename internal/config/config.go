@@ -98,8 +98,12 @@ const (
 	DefaultReplicationFactor = 3
 	DefaultMinInsyncReplicas = 2
 	DefaultTargetSchema      = "trellara"
-	DefaultRelayListen       = ":9401"
-	DefaultApplierListen     = ":9402"
+	// Health and metrics listen on the loopback interface unless
+	// configured otherwise: /metrics and /healthz describe the flow (LSNs,
+	// table counts, errors) and need no audience beyond the host's own
+	// scraper. Set run.listen to ":9401" (all interfaces) to expose them.
+	DefaultRelayListen   = "127.0.0.1:9401"
+	DefaultApplierListen = "127.0.0.1:9402"
 )
 
 // Config is a parsed configuration (schema v2). Field comments give the YAML

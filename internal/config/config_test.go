@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,8 +73,30 @@ func TestParseValid(t *testing.T) {
 	if c.Target == nil || c.Target.Mode != ModeStrict || c.Target.Schema != "trellara" || c.Target.CreateTables {
 		t.Errorf("target defaults: %+v", c.Target)
 	}
-	if c.Run.Listen.Relay != ":9401" || c.Run.Listen.Applier != ":9402" || c.Run.Evaluate {
+	if c.Run.Listen.Relay != "127.0.0.1:9401" || c.Run.Listen.Applier != "127.0.0.1:9402" || c.Run.Evaluate {
 		t.Errorf("run defaults: %+v", c.Run)
+	}
+}
+
+// Health and metrics are not exposed beyond the host unless configured: the
+// default listen addresses are loopback, and a configured address is kept.
+func TestDefaultListenIsLoopback(t *testing.T) {
+	c, err := Parse([]byte(readTestdata(t, "local.yml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, addr := range map[string]string{"relay": c.Run.Listen.Relay, "applier": c.Run.Listen.Applier} {
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			t.Errorf("run.listen.%s defaults to %q: not a loopback address", name, addr)
+		}
+	}
+	c, err = Parse([]byte(readTestdata(t, "local.yml") + "run: {listen: {relay: \":9401\", applier: \"0.0.0.0:9402\"}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Run.Listen.Relay != ":9401" || c.Run.Listen.Applier != "0.0.0.0:9402" {
+		t.Errorf("configured listen addresses not kept: %+v", c.Run.Listen)
 	}
 }
 
@@ -185,7 +208,9 @@ func TestErrorClasses(t *testing.T) {
 		{"top level list", "- version: 2\n", "", 1, "top level must be a mapping"},
 		{"version missing", edit(t, local, "version: 2\n", ""), "version", 0, "version 2 is the only supported version"},
 		{"version 1", edit(t, local, "version: 2", "version: 1"), "version", 1, "version 2 is the only supported version"},
-		{"version string", edit(t, local, "version: 2", `version: "2"`), "version", 1, "only supported version"},
+		{"version string", edit(t, local, "version: 2", `version: "2"`), "version", 1, `is the string "2"; the schema version is the number 2`},
+		{"version string 3", edit(t, local, "version: 2", `version: "3"`), "version", 1, `must be the number 2, not "3"`},
+		{"version float", edit(t, local, "version: 2", `version: 2.5`), "version", 1, `must be the number 2, not "2.5"`},
 		{"unknown top-level key", local + "sorce: {}\n", "sorce", 17, "unknown key sorce (did you mean source?)"},
 		{"unknown key in reference", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{evn: TRELLARA_SOURCE_URL}"),
 			"source.database_url.evn", 6, "did you mean env?"},
@@ -208,8 +233,8 @@ func TestErrorClasses(t *testing.T) {
 		{"database_url missing", edit(t, local, "  database_url: {env: TRELLARA_SOURCE_URL}\n", ""), "source.database_url", 4, "required"},
 		{"database_url empty reference", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{}"), "source.database_url", 6, "neither env nor file"},
 		{"database_url number", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "5432"), "source.database_url", 6, "must be a reference"},
-		{"env name invalid", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{env: 'MY VAR'}"), "source.database_url.env", 6, "not a valid environment variable name"},
-		{"file relative", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{file: secrets/source}"), "source.database_url.file", 6, "must be absolute"},
+		{"env name invalid", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{env: 'MY VAR'}"), "source.database_url.env", 6, "is not an environment variable name"},
+		{"file relative", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{file: secrets/source}"), "source.database_url.file", 6, "is not an absolute path"},
 		{"capture invalid", edit(t, local, "  slot: trellara_sales\n", "  slot: trellara_sales\n  capture: wal2json\n"), "source.capture", 9, "must be pgoutput or extension"},
 		{"extension without socket", edit(t, local, "  slot: trellara_sales\n", "  slot: trellara_sales\n  capture: extension\n"), "source.socket", 4, "required with capture: extension"},
 		{"socket relative", edit(t, local, "  slot: trellara_sales\n", "  slot: trellara_sales\n  capture: extension\n  socket: run/t.sock\n"), "source.socket", 10, "must be absolute"},
@@ -497,5 +522,20 @@ func TestErrorsNeverEchoCredentials(t *testing.T) {
 		if strings.Contains(err.Error(), "EchoPw1") {
 			t.Errorf("error echoes a credential: %v", err)
 		}
+	}
+}
+
+// version: "2" is the supported version written as a string: the refusal
+// says exactly that and how to fix it, and never calls version 2
+// unsupported (which would contradict itself).
+func TestVersionStringIsRefusedConsistently(t *testing.T) {
+	_, err := Parse([]byte(edit(t, readTestdata(t, "local.yml"), "version: 2", `version: "2"`)))
+	errs := validationErrors(t, err)
+	if len(errs) != 1 {
+		t.Fatalf("want exactly one error, got:\n%v", err)
+	}
+	fe := errs[0]
+	if strings.Contains(fe.Message, "unsupported") || !strings.Contains(fe.Fix, "without quotes") {
+		t.Errorf("version \"2\": %q, fix %q", fe.Message, fe.Fix)
 	}
 }

@@ -140,15 +140,27 @@ func checkVersion(root *yaml.Node) *FieldError {
 		if k.Value != "version" {
 			continue
 		}
-		if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == strconv.Itoa(SchemaVersion) {
+		var n int64
+		isInt := v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Decode(&n) == nil
+		switch {
+		case isInt && n == SchemaVersion:
 			return nil
+		case isInt:
+			return &FieldError{Path: "version", Line: k.Line, Fix: fix,
+				Message: fmt.Sprintf("version: unsupported configuration schema version %d; version %d is the only supported version", n, SchemaVersion)}
+		case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str" && strings.TrimSpace(v.Value) == strconv.Itoa(SchemaVersion):
+			// The right version, quoted: say exactly that, not that the
+			// version is unsupported.
+			return &FieldError{Path: "version", Line: k.Line,
+				Fix:     fmt.Sprintf("write version: %d without quotes", SchemaVersion),
+				Message: fmt.Sprintf("version: is the string %s; the schema version is the number %d", quoteValue(v.Value), SchemaVersion)}
 		}
-		got := "a non-integer value"
+		got := "a list or mapping"
 		if v.Kind == yaml.ScalarNode {
 			got = quoteValue(v.Value)
 		}
 		return &FieldError{Path: "version", Line: k.Line, Fix: fix,
-			Message: fmt.Sprintf("version: unsupported configuration schema version %s; version 2 is the only supported version", got)}
+			Message: fmt.Sprintf("version: must be the number %d, not %s", SchemaVersion, got)}
 	}
 	return &FieldError{Path: "version", Line: root.Line, Fix: fix,
 		Message: "version: missing; version 2 is the only supported version and must be stated"}
@@ -414,7 +426,10 @@ func (d *decoder) secretRef(dst *SecretRef) keyFn {
 		switch n.Kind {
 		case yaml.ScalarNode:
 			if t := n.ShortTag(); t != "!!str" {
-				d.fail(path, n, fix, "must be a reference such as {env: VARIABLE}, not %s", describe(n))
+				// An unquoted number or word here is most likely the
+				// credential itself: say what it is, never what it says.
+				d.fail(path, n, fix, "must be a reference such as {env: VARIABLE}, not an unquoted %s value (not shown: it may be the credential itself)",
+					strings.TrimPrefix(t, "!!"))
 				return
 			}
 			dst.inline = NewSecret(n.Value)

@@ -238,16 +238,81 @@ func scrubScalar(s string) string {
 	if kvs, ok := parseConninfo(out); ok {
 		out = renderConninfo(kvs)
 	}
+	return scrubAssignments(out)
+}
+
+// scrubAssignments redacts "user:password@" and "password=..." shapes in
+// text whose URLs are already scrubbed.
+func scrubAssignments(out string) string {
 	out = userinfoRE.ReplaceAllString(out, "${1}"+redacted+"@")
-	out = secretAssignRE.ReplaceAllStringFunc(out, func(m string) string {
+	return secretAssignRE.ReplaceAllStringFunc(out, func(m string) string {
 		sub := secretAssignRE.FindStringSubmatch(m)
 		if strings.HasPrefix(sub[3], redacted) {
 			return m // already scrubbed above; the rest of the match is scrubbed output too
 		}
 		return sub[1] + sub[2] + redacted
 	})
-	return out
 }
+
+// RedactConnString returns a connection string (URL or keyword/value) with
+// its credentials removed by its structure: the URL's user info, the
+// password and every other non-harmless parameter become <redacted>; host,
+// port and database stay, so the message still says where it connected.
+func RedactConnString(conn string) string { return scrubScalar(conn) }
+
+// ScrubConnText removes credentials from text that may quote connection
+// strings, such as a driver's or server's error. It is the one scrubber for
+// such text; nothing else searches text for a password.
+//
+// Each occurrence of one of conns (the connection strings in use) is
+// replaced whole by RedactConnString of it, and any other URL or
+// "password=..." in the text is redacted by its structure. The password is
+// never searched for as a substring: a short one ("a") or a common word
+// ("failed") would be cut out of ordinary words, mangling the message and
+// revealing the password by where the cuts fall.
+func ScrubConnText(text string, conns ...string) string {
+	// Whole connection strings first, set aside behind placeholders so the
+	// structural pass neither re-scrubs their redacted form nor misses a
+	// password its patterns cannot see (a raw space inside a URL's).
+	var kept []string
+	for _, c := range conns {
+		r := RedactConnString(c)
+		if r == c || !strings.Contains(text, c) {
+			continue // nothing to hide in it, or not quoted
+		}
+		text = strings.ReplaceAll(text, c, fmt.Sprintf("\x00%d\x00", len(kept)))
+		kept = append(kept, r)
+	}
+	text = scrubAssignments(urlRE.ReplaceAllStringFunc(text, scrubURL))
+	for i, r := range kept {
+		text = strings.ReplaceAll(text, fmt.Sprintf("\x00%d\x00", i), r)
+	}
+	return text
+}
+
+// ScrubConnError returns err with its message passed through ScrubConnText;
+// errors.Is and errors.As still see the original chain. An error with
+// nothing to scrub is returned as it is.
+func ScrubConnError(err error, conns ...string) error {
+	if err == nil {
+		return nil
+	}
+	msg := ScrubConnText(err.Error(), conns...)
+	if msg == err.Error() {
+		return err
+	}
+	return &scrubbedError{msg: msg, err: err}
+}
+
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+
+// Unwrap keeps classification working; printing uses Error only.
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // Connection parameters whose values carry no credential and help support:
 // the endpoint and how the connection is made.

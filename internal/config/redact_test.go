@@ -2,6 +2,8 @@ package config
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -198,5 +200,82 @@ func TestRedactErrors(t *testing.T) {
 	out, err := Redact([]byte("a: 1\n---\npassword: x\n"))
 	if err != nil || strings.Contains(string(out), ": x") || !strings.Contains(string(out), "---") {
 		t.Errorf("multi-document: %v\n%s", err, out)
+	}
+}
+
+// ScrubConnText removes a connection string's credentials by structure and
+// leaves the rest of the text alone: a short password ("a") or one that is
+// a common word is never cut out of ordinary words.
+func TestScrubConnTextStructural(t *testing.T) {
+	for _, tc := range []struct {
+		name, conn, text string
+		keep             []string // must survive verbatim
+		gone             []string // must not appear
+	}{
+		{
+			name: "one-letter password",
+			conn: "postgres://app:a@db.internal:5432/sales",
+			text: "failed to connect to `user=app database=sales`: server error: FATAL: password authentication failed for user \"app\" (via postgres://app:a@db.internal:5432/sales)",
+			keep: []string{"failed to connect to `user=app database=sales`", "FATAL: password authentication failed for user \"app\"", "postgres://<redacted>@db.internal:5432/sales"},
+			gone: []string{"app:a@"},
+		},
+		{
+			name: "password that is a common word",
+			conn: "postgres://app:failed@db.internal/sales?sslmode=require",
+			text: "connect failed: postgres://app:failed@db.internal/sales?sslmode=require: authentication failed",
+			keep: []string{"connect failed: ", ": authentication failed", "db.internal/sales?sslmode=require"},
+			gone: []string{"app:failed@"},
+		},
+		{
+			name: "keyword/value with a one-letter password",
+			conn: "host=db.internal user=app password=a dbname=sales",
+			text: "cannot parse `host=db.internal user=app password=a dbname=sales`: a failure",
+			keep: []string{"cannot parse `", "host=db.internal", "dbname=sales", "`: a failure"},
+			gone: []string{"password=a "},
+		},
+		{
+			name: "raw space inside the URL's password: the whole string is replaced",
+			conn: "postgres://app:pa ss@db.internal/sales",
+			text: "dial postgres://app:pa ss@db.internal/sales: refused",
+			keep: []string{"dial postgres://<redacted>@db.internal/sales: refused"},
+			gone: []string{"pa ss", "ss@"},
+		},
+		{
+			name: "another URL in the text is scrubbed by its structure",
+			conn: "postgres://app:a@db.internal/sales",
+			text: "retry against postgres://other:Secret9@replica.internal/sales failed",
+			keep: []string{"retry against postgres://<redacted>@replica.internal/sales failed"},
+			gone: []string{"Secret9"},
+		},
+		{
+			name: "no connection string in the text: unchanged",
+			conn: "postgres://app:a@db.internal/sales",
+			text: "a transaction failed at 0/16B3748 (a table was altered)",
+			keep: []string{"a transaction failed at 0/16B3748 (a table was altered)"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ScrubConnText(tc.text, tc.conn)
+			for _, k := range tc.keep {
+				if !strings.Contains(got, k) {
+					t.Errorf("lost %q:\n%s", k, got)
+				}
+			}
+			for _, g := range tc.gone {
+				if strings.Contains(got, g) {
+					t.Errorf("still holds %q:\n%s", g, got)
+				}
+			}
+		})
+	}
+
+	base := errors.New("dial postgres://app:a@db.internal/sales: refused")
+	err := ScrubConnError(fmt.Errorf("connect: %w", base), "postgres://app:a@db.internal/sales")
+	if !errors.Is(err, base) || strings.Contains(err.Error(), "app:a@") {
+		t.Errorf("ScrubConnError: %v (errors.Is %v)", err, errors.Is(err, base))
+	}
+	plain := errors.New("nothing to hide")
+	if ScrubConnError(plain, "postgres://app:a@db.internal/sales") != plain {
+		t.Error("an error with nothing to scrub was replaced")
 	}
 }

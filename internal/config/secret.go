@@ -99,16 +99,70 @@ func (r SecretRef) IsZero() bool { return r.Env == "" && r.File == "" && r.inlin
 // IsInline reports whether the value is written in the file itself.
 func (r SecretRef) IsInline() bool { return !r.inline.IsZero() }
 
-// String renders the reference in its YAML flow form; inline values are
-// never rendered.
+// notShown stands in for an env name or file path that does not have the
+// shape of one: it may be the credential itself, typed where its name
+// belongs ({env: "Hunter2!"}), so it is never printed.
+const notShown = "<not a name: not shown>"
+
+// envShown and fileShown are the reference's env name and file path as they
+// may be printed: as written when they have the shape of a variable name or
+// an absolute path, notShown otherwise. Every message and rendering of a
+// reference goes through them.
+func (r SecretRef) envShown() string {
+	if envVarRE.MatchString(r.Env) {
+		return r.Env
+	}
+	return notShown
+}
+
+func (r SecretRef) fileShown() string {
+	if filepath.IsAbs(r.File) {
+		return r.File
+	}
+	return notShown
+}
+
+// shapeError is the one message for an env name or file path that does not
+// have the shape of one (sub is "env" or "file"; "" when the shape is
+// fine). It never echoes the value, and says how to fix the reference.
+func (r SecretRef) shapeError(path string) (sub, msg, fix string) {
+	env, file := refExamples(path)
+	switch {
+	case r.Env != "" && !envVarRE.MatchString(r.Env):
+		return "env", "is not an environment variable name (the value is not shown: it may be the credential itself)",
+			fmt.Sprintf("write the NAME of the variable that holds the credential, e.g. %s: {env: %s}, and put the credential into that variable (export %s=...)",
+				lastSegment(path), env, env)
+	case r.File != "" && !filepath.IsAbs(r.File):
+		return "file", "is not an absolute path (the value is not shown: it may be the credential itself; a relative path would also depend on the directory the service starts in)",
+			fmt.Sprintf("write the absolute path of a file that holds the credential, e.g. %s: {file: %s}", lastSegment(path), file)
+	}
+	return "", "", ""
+}
+
+// refExamples names a variable and a file for the credential at path, so a
+// fix is concrete.
+func refExamples(path string) (env, file string) {
+	switch path {
+	case "source.database_url":
+		return "TRELLARA_SOURCE_URL", "/etc/trellara/source-url"
+	case "target.database_url":
+		return "TRELLARA_TARGET_URL", "/etc/trellara/target-url"
+	case "transport.kafka.sasl.password":
+		return "TRELLARA_KAFKA_PASSWORD", "/etc/trellara/kafka-password"
+	}
+	return "TRELLARA_SECRET", "/etc/trellara/secret"
+}
+
+// String renders the reference in its YAML flow form; inline values, and
+// names or paths that may be a credential (notShown), are never rendered.
 func (r SecretRef) String() string {
 	switch {
 	case r.Env != "" && r.File != "":
-		return fmt.Sprintf("{env: %s, file: %s}", r.Env, r.File)
+		return fmt.Sprintf("{env: %s, file: %s}", r.envShown(), r.fileShown())
 	case r.Env != "":
-		return "{env: " + r.Env + "}"
+		return "{env: " + r.envShown() + "}"
 	case r.File != "":
-		return "{file: " + r.File + "}"
+		return "{file: " + r.fileShown() + "}"
 	case r.IsInline():
 		return "<redacted: inline>"
 	}
@@ -126,9 +180,9 @@ func (r SecretRef) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, r.Stri
 func (r SecretRef) MarshalJSON() ([]byte, error) {
 	switch {
 	case r.Env != "":
-		return fmt.Appendf(nil, `{"env":%q}`, r.Env), nil
+		return fmt.Appendf(nil, `{"env":%q}`, r.envShown()), nil
 	case r.File != "":
-		return fmt.Appendf(nil, `{"file":%q}`, r.File), nil
+		return fmt.Appendf(nil, `{"file":%q}`, r.fileShown()), nil
 	case r.IsInline():
 		return []byte(`"` + redacted + `"`), nil
 	}
@@ -140,9 +194,9 @@ func (r SecretRef) MarshalJSON() ([]byte, error) {
 func (r SecretRef) MarshalYAML() (any, error) {
 	switch {
 	case r.Env != "":
-		return map[string]string{"env": r.Env}, nil
+		return map[string]string{"env": r.envShown()}, nil
 	case r.File != "":
-		return map[string]string{"file": r.File}, nil
+		return map[string]string{"file": r.fileShown()}, nil
 	case r.IsInline():
 		return redacted, nil
 	}
@@ -204,6 +258,9 @@ func (r SecretRef) resolve(res Resolver) (Secret, *FieldError) {
 		}
 		return &FieldError{Path: p, Line: r.line, Message: p + ": " + fmt.Sprintf(format, args...), Fix: fix, Err: cause}
 	}
+	if sub, msg, fix := r.shapeError(r.path); sub != "" {
+		return Secret{}, fail(sub, fix, nil, "%s", msg)
+	}
 	switch {
 	case r.Env != "" && r.File != "":
 		return Secret{}, fail("", "keep only one of env or file", nil, "names both an environment variable and a file")
@@ -219,10 +276,6 @@ func (r SecretRef) resolve(res Resolver) (Secret, *FieldError) {
 		}
 		return NewSecret(v), nil
 	case r.File != "":
-		if !filepath.IsAbs(r.File) {
-			return Secret{}, fail("file", "use an absolute path, e.g. /etc/trellara/secrets/"+filepath.Base(r.File), nil,
-				"file path %s must be absolute (a relative path would depend on the directory the service starts in)", r.File)
-		}
 		b, err := res.ReadFile(r.File)
 		if err != nil {
 			fix := "create the file, or correct the path"

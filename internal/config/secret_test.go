@@ -227,7 +227,7 @@ func TestResolve(t *testing.T) {
 		{"file is a directory", FileRef(dir), []string{dir, "cannot read secret file"}, nil},
 		{"file empty", FileRef(empty), []string{empty, "is empty"}, nil},
 		{"file too large", FileRef(big), []string{big, "larger than"}, nil},
-		{"file relative", FileRef("secrets/url"), []string{"secrets/url", "must be absolute"}, nil},
+		{"file relative", FileRef("secrets/url"), []string{"is not an absolute path", "fix: write the absolute path"}, nil},
 		{"unset reference", SecretRef{}, []string{"names neither"}, nil},
 	}
 	for _, tc := range bad {
@@ -284,5 +284,70 @@ func TestResolveSecretsReportsAll(t *testing.T) {
 	}
 	if s.SourceDatabaseURL.Reveal() != "s-url" || s.TargetDatabaseURL.Reveal() != "t-url" || s.KafkaSASLPassword.Reveal() != "k-pw" {
 		t.Error("resolved values wrong")
+	}
+}
+
+// A credential typed where its reference's name belongs ({env: "Hunter2!"},
+// {file: "Hunter2!"}, an unquoted number) is never echoed: not by
+// validation, not by resolution, not when the reference is printed, logged
+// or encoded. Each message says the reference is invalid and how to fix it.
+func TestPlantedSecretInReferenceNeverEchoed(t *testing.T) {
+	const planted = "Hunter2!"
+	local := readTestdata(t, "local.yml")
+	for _, tc := range []struct {
+		name, in, path, want string
+	}{
+		{"env", edit(t, local, "{env: TRELLARA_SOURCE_URL}", `{env: "Hunter2!"}`), "source.database_url.env", "is not an environment variable name"},
+		{"file", edit(t, local, "{env: TRELLARA_TARGET_URL}", `{file: "Hunter2!"}`), "target.database_url.file", "is not an absolute path"},
+		{"env and file", edit(t, local, "{env: TRELLARA_SOURCE_URL}", `{env: "Hunter2!", file: "Hunter2!"}`), "source.database_url", "names both"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if strings.Contains(err.Error(), planted) {
+				t.Errorf("validation echoes the planted secret: %v", err)
+			}
+			found := false
+			for _, fe := range validationErrors(t, err) {
+				found = found || (fe.Path == tc.path && strings.Contains(fe.Message, tc.want) && fe.Fix != "")
+			}
+			if !found {
+				t.Errorf("no error at %s saying %q with a fix:\n%v", tc.path, tc.want, err)
+			}
+		})
+	}
+
+	// Resolution refuses the same shapes without reading anything.
+	for _, ref := range []SecretRef{EnvRef(planted), FileRef(planted), {Env: planted, File: planted}} {
+		ref.path = "source.database_url"
+		_, err := ref.ResolveWith(fakeResolver{env: map[string]string{planted: "x"}, files: map[string]string{planted: "x"}})
+		if err == nil || strings.Contains(err.Error(), planted) || !strings.Contains(err.Error(), "fix: ") {
+			t.Errorf("resolve %v: %v", ref, err)
+		}
+		var buf bytes.Buffer
+		slog.New(slog.NewJSONHandler(&buf, nil)).Info("ref", "ref", ref)
+		j, _ := json.Marshal(ref)
+		y, _ := yaml.Marshal(ref)
+		for what, out := range map[string]string{"String": ref.String(), "%v": fmt.Sprintf("%v", ref), "%#v": fmt.Sprintf("%#v", ref),
+			"slog": buf.String(), "json": string(j), "yaml": string(y)} {
+			if strings.Contains(out, planted) {
+				t.Errorf("%s of %#v echoes the planted secret: %s", what, ref, out)
+			}
+		}
+	}
+	// Valid names and absolute paths are still shown as written.
+	if got := EnvRef("TRELLARA_SOURCE_URL").String(); got != "{env: TRELLARA_SOURCE_URL}" {
+		t.Errorf("valid env reference renders as %s", got)
+	}
+	if got := FileRef("/etc/trellara/source-url").String(); got != "{file: /etc/trellara/source-url}" {
+		t.Errorf("valid file reference renders as %s", got)
+	}
+
+	// An unquoted number under a credential key is reported by its kind only.
+	_, err := Parse([]byte(edit(t, local, "{env: TRELLARA_SOURCE_URL}", "31337424242")))
+	if err == nil || strings.Contains(err.Error(), "31337424242") || !strings.Contains(err.Error(), "not an unquoted int value") {
+		t.Errorf("unquoted number: %v", err)
 	}
 }

@@ -103,7 +103,7 @@ func (v *validator) source(s *Source, prod bool) {
 		v.add("source.id", "use up to 63 lower-case letters, digits, _ and -, starting with a letter or digit",
 			"%s is not a valid source id (it is stored in checkpoints and used as a metric label)", quoteValue(s.ID))
 	}
-	v.secretRef("source.database_url", s.DatabaseURL, prod, "TRELLARA_SOURCE_URL", "/etc/trellara/source-url")
+	v.secretRef("source.database_url", s.DatabaseURL, prod)
 
 	switch s.Capture {
 	case CapturePgoutput:
@@ -177,24 +177,19 @@ func (v *validator) identifier(path, value, what string) {
 	}
 }
 
-// secretRef checks a credential reference. exampleEnv and exampleFile make
-// the fix concrete for the field at hand.
-func (v *validator) secretRef(path string, r SecretRef, prod bool, exampleEnv, exampleFile string) {
+// secretRef checks a credential reference. An env name or file path of the
+// wrong shape is reported without its value (SecretRef.shapeError).
+func (v *validator) secretRef(path string, r SecretRef, prod bool) {
+	exampleEnv, exampleFile := refExamples(path)
 	fix := fmt.Sprintf("write %s: {env: %s} or {file: %s}", lastSegment(path), exampleEnv, exampleFile)
 	switch {
 	case r.IsZero():
 		v.add(path, fix, "required")
 	case r.Env != "" && r.File != "":
 		v.add(path, "keep only one of env or file", "names both an environment variable and a file")
-	case r.Env != "":
-		if !envVarRE.MatchString(r.Env) {
-			v.add(path+".env", "use a variable name of letters, digits and _, e.g. "+exampleEnv,
-				"%s is not a valid environment variable name", quoteValue(r.Env))
-		}
-	case r.File != "":
-		if !filepath.IsAbs(r.File) {
-			v.add(path+".file", "use an absolute path, e.g. "+exampleFile,
-				"path %s must be absolute (a relative path would depend on the directory the service starts in)", quoteValue(r.File))
+	case r.Env != "" || r.File != "":
+		if sub, msg, fix := r.shapeError(path); sub != "" {
+			v.add(path+"."+sub, fix, "%s", msg)
 		}
 	case r.IsInline():
 		if prod {
@@ -321,7 +316,7 @@ func (v *validator) kafka(k *Kafka, prod bool) {
 		if s.Username == "" {
 			v.add(p+".sasl.username", "set the SASL user name", "required")
 		}
-		v.secretRef(p+".sasl.password", s.Password, prod, "TRELLARA_KAFKA_PASSWORD", "/etc/trellara/kafka-password")
+		v.secretRef(p+".sasl.password", s.Password, prod)
 	}
 
 	if prod && k.Profile != ProfileProduction {
@@ -370,7 +365,7 @@ func (v *validator) kafkaContract(k *Kafka) {
 }
 
 func (v *validator) target(t *Target, prod bool) {
-	v.secretRef("target.database_url", t.DatabaseURL, prod, "TRELLARA_TARGET_URL", "/etc/trellara/target-url")
+	v.secretRef("target.database_url", t.DatabaseURL, prod)
 	switch t.Mode {
 	case ModeStrict, ModePartitioned:
 	default:

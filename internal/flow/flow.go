@@ -7,7 +7,6 @@ package flow
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgsession"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -60,7 +60,7 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 		logger = slog.Default()
 	}
 	f := &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}
-	if err := os.MkdirAll(f.dir, 0o750); err != nil {
+	if err := os.MkdirAll(f.dir, 0o700); err != nil { // the log, pins and checkpoints: the service user's only
 		return nil, fmt.Errorf("flow %s: create %s: %w", cfg.Flow, f.dir, err)
 	}
 	f.Log, f.Repair, err = segmentlog.Open(filepath.Join(f.dir, "log"), segmentlog.Options{
@@ -148,17 +148,9 @@ func connect(ctx context.Context, side, url string) (*pgx.Conn, error) {
 	return c, nil
 }
 
-// sanitize removes the connection string (and its password) from err.
-func sanitize(err error, url string) error {
-	msg := err.Error()
-	if url != "" {
-		msg = strings.ReplaceAll(msg, url, "<connection string>")
-	}
-	if cfg, perr := pgconn.ParseConfig(url); perr == nil && cfg.Password != "" {
-		msg = strings.ReplaceAll(msg, cfg.Password, "<redacted>")
-	}
-	return errors.New(msg)
-}
+// sanitize removes the connection string's credentials from err, by
+// structure (config.ScrubConnError), keeping err's chain.
+func sanitize(err error, url string) error { return config.ScrubConnError(err, url) }
 
 func (f *Flow) replicationConnect(ctx context.Context) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(f.Secrets.SourceDatabaseURL.Reveal())
@@ -233,7 +225,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 	defer repl.Close(context.Background())
-	cleanup := fmt.Sprintf("trellara run --config %s --cleanup", f.ConfigPath)
+	cleanup := shell.Trellara("run", f.ConfigPath, "--cleanup")
 
 	switch {
 	case !si.Exists && !src.OwnsSlot:
@@ -276,7 +268,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 			}
 		}
 		if err := relay.CheckResume(src.Slot, res, si.ConfirmedFlush, f.idleAck(),
-			fmt.Sprintf("trellara reseed --config %s", f.ConfigPath)); err != nil {
+			shell.Resnapshot(f.ConfigPath)); err != nil {
 			return err
 		}
 		if res.Empty {
@@ -295,7 +287,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		SourceID: src.ID, Slot: src.Slot, Publication: src.Publication,
 		ProtocolVersion: src.ProtocolVersion, Streaming: src.Streaming,
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
-			InspectCommand: fmt.Sprintf("trellara status --config %s --view diagnostics", f.ConfigPath)},
+			InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")},
 		Logger: f.Logger, OnFence: o.OnFence, Stop: o.Stop,
 		RecordIdleAck: f.recordIdleAck,
 	})

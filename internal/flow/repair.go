@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // RepairStep is one thing to do, in order.
@@ -39,18 +40,19 @@ func (p *RepairPlan) RenderText(w io.Writer) {
 }
 
 // sqlstateFix suggests a fix by SQLSTATE class.
-func sqlstateFix(state, relation string) string {
+func sqlstateFix(state, relation, configPath string) string {
 	switch {
 	case state == "42P01":
-		return fmt.Sprintf("create %s on the target (trellara preflight --create-target-tables creates it from the source definition)", relation)
+		return fmt.Sprintf("create %s on the target (%s creates it from the source definition)", relation,
+			shell.Trellara("preflight", configPath, "--create-target-tables"))
 	case state == "42703":
-		return fmt.Sprintf("add the missing column to %s on the target (the source gained it; see trellara preflight)", relation)
+		return fmt.Sprintf("add the missing column to %s on the target (the source gained it; see %s)", relation, shell.Trellara("preflight", configPath))
 	case strings.HasPrefix(state, "23"):
 		return fmt.Sprintf("the target's %s rejects the source's row (constraint %s): remove the conflicting target row or the target-only constraint", relation, state)
 	case strings.HasPrefix(state, "22"):
 		return fmt.Sprintf("a value does not fit %s's target column type (%s): align the target column type with the source", relation, state)
 	case state == "":
-		return "the target row the change addresses is missing or different (a divergence): inspect with trellara verify --table " + relation
+		return "the target row the change addresses is missing or different (a divergence): inspect with " + shell.Trellara("verify", configPath, "--table", relation)
 	default:
 		return "see the error; fix the target so the statement can succeed"
 	}
@@ -59,7 +61,7 @@ func sqlstateFix(state, relation string) string {
 // RepairPlan builds the plan.
 func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 	p := &RepairPlan{Flow: f.Cfg.Flow, Steps: []RepairStep{}, Notes: []string{}}
-	rerun := fmt.Sprintf("trellara run --config %s --local --verify   (the applier retries the quarantined transaction first; it is marked replayed once it applies)", f.ConfigPath)
+	rerun := shell.Trellara("run", f.ConfigPath, "--local", "--verify") + "   (the applier retries the quarantined transaction first; it is marked replayed once it applies)"
 	if f.Cfg.Target != nil {
 		tgt, err := f.ConnectTarget(ctx)
 		if err != nil {
@@ -73,7 +75,7 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 		for _, q := range st.Quarantine {
 			p.Steps = append(p.Steps, RepairStep{
 				Problem: fmt.Sprintf("quarantined %s at commit %s on %s: %s (SQLSTATE %s, %d attempts)", q.Unit, lsnString(q.CommitLSN), q.Relation, q.Error, q.SQLState, q.Attempts),
-				Fix:     sqlstateFix(q.SQLState, q.Relation),
+				Fix:     sqlstateFix(q.SQLState, q.Relation, f.ConfigPath),
 				Then:    rerun,
 			})
 		}
@@ -86,9 +88,8 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			}
 			p.Steps = append(p.Steps, RepairStep{
 				Problem: fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
-				Fix: fmt.Sprintf("re-copy the table: reseed is not implemented yet; for an evaluation flow, %s then run again (full resnapshot)",
-					"trellara run --config "+f.ConfigPath+" --cleanup and empty the target tables,"),
-				Then: fmt.Sprintf("trellara verify --config %s --table %s", f.ConfigPath, t.Table),
+				Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
+				Then:    shell.Trellara("verify", f.ConfigPath, "--table", t.Table),
 			})
 		}
 	}
@@ -96,8 +97,8 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 		if c.PastRetention {
 			p.Steps = append(p.Steps, RepairStep{
 				Problem: fmt.Sprintf("consumer %s is past the local log's retention", c.Name),
-				Fix:     "reseed is not implemented yet: for an evaluation flow, run --cleanup and start over",
-				Then:    fmt.Sprintf("trellara verify --config %s", f.ConfigPath),
+				Fix:     shell.Resnapshot(f.ConfigPath),
+				Then:    shell.Trellara("verify", f.ConfigPath),
 			})
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/sidecar"
@@ -22,8 +23,8 @@ import (
 // snapshot: the extension's decoder worker owns its slot and exports no
 // snapshot. A new flow therefore gets its initial snapshot from the
 // pgoutput path (run it once with capture: pgoutput and owns_slot, then
-// switch) or from a reseed; on an empty log this refuses to start rather
-// than stream changes to tables whose starting state the log never had.
+// switch); on an empty log this refuses to start rather than stream
+// changes to tables whose starting state the log never had.
 // The worker's slot must have existed since before the log's newest
 // transaction; otherwise the slot is confirmed past the log and the
 // sidecar reports a gap (relay.GapError) instead of skipping what lies
@@ -65,9 +66,9 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	}
 	if res.Empty {
 		return fmt.Errorf("flow %s: the local log is empty and the extension cannot take the initial snapshot "+
-			"(its decoder owns slot %s and exports no snapshot). Run the flow once with source.capture: pgoutput "+
-			"(trellara run --config %s), which creates a slot and snapshots the tables, then switch to capture: extension; "+
-			"or seed the log with trellara reseed --config %s", f.Cfg.Flow, info.SlotName, f.ConfigPath, f.ConfigPath)
+			"(its decoder owns slot %s and exports no snapshot). Run the flow once with source.capture: pgoutput and source.owns_slot: true "+
+			"(%s), which creates a slot and snapshots the tables, then switch to capture: extension",
+			f.Cfg.Flow, info.SlotName, shell.Trellara("run", f.ConfigPath, "--local"))
 	}
 	if o.Streaming != nil {
 		close(o.Streaming)
@@ -77,9 +78,9 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	return sidecar.Run(ctx, sidecar.Options{
 		SocketPath: src.Socket, Transport: tr, SourceID: src.ID, Pins: f.Pins,
 		MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir,
-		InspectCommand: fmt.Sprintf("trellara status --config %s --view diagnostics", f.ConfigPath),
+		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics"),
 		Progress:       sidecar.FileProgress{Path: filepath.Join(f.dir, "extension-progress")},
-		GapRecovery:    fmt.Sprintf("trellara reseed --config %s", f.ConfigPath),
+		GapRecovery:    shell.ResnapshotExtension(f.ConfigPath),
 		Logger:         f.Logger, Stop: o.Stop, OnFence: o.OnFence,
 	})
 }

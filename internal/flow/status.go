@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -138,8 +139,8 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 					LagSeconds: time.Since(cp.AppliedAt).Seconds(), TxnsApplied: cp.TxnsApplied, TxnsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
 				st.Snapshots = as.Snapshots
 				st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal,
-					Show:   fmt.Sprintf("trellara status --config %s --view quarantine", f.ConfigPath),
-					Replay: fmt.Sprintf("trellara repair-plan --config %s", f.ConfigPath)}
+					Show:   shell.Trellara("status", f.ConfigPath, "--view", "quarantine"),
+					Replay: shell.Trellara("repair-plan", f.ConfigPath)}
 				if view == "quarantine" {
 					st.Quarantine.Entries = as.Quarantine
 				}
@@ -183,7 +184,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		for _, c := range l.Cursors {
 			extra := ""
 			if c.PastRetention {
-				extra = " · PAST RETENTION: reseed required"
+				extra = " · PAST RETENTION: the flow must start over (trellara repair-plan says how)"
 			}
 			fmt.Fprintf(w, "  cursor %-10s at %d · lag %d entries, %s%s\n", c.Name, c.Offset, c.LagOffsets, bytesString(c.LagBytes), extra)
 		}

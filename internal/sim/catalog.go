@@ -5,6 +5,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -131,9 +132,14 @@ const (
 	recRepair    = "automatic: `trellara run --config trellara.yml` reopens the log, which cuts the unacknowledged torn tail (copied aside as .torn-N) and resumes"
 	recQuar      = "fix the target for the refused rows (`trellara status --config trellara.yml --view quarantine`), then `trellara repair-plan --config trellara.yml` and run again: the quarantined transaction is replayed and marked replayed"
 	recDrift     = "inspect with `trellara status --config trellara.yml --view diagnostics`, plan the change with `trellara schema ddl-plan --config trellara.yml`, re-pin, then run again"
-	recReseed    = "`trellara reseed --config trellara.yml --consumer applier` (re-snapshot past retention with a visibility boundary), then `trellara verify --config trellara.yml`"
-	recRestore   = "restore the log directory from a replica or backup, or move the damaged segment aside and `trellara reseed --config trellara.yml --consumer applier`"
-	recSequence  = "automatic: the applier stops with ErrSequence naming the log offsets and restarts from its cursor; a transport that keeps reordering needs `trellara reseed --config trellara.yml`"
+)
+
+// Recoveries that start the flow over: the one that works until a reseed of
+// one consumer is implemented (shell.Resnapshot).
+var (
+	recReseed   = "the consumer cannot continue without a gap: " + shell.Resnapshot(simConfig) + ", then `trellara verify --config trellara.yml`"
+	recRestore  = "restore the log directory from a replica or backup, or " + shell.Resnapshot(simConfig)
+	recSequence = "automatic: the applier stops with ErrSequence naming the log offsets and restarts from its cursor; if the transport keeps reordering, " + shell.Resnapshot(simConfig)
 )
 
 type catEntry struct {

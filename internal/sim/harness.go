@@ -16,6 +16,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
@@ -362,8 +363,8 @@ func (h *harness) evaluate() {
 		}
 	case "past-retention":
 		var p *segmentlog.PastRetentionError
-		if !errors.As(h.appStop, &p) || !strings.Contains(h.appStop.Error(), "trellara reseed") {
-			h.chk.fail(InvExpectedError, "apply did not stop with a past-retention error naming the reseed command (stopped: %v)", h.appStop)
+		if !errors.As(h.appStop, &p) || !strings.Contains(h.appStop.Error(), shell.Resnapshot("")) {
+			h.chk.fail(InvExpectedError, "apply did not stop with a past-retention error naming the recovery (stopped: %v)", h.appStop)
 		}
 	case "corruption":
 		if !segmentlog.IsCorruption(h.appStop) {
@@ -660,7 +661,7 @@ func (h *harness) startRelay() {
 	mem, chunk, _, _, _, _ := h.bounds()
 	sess := relay.NewSession(nil, tr, res, relay.Config{SourceID: simSourceID, Slot: "sim",
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
-			InspectCommand: "trellara status --config " + simConfig + " --view diagnostics"},
+			InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")},
 		Logger: slog.New(slog.DiscardHandler),
 		// The flow records idle acknowledgements durably before sending
 		// them (internal/flow recordIdleAck); the harness keeps the record

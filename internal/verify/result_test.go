@@ -303,21 +303,6 @@ func TestChecksum(t *testing.T) {
 	}
 }
 
-func TestShellQuote(t *testing.T) {
-	for in, want := range map[string]string{
-		"public.sales":      "public.sales",
-		"/etc/trellara.yml": "/etc/trellara.yml",
-		`public."My Table"`: `'public."My Table"'`,
-		"it's":              `'it'\''s'`,
-		"":                  "''",
-		"a;rm -rf /":        "'a;rm -rf /'",
-	} {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
-		}
-	}
-}
-
 func TestGrouped(t *testing.T) {
 	for in, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234: "-1,234"} {
 		if got := grouped(in); got != want {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // DB is one side of the comparison. *pgx.Conn and *pgxpool.Pool both
@@ -671,7 +672,7 @@ func (t *tableState) result(configPath string) TableResult {
 		}
 	}
 	if tr.Verdict == Diverged {
-		tr.Recovery = "trellara repair-plan --config " + shellQuote(configPath) + " --table " + shellQuote(tr.Table)
+		tr.Recovery = shell.Trellara("repair-plan", configPath, "--table", tr.Table)
 	}
 	return tr
 }
@@ -680,19 +681,4 @@ func (t *tableState) result(configPath string) TableResult {
 func checksum(sum *big.Int) string {
 	low := new(big.Int).And(sum, new(big.Int).SetUint64(^uint64(0)))
 	return fmt.Sprintf("%016x", low.Uint64())
-}
-
-// shellQuote makes s safe to paste into a POSIX shell.
-func shellQuote(s string) string {
-	safe := s != ""
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./:=@,+", c)) {
-			safe = false
-			break
-		}
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -2,9 +2,10 @@
 # trellara: before removal (deb prerm "remove"; rpm %preun, $1 = 0 on erase,
 # 1 on upgrade).
 #
-# Stops running instances of the units whose binary is about to disappear.
-# Upgrades leave them alone: the new binary is picked up at the next restart,
-# which the operator schedules.
+# Stops running instances of every unit the package installs (each one runs
+# the binary about to disappear; packaging/systemd/*.service, checked by
+# packaging/pack's TestPrermStopsEveryUnit). Upgrades leave them alone: the
+# new binary is picked up at the next restart, which the operator schedules.
 set -e
 
 case "$1" in
@@ -13,7 +14,7 @@ remove | 0) ;;
 esac
 
 if [ -d /run/systemd/system ]; then
-	systemctl stop 'trellara-relay@*.service' 'trellara-applier@*.service' \
-		'trellara-sidecar@*.service' >/dev/null 2>&1 || true
+	systemctl stop 'trellara@*.service' 'trellara-relay@*.service' \
+		'trellara-applier@*.service' 'trellara-sidecar@*.service' >/dev/null 2>&1 || true
 fi
 exit 0

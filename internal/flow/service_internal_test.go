@@ -1,0 +1,53 @@
+package flow
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A SIGHUP reload of a config with a credential typed where a reference's
+// variable name belongs is refused, and the refusal log names the bad key
+// and its fix but never the value.
+func TestReloadRefusalDoesNotEchoPlantedSecret(t *testing.T) {
+	const planted = "Hunter2!"
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "trellara.yml")
+	body := `version: 2
+flow: sales
+source:
+  id: store_001
+  database_url: {env: "` + planted + `"}
+  tables: [public.sales]
+transport:
+  local: {dir: ` + filepath.Join(dir, "log") + `}
+`
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	reload, done := make(chan struct{}), make(chan error)
+	stopped := errors.New("components stopped")
+	got := make(chan error, 1)
+	go func() {
+		got <- waitReload(done, ServiceOptions{ConfigPath: cfg, Reload: reload,
+			Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	}()
+	reload <- struct{}{} // unbuffered: received, then refused and logged
+	done <- stopped      // received only once the refusal is handled
+	if err := <-got; !errors.Is(err, stopped) {
+		t.Fatalf("waitReload returned %v; a refused reload must keep the running configuration", err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "reload refused") || !strings.Contains(out, "source.database_url.env: is not an environment variable name") ||
+		!strings.Contains(out, "fix: write the NAME of the variable") {
+		t.Errorf("refusal log does not name the bad reference and its fix:\n%s", out)
+	}
+	if strings.Contains(out, planted) {
+		t.Errorf("refusal log echoes the planted secret:\n%s", out)
+	}
+}

@@ -1,0 +1,86 @@
+// Package shell renders the commands Trellara prints for an operator to
+// run — fixes, recoveries, next steps — so that each one can be pasted into
+// a POSIX shell exactly as printed: a config path, table or name with a
+// space, a quote or any other character a shell would split, expand or
+// misread is single-quoted. Every printed command that carries such a word
+// is built here.
+package shell
+
+import "strings"
+
+// Quote returns s as one POSIX shell word: unchanged when it holds only
+// characters no shell treats specially, otherwise in single quotes, with
+// each single quote written as '\” (close, escaped quote, reopen).
+func Quote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	for _, c := range s {
+		if !plain(c) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}
+
+// plain reports whether c needs no quoting anywhere in a word. '=' and ':'
+// are plain except at a word's start in a few shells' rarely used
+// features; a leading '-' is not a shell matter.
+func plain(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("_-./:=@,+%", c)
+}
+
+// Command joins words into one command line, each word Quote'd.
+func Command(words ...string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = Quote(w)
+	}
+	return strings.Join(q, " ")
+}
+
+// ConfigPlaceholder stands for the flow's configuration file in a command
+// printed by code that does not know its path.
+const ConfigPlaceholder = "<config file>"
+
+// Config returns the --config argument of a printed command: the path
+// quoted, or ConfigPlaceholder when it is not known ("").
+func Config(path string) string {
+	if path == "" {
+		return ConfigPlaceholder
+	}
+	return Quote(path)
+}
+
+// Trellara renders `trellara <subcommand...> --config <path> <args...>`:
+// the subcommand words as given, the path through Config, every argument
+// after it quoted.
+func Trellara(subcommand, configPath string, args ...string) string {
+	s := "trellara " + subcommand + " --config " + Config(configPath)
+	if len(args) > 0 {
+		s += " " + Command(args...)
+	}
+	return s
+}
+
+// Resnapshot is the recovery for a flow whose log or slot can no longer
+// continue the stream (a gap, lost or damaged log data, a consumer past
+// retention): start the flow over with a full snapshot. It is the recovery
+// that works today; a reseed of one table or consumer is not implemented
+// yet, and messages must not send anyone to it.
+func Resnapshot(configPath string) string {
+	return "start the flow over with a full snapshot (reseed is not implemented yet): `" +
+		Trellara("run", configPath, "--cleanup") + "` (drops the slot, publication and local state the flow created), " +
+		"empty the flow's target tables, then `" + Trellara("run", configPath, "--local") + "`" +
+		" (with source.owns_slot: false, set it to true for this recovery; --cleanup then drops that slot and publication too)"
+}
+
+// ResnapshotExtension is Resnapshot for a flow with source.capture:
+// extension, whose capture path takes no snapshot: the snapshot is taken
+// once through pgoutput, and capture then switches back (docs/EXTENSION.md,
+// "Gap check").
+func ResnapshotExtension(configPath string) string {
+	return "start the flow over with a full snapshot through pgoutput (reseed is not implemented yet): set source.capture: pgoutput and " +
+		"source.owns_slot: true, run `" + Trellara("run", configPath, "--cleanup") + "`, empty the flow's target tables, run `" +
+		Trellara("run", configPath, "--local") + "`, then set capture: extension again (the worker's slot must be older than the log's newest transaction)"
+}
