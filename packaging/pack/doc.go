@@ -1,12 +1,15 @@
-// Package pack turns the nfpm configs under packaging/nfpm into .deb and
-// .rpm files, with the package version derived from `git describe`.
+// Package pack turns the nfpm package definitions at the repository root
+// into .deb and .rpm files, with the package version derived from
+// `git describe`.
 //
-// Two kinds of package are built:
+// Two definitions, each built as .deb and .rpm:
 //
-//	trellara                   binaries, systemd units, example config  .deb .rpm
-//	postgresql-NN-trellara     the extension for major NN (Debian paths) .deb
+//	nfpm.yaml             trellara: binaries, systemd units, example config
+//	nfpm-extension.yaml   the extension, once per PostgreSQL major NN:
+//	                        postgresql-NN-trellara .deb (Debian's paths)
+//	                        postgresqlNN-trellara  .rpm (PGDG's /usr/pgsql-NN)
 //
-// The configs are plain nfpm YAML with ${NAME} placeholders; Build fills
+// The definitions are plain nfpm YAML with ${NAME} placeholders; Build fills
 // them from Options and refuses a placeholder it does not know, so a typo
 // cannot silently become an empty field in a shipped package.
 package pack
