@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellara/trellara/packaging/pack"
+	"github.com/trellara/trellara/internal/release/pack"
 )
 
 // extFlags collects repeated -ext MAJOR=DIR.
