@@ -94,14 +94,15 @@ clean:
 # packaging/README.md and pgmatrix/README.md describe these.
 .PHONY: packages install-test pgmatrix
 
-# dist/: trellara .deb/.rpm, postgresql-NN-trellara .deb per major whose
-# extension builds here, the CycloneDX SBOM and SHA256SUMS.
+# dist/: trellara .deb/.rpm, the extension's .deb and .rpm (postgresql-NN-trellara,
+# postgresqlNN-trellara) per major whose extension builds here, the CycloneDX
+# SBOM and SHA256SUMS, as nfpm.yaml and nfpm-extension.yaml define them.
 packages: build
 	VERSION='$(VERSION)' packaging/packages.sh
 
-# Installs dist/'s .deb on this machine, checks units, binaries and the
+# Installs dist/'s .debs on this machine, checks units, binaries and the
 # extension in a throwaway PostgreSQL 15 cluster, purges, checks leftovers;
-# inspects the .rpm. Needs root.
+# inspects the .rpms. Needs root.
 install-test: packages
 	packaging/install-test.sh
 

@@ -12,7 +12,11 @@
 #   4. purge with operator data present: data and operator config stay, the
 #      package's files go
 #   5. install + purge on a clean slate: nothing at all is left, user removed
-#   6. the .rpm: rpm -qpl, --scripts, --configfiles, digests
+#   6. the trellara .rpm: rpm -qpl, --scripts, --configfiles, digests
+#   7. the extension .rpms (postgresqlNN-trellara, PGDG layout): one per
+#      extension .deb, rpm -qpi/-qpl/-qpR, the same file bytes as the .deb,
+#      and a C library dependency (deb and rpm) that covers trellara.so's
+#      GLIBC symbol versions
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +32,8 @@ shopt -s nullglob
 debs=(dist/trellara_*.deb)
 rpms=(dist/trellara-*.rpm)
 ext_debs=(dist/postgresql-15-trellara_*.deb)
+all_ext_debs=(dist/postgresql-[0-9]*-trellara_*.deb)
+ext_rpms=(dist/postgresql[0-9]*-trellara-*.rpm)
 shopt -u nullglob
 [ ${#debs[@]} = 1 ] || fail "want exactly one dist/trellara_*.deb, found ${#debs[@]}: run make packages"
 [ ${#rpms[@]} = 1 ] || fail "want exactly one dist/trellara-*.rpm, found ${#rpms[@]}: run make packages"
@@ -244,5 +250,63 @@ for u in trellara trellara-relay trellara-applier trellara-sidecar; do
 	grep -qF "'$u@*.service'" <<<"$scripts" || fail "rpm preuninstall does not stop $u@*.service"
 done
 ok "rpm -qp --scripts: post/preun/postun present, preun stops every unit, none enables or starts a unit"
+
+# --- 7. the extension rpms -----------------------------------------------------------
+# Built from the same definition (nfpm-extension.yaml) and the same build as
+# the .debs: one postgresqlNN-trellara .rpm per postgresql-NN-trellara .deb,
+# with PGDG's paths and dependency and the .deb's bytes.
+rpm_version=$(rpm -qp --qf '%{VERSION}-%{RELEASE}' "$rpm")
+[ ${#all_ext_debs[@]} = ${#ext_rpms[@]} ] ||
+	fail "${#all_ext_debs[@]} extension .debs (${all_ext_debs[*]}) but ${#ext_rpms[@]} extension .rpms (${ext_rpms[*]})"
+for deb in "${all_ext_debs[@]}"; do
+	major=$(sed -n 's|^dist/postgresql-\([0-9]*\)-trellara_.*|\1|p' <<<"$deb")
+	name=postgresql$major-trellara
+	shopt -s nullglob
+	found=("dist/$name-"*.rpm)
+	shopt -u nullglob
+	[ ${#found[@]} = 1 ] || fail "$deb has no $name .rpm (found: ${found[*]:-none})"
+	erpm=${found[0]}
+	rpm -K --nosignature "$erpm" >/dev/null || fail "rpm -K: digests of $erpm do not verify"
+	info=$(rpm -qpi "$erpm")
+	[ "$(rpm -qp --qf '%{NAME} %{VERSION}-%{RELEASE} %{ARCH}' "$erpm")" = "$name $rpm_version x86_64" ] ||
+		fail "rpm -qpi $erpm: $info"
+	grep -q "^Summary *: Trellara change capture extension for PostgreSQL $major\.$" <<<"$info" ||
+		fail "rpm -qpi $erpm: summary does not name PostgreSQL $major: $info"
+	# Same files as the .deb, moved from Debian's layout to PGDG's.
+	x=$work/ext-$major
+	mkdir -p "$x"
+	dpkg-deb -x "$deb" "$x"
+	# Both packages require at least the C library the library was linked
+	# against (nfpm-extension.yaml declares it; a build may need more).
+	needs=$(objdump -T "$x/usr/lib/postgresql/$major/lib/trellara.so" | grep -o 'GLIBC_[0-9.]*' | sed 's/^GLIBC_//' | sort -uV | tail -n1)
+	[ -n "$needs" ] || fail "objdump -T: no GLIBC symbol versions in $deb's trellara.so"
+	deb_libc=$(dpkg-deb -f "$deb" Depends | sed -n 's/.*libc6 (>= \([0-9.]*\)).*/\1/p')
+	requires=$(rpm -qpR "$erpm" | grep -v '^rpmlib(' || true)
+	rpm_libc=$(sed -n 's/^glibc >= \([0-9.]*\)$/\1/p' <<<"$requires")
+	for declared in "deb libc6 ${deb_libc:-(none)}" "rpm glibc ${rpm_libc:-(none)}"; do
+		v=${declared##* }
+		[ "$v" != "(none)" ] && [ "$(printf '%s\n%s\n' "$needs" "$v" | sort -V | tail -n1)" = "$v" ] ||
+			fail "trellara.so for PostgreSQL $major uses GLIBC_$needs symbols but the $declared dependency allows less: raise it in nfpm-extension.yaml"
+	done
+	[ "$(sort <<<"$requires")" = "$(printf 'glibc >= %s\npostgresql%s-server' "$rpm_libc" "$major")" ] ||
+		fail "rpm -qpR $erpm: requires \"$requires\", want postgresql$major-server and glibc"
+	want=$(cd "$x" && find . -type f | sort | while read -r f; do
+		printf '%s %s\n' "$(sha256sum <"$f" | cut -d' ' -f1)" "$f"
+	done | sed -e "s| \./usr/lib/postgresql/$major/lib/| /usr/pgsql-$major/lib/|" \
+		-e "s| \./usr/share/postgresql/$major/extension/| /usr/pgsql-$major/share/extension/|" | sort -k2)
+	got=$(rpm -qp --qf '[%{FILEDIGESTS} %{FILENAMES}\n]' "$erpm" | sort -k2)
+	[ "$got" = "$want" ] || fail "$erpm does not ship $deb's files in PGDG's paths:
+rpm:  $got
+want: $want"
+	grep -qx "[0-9a-f]* /usr/pgsql-$major/lib/trellara.so" <<<"$got" || fail "$erpm: no /usr/pgsql-$major/lib/trellara.so"
+	grep -qx "[0-9a-f]* /usr/pgsql-$major/share/extension/trellara.control" <<<"$got" ||
+		fail "$erpm: no /usr/pgsql-$major/share/extension/trellara.control"
+	grep -q " /usr/pgsql-$major/share/extension/trellara--.*\.sql$" <<<"$got" ||
+		fail "$erpm: no install script under /usr/pgsql-$major/share/extension"
+	[ "$(rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$erpm" | grep ' /usr/pgsql-[0-9]*/lib/trellara.so$' | cut -d' ' -f1)" = -rwxr-xr-x ] ||
+		fail "$erpm: trellara.so is not 0755"
+	ok "$name $rpm_version: requires postgresql$major-server, glibc >= $rpm_libc (trellara.so needs GLIBC_$needs); $(wc -l <<<"$got") files under /usr/pgsql-$major, the same bytes as $(basename "$deb")"
+done
+[ ${#all_ext_debs[@]} -gt 0 ] || echo "   no extension packages in dist/: extension rpm checks skipped"
 
 echo "== install test passed ($pass checks)"

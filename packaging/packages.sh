@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # make packages: build everything a release ships into dist/ —
-#   trellara_<v>_amd64.deb, trellara-<v>-1.x86_64.rpm   (binaries, units, config)
-#   postgresql-NN-trellara_<v>_amd64.deb                (extension, per major built)
-#   trellara_<v>.cdx.json                               (CycloneDX 1.5 SBOM of the binaries)
+#   trellara_<v>-1_amd64.deb, trellara-<v>-1.x86_64.rpm   (binaries, units, config)
+#   postgresql-NN-trellara_<v>-1_amd64.deb,               (extension, per major built:
+#   postgresqlNN-trellara-<v>-1.x86_64.rpm                 Debian's and PGDG's layout)
+#   trellara_<v>.cdx.json                                 (CycloneDX 1.5 SBOM of the binaries)
 #   SHA256SUMS
-# from bin/ (make build) and the extension built here per major.
+# from bin/ (make build) and the extension built here per major, as the
+# package definitions nfpm.yaml and nfpm-extension.yaml at the repository
+# root say.
 #
 # The extension is built from a pristine copy of ext/ per major, under
 # .cache/build/ext/pgNN, with that major's pg_config: 15 from Debian,
@@ -46,7 +49,7 @@ if [ ! -f ext/Makefile ]; then
 fi
 for major in $majors; do
 	if ! pg_config=$(pgmatrix/provision.sh headers "$major" 2>"$dist/.headers.log"); then
-		notes+=("postgresql-$major-trellara: not built: $(tail -n1 "$dist/.headers.log")")
+		notes+=("extension for PostgreSQL $major: not built: $(tail -n1 "$dist/.headers.log")")
 		continue
 	fi
 	dir=$build/pg$major
@@ -55,13 +58,13 @@ for major in $majors; do
 	tar -C ext --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude=./results \
 		--exclude='regression.*' --exclude=./log --exclude=./tmp_check -cf - . | tar -C "$dir" -xf -
 	if ! make -C "$dir" PG_CONFIG="$pg_config" >"$dir/build.log" 2>&1; then
-		notes+=("postgresql-$major-trellara: not built: the extension build failed (see $dir/build.log)")
+		notes+=("extension for PostgreSQL $major: not built: the extension build failed (see $dir/build.log)")
 		continue
 	fi
 	# PGXS builds with -g; the package ships the stripped library.
 	strip --strip-unneeded "$dir/trellara.so"
 	ext_args+=(-ext "$major=$dir")
-	notes+=("postgresql-$major-trellara: built with $("$pg_config" --version)")
+	notes+=("postgresql-$major-trellara (.deb), postgresql$major-trellara (.rpm): built with $("$pg_config" --version)")
 done
 rm -f "$dist/.headers.log"
 
@@ -77,4 +80,4 @@ go build -o "$tools/" ./packaging/cmd/mkpkg ./packaging/cmd/sbom
 echo "== dist/"
 ls -l "$dist"
 for n in "${notes[@]}"; do echo "$n"; done
-echo "postgresql-16-trellara: not built: no PostgreSQL 16 server headers are obtainable on this machine"
+echo "extension for PostgreSQL 16: not built: no PostgreSQL 16 server headers are obtainable on this machine"

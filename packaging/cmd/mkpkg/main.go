@@ -1,8 +1,10 @@
 // Command mkpkg builds Trellara's .deb and .rpm packages into dist/ with
-// the nfpm library. `make packages` runs it; see packaging/README.md.
+// the nfpm library, from the package definitions nfpm.yaml and
+// nfpm-extension.yaml at the repository root. `make packages` runs it from
+// the root; see packaging/README.md.
 //
 //	mkpkg -describe "$(git describe --tags --always --dirty)" -mtime UNIX \
-//	      [-ext 15=DIR ...] [-out dist]
+//	      [-ext 15=DIR ...] [-out dist] [-root .]
 //	mkpkg -print-version -describe DESCRIBE
 package main
 
@@ -14,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellara/trellara/packaging/pack"
+	"github.com/trellara/trellara/internal/release/pack"
 )
 
 // extFlags collects repeated -ext MAJOR=DIR.
@@ -37,7 +39,7 @@ func main() {
 	describe := flag.String("describe", "", "git describe --tags --always --dirty output")
 	mtime := flag.Int64("mtime", 0, "modification time stamped on packaged files (unix seconds; the commit time)")
 	maintainer := flag.String("maintainer", "Trellara maintainers <maintainers@trellara.invalid>", "Maintainer/Packager field")
-	configDir := flag.String("config-dir", "packaging/nfpm", "directory of the nfpm configs")
+	root := flag.String("root", ".", "repository root: holds nfpm.yaml and nfpm-extension.yaml; relative source paths in them are resolved from the working directory")
 	out := flag.String("out", "dist", "output directory")
 	flag.Var(exts, "ext", "MAJOR=DIR: package the extension built for that PostgreSQL major in DIR (repeatable)")
 	printVersion := flag.Bool("print-version", false, "print the package version derived from -describe and exit")
@@ -57,7 +59,7 @@ func main() {
 		os.Exit(2)
 	}
 	paths, err := pack.Build(pack.Options{
-		ConfigDir:  *configDir,
+		Root:       *root,
 		Version:    version,
 		Maintainer: *maintainer,
 		MTime:      time.Unix(*mtime, 0).UTC(),

@@ -1,6 +1,6 @@
 // Command sbom writes a CycloneDX 1.5 JSON SBOM for Trellara's Go binaries
 // from the build information embedded in them. `make packages` runs it; see
-// packaging/sbom for what the document contains.
+// internal/release/sbom for what the document contains.
 //
 //	sbom -version "$(git describe --tags --always --dirty)" -time UNIX \
 //	     -o dist/trellara.cdx.json bin/trellara bin/trellara-check bin/trellara-full
@@ -13,7 +13,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/trellara/trellara/packaging/sbom"
+	"github.com/trellara/trellara/internal/release/sbom"
 )
 
 func main() {

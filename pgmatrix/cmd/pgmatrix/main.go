@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellara/trellara/pgmatrix/matrix"
+	"github.com/trellara/trellara/internal/release/matrix"
 )
 
 func main() {

@@ -12,11 +12,11 @@ import (
 // called): on removal it stops every instance of every unit template the
 // package installs, and on upgrade it stops nothing.
 func TestPrermStopsEveryUnit(t *testing.T) {
-	units, err := filepath.Glob(filepath.Join("..", "systemd", "*@.service"))
+	units, err := filepath.Glob(filepath.Join(repoRoot(t), "packaging", "systemd", "*@.service"))
 	if err != nil || len(units) < 4 {
 		t.Fatalf("unit templates: %v %v", units, err)
 	}
-	script, err := os.ReadFile(filepath.Join("..", "scripts", "prerm.sh"))
+	script, err := os.ReadFile(filepath.Join(repoRoot(t), "packaging", "scripts", "prerm.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,24 @@ import (
 	_ "github.com/goreleaser/nfpm/v2/rpm" // registers the rpm packager
 )
 
+// The package definitions, at the repository root (packaging/README.md).
+const (
+	// mainDefinition defines the trellara package.
+	mainDefinition = "nfpm.yaml"
+	// extensionDefinition defines postgresql-NN-trellara (.deb) and
+	// postgresqlNN-trellara (.rpm), once per PostgreSQL major.
+	extensionDefinition = "nfpm-extension.yaml"
+)
+
+// formats are the package formats every definition is built in.
+var formats = []string{"deb", "rpm"}
+
 // Options says what to build and from where.
 type Options struct {
-	// ConfigDir holds trellara.yaml and postgresql-extension.yaml.
-	ConfigDir string
+	// Root holds nfpm.yaml and nfpm-extension.yaml: the repository
+	// root. Relative source paths in them are resolved from the working
+	// directory, so run from the root.
+	Root string
 	// Version is the package version (see PackageVersion).
 	Version string
 	// Maintainer fills the Maintainer/Packager field.
@@ -34,50 +48,86 @@ type Options struct {
 	OutDir string
 }
 
-// spec is one package to build in some formats.
+// spec is one package definition with the placeholder values of one
+// format.
 type spec struct {
-	config  string
-	vars    map[string]string
-	formats []string
+	definition string
+	format     string
+	vars       map[string]string
 }
 
-// Build writes every package Options describes into OutDir and returns
-// their paths in build order.
+// Build writes every package Options describes, in every package
+// format, into OutDir and returns their paths in build order.
 func Build(opts Options) ([]string, error) {
 	if opts.Version == "" || opts.Maintainer == "" || opts.MTime.IsZero() {
 		return nil, errors.New("pack: version, maintainer and mtime are required")
 	}
-	common := map[string]string{"VERSION": opts.Version, "MAINTAINER": opts.Maintainer}
-	specs := []spec{{config: "trellara.yaml", vars: common, formats: []string{"deb", "rpm"}}}
+	var specs []spec
+	for _, format := range formats {
+		specs = append(specs, spec{definition: mainDefinition, format: format, vars: mainVars(opts)})
+	}
 	majors := make([]int, 0, len(opts.Extensions))
 	for m := range opts.Extensions {
 		majors = append(majors, m)
 	}
 	sort.Ints(majors)
 	for _, m := range majors {
-		vars := map[string]string{"PG_MAJOR": fmt.Sprint(m), "EXT_DIR": opts.Extensions[m]}
-		for k, v := range common {
-			vars[k] = v
+		for _, format := range formats {
+			vars, err := extensionVars(opts, m, format)
+			if err != nil {
+				return nil, err
+			}
+			specs = append(specs, spec{definition: extensionDefinition, format: format, vars: vars})
 		}
-		// Debian layout only: an .rpm would need the PGDG layout
-		// (/usr/pgsql-NN) and a build against PGDG's headers, neither of
-		// which can be produced or tested here.
-		specs = append(specs, spec{config: "postgresql-extension.yaml", vars: vars, formats: []string{"deb"}})
 	}
 	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, s := range specs {
-		for _, format := range s.formats {
-			path, err := buildOne(filepath.Join(opts.ConfigDir, s.config), s.vars, format, opts)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, path)
+		path, err := buildOne(filepath.Join(opts.Root, s.definition), s.vars, s.format, opts)
+		if err != nil {
+			return out, err
 		}
+		out = append(out, path)
 	}
 	return out, nil
+}
+
+// mainVars are the placeholder values of nfpm.yaml.
+func mainVars(opts Options) map[string]string {
+	return map[string]string{"VERSION": opts.Version, "MAINTAINER": opts.Maintainer}
+}
+
+// extensionVars are the placeholder values of nfpm-extension.yaml for one
+// PostgreSQL major in one format.
+func extensionVars(opts Options, major int, format string) (map[string]string, error) {
+	prefix, err := pgPackage(format, major)
+	if err != nil {
+		return nil, err
+	}
+	vars := mainVars(opts)
+	vars["PG_MAJOR"] = fmt.Sprint(major)
+	vars["PG_PACKAGE"] = prefix
+	vars["EXT_DIR"] = opts.Extensions[major]
+	return vars, nil
+}
+
+// pgPackage is how a distribution names its packages of one PostgreSQL
+// major, in the given package format: Debian's postgresql-15 (with
+// postgresql-15-pgaudit and the like), PGDG's postgresql15 (with
+// postgresql15-server, postgresql15-contrib). nfpm-extension.yaml names the
+// extension's package ${PG_PACKAGE}-trellara. It is the only per-format
+// value the definitions take from code: nfpm cannot vary a package's name
+// by format.
+func pgPackage(format string, major int) (string, error) {
+	switch format {
+	case "deb":
+		return fmt.Sprintf("postgresql-%d", major), nil
+	case "rpm":
+		return fmt.Sprintf("postgresql%d", major), nil
+	}
+	return "", fmt.Errorf("pack: no PostgreSQL package naming known for format %q (known: %s)", format, strings.Join(formats, ", "))
 }
 
 // placeholderRe finds ${NAME} in a config.
