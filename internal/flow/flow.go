@@ -109,15 +109,6 @@ func (f *Flow) ApplyRetention() {
 // Close closes the log.
 func (f *Flow) Close() error { return f.Log.Close() }
 
-// Tables returns the configured tables as schema.name strings.
-func (f *Flow) Tables() []string {
-	out := make([]string, len(f.Cfg.Source.Tables))
-	for i, t := range f.Cfg.Source.Tables {
-		out[i] = t.String()
-	}
-	return out
-}
-
 // ConnectSource opens an ordinary connection to the source.
 func (f *Flow) ConnectSource(ctx context.Context) (*pgx.Conn, error) {
 	return connect(ctx, "source", f.Secrets.SourceDatabaseURL.Reveal())
@@ -231,6 +222,11 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	}
 	defer repl.Close(context.Background())
 	cleanup := fmt.Sprintf("trellara run --config %s --cleanup", f.ConfigPath)
+	// The identity gate comes before anything is created or changed on the
+	// source, on every start: preflight reports the same rule.
+	if _, err := f.gatedSourceTables(ctx, conn); err != nil {
+		return err
+	}
 
 	switch {
 	case !si.Exists && !src.OwnsSlot:

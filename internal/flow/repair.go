@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/verify"
 )
 
 // RepairStep is one thing to do, in order.
@@ -50,7 +51,7 @@ func sqlstateFix(state, relation string) string {
 	case strings.HasPrefix(state, "22"):
 		return fmt.Sprintf("a value does not fit %s's target column type (%s): align the target column type with the source", relation, state)
 	case state == "":
-		return "the target row the change addresses is missing or different (a divergence): inspect with trellara verify --table " + relation
+		return "the target row the change addresses is missing or different (a divergence): inspect with trellara verify --table " + verify.ShellQuote(relation)
 	default:
 		return "see the error; fix the target so the statement can succeed"
 	}
@@ -88,7 +89,7 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 				Problem: fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
 				Fix: fmt.Sprintf("re-copy the table: reseed is not implemented yet; for an evaluation flow, %s then run again (full resnapshot)",
 					"trellara run --config "+f.ConfigPath+" --cleanup and empty the target tables,"),
-				Then: fmt.Sprintf("trellara verify --config %s --table %s", f.ConfigPath, t.Table),
+				Then: fmt.Sprintf("trellara verify --config %s --table %s", f.ConfigPath, verify.ShellQuote(t.Table)),
 			})
 		}
 	}
