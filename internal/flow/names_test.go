@@ -87,6 +87,14 @@ func TestQuotedNamesEndToEnd(t *testing.T) {
 		odd.Schema, odd.Name, sales.Schema, sales.Name).Scan(&pubTables); err != nil || pubTables != 2 {
 		t.Fatalf("publication publishes %d of the 2 tables (%v)", pubTables, err)
 	}
+	// A publication the flow creates itself publishes the same tables.
+	must("run", "--config", cfg, "--cleanup")
+	must("run", "--config", cfg, "--local")
+	if err := src.Connect(ctx).QueryRow(ctx, `SELECT count(*) FROM pg_publication_tables
+		WHERE pubname = 'trellara_names' AND (schemaname, tablename) IN (($1, $2), ($3, $4))`,
+		odd.Schema, odd.Name, sales.Schema, sales.Name).Scan(&pubTables); err != nil || pubTables != 2 {
+		t.Fatalf("the created publication publishes %d of the 2 tables (%v)", pubTables, err)
+	}
 
 	// The stream: inserts, updates of every column kind, a key change, deletes.
 	src.Exec(t,
