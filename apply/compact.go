@@ -94,7 +94,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				return nil, false
 			}
 			rel := e.Relations[r.RelationIndex]
-			name := rel.Schema + "." + rel.Name
+			name := relationName(rel)
 			t := byName[name]
 			if t == nil {
 				if rel.ReplicaIdentity == 'f' {

@@ -50,7 +50,7 @@ type QuarantinedError struct {
 	CommitLSN uint64
 	// Unit is "transaction", "snapshot" or "snapshot_end".
 	Unit string
-	// Relation is the source relation ("schema.name") whose change failed,
+	// Relation is the source relation (config.TableName form) whose change failed,
 	// when the failure can be attributed to one.
 	Relation string
 	// SQLState is the target's error code; empty when the failure was found

@@ -6,6 +6,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
 )
 
@@ -50,8 +51,13 @@ func envRelName(e *pb.Envelope, r *pb.Row) string {
 	if int(r.RelationIndex) >= len(e.Relations) {
 		return ""
 	}
-	rel := e.Relations[r.RelationIndex]
-	return rel.Schema + "." + rel.Name
+	return relationName(e.Relations[r.RelationIndex])
+}
+
+// relationName is a relation's name as the relay keys snapshot units and as
+// messages and the quarantine print it: config.TableName's text form.
+func relationName(rel *pb.Relation) string {
+	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
 }
 
 func (a *Applier) progressOf(rel string) snapshotState {

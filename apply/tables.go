@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/internal/config"
 )
 
 // TableDef is a source table's definition as far as the target needs it.
@@ -40,10 +42,97 @@ type ColumnDef struct {
 	Generated string
 }
 
-// QualifiedName is the quoted "schema"."name".
-func (d TableDef) QualifiedName() string { return pgx.Identifier{d.Schema, d.Name}.Sanitize() }
+// TableName is the table's schema-qualified name.
+func (d TableDef) TableName() config.TableName {
+	return config.TableName{Schema: d.Schema, Name: d.Name}
+}
 
-func (d TableDef) String() string { return d.Schema + "." + d.Name }
+// QualifiedName is the quoted "schema"."name", for SQL.
+func (d TableDef) QualifiedName() string { return d.TableName().Sanitize() }
+
+// String is the name as Trellara prints it (config.TableName's form).
+func (d TableDef) String() string { return d.TableName().String() }
+
+// IdentityError says that a source table's UPDATE and DELETE cannot be
+// identified: publishing the table would make the source refuse them
+// ("does not have a replica identity and publishes updates").
+type IdentityError struct {
+	Table    config.TableName
+	Identity string // DEFAULT, NOTHING or INDEX
+	Problem  string
+	Fix      string // SQL to run on the source
+}
+
+func (e *IdentityError) Error() string {
+	return fmt.Sprintf("apply: source table %s %s; fix on the source: %s", e.Table, e.Problem, e.Fix)
+}
+
+// IdentityGate is the one rule for whether a source table may be captured:
+// its updates and deletes must carry an identity — a primary key (REPLICA
+// IDENTITY DEFAULT), a replica identity index, or REPLICA IDENTITY FULL.
+// Preflight reports it, and run refuses with it before it creates or
+// alters a publication, because publishing a table without one makes the
+// source reject every UPDATE and DELETE on it.
+func (d TableDef) IdentityGate() *IdentityError {
+	q := d.QualifiedName()
+	addKey := fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (<key columns>); or ALTER TABLE %s REPLICA IDENTITY FULL", q, q)
+	e := &IdentityError{Table: d.TableName(), Identity: d.IdentityName()}
+	switch d.ReplicaIdentity {
+	case identityFull:
+		return nil
+	case identityIndex:
+		if len(d.IdentityIndex) > 0 {
+			return nil
+		}
+		e.Problem = "has REPLICA IDENTITY USING INDEX but the index is gone: updates and deletes cannot be identified"
+		e.Fix = fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY DEFAULT (with a primary key); or %s", q, addKey)
+	case identityNothing:
+		e.Problem = "has REPLICA IDENTITY NOTHING: updates and deletes cannot be identified"
+		if len(d.PrimaryKey) > 0 {
+			e.Fix = fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY DEFAULT", q)
+		} else {
+			e.Fix = addKey
+		}
+	default:
+		if len(d.PrimaryKey) > 0 {
+			return nil
+		}
+		e.Problem = "has no primary key and no replica identity: updates and deletes cannot be identified"
+		e.Fix = addKey
+	}
+	return e
+}
+
+// IdentityName is the table's replica identity setting: DEFAULT, NOTHING,
+// FULL or INDEX.
+func (d TableDef) IdentityName() string { return identityName(d.ReplicaIdentity) }
+
+// IdentityKey lists the columns that identify a row: the primary key for
+// DEFAULT, the index's columns for INDEX; nil for FULL (every column) and
+// for tables the gate refuses.
+func (d TableDef) IdentityKey() []string {
+	switch {
+	case d.IdentityGate() != nil, d.ReplicaIdentity == identityFull:
+		return nil
+	case d.ReplicaIdentity == identityIndex:
+		return d.IdentityIndex
+	}
+	return d.PrimaryKey
+}
+
+// IdentityText describes how the table's rows are identified, for
+// preflight and status.
+func (d TableDef) IdentityText() string {
+	switch {
+	case d.IdentityGate() != nil:
+		return "none (replica identity " + identityName(d.ReplicaIdentity) + ")"
+	case d.ReplicaIdentity == identityFull:
+		return "REPLICA IDENTITY FULL: rows are matched on every column (a primary key makes updates and deletes cheaper)"
+	case d.ReplicaIdentity == identityIndex:
+		return "replica identity index (" + strings.Join(d.IdentityIndex, ", ") + ")"
+	}
+	return "primary key (" + strings.Join(d.PrimaryKey, ", ") + ")"
+}
 
 // CreateSQL is the CREATE TABLE statement for the target: columns, types,
 // NOT NULL, generated columns and the primary key. Defaults, checks, foreign
@@ -84,9 +173,8 @@ func quoteList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// SourceTables reads the definitions of tables ("schema.name", PostgreSQL
-// identifier syntax) from the source catalog.
-func SourceTables(ctx context.Context, source DB, tables []string) ([]TableDef, error) {
+// SourceTables reads the definitions of tables from the source catalog.
+func SourceTables(ctx context.Context, source DB, tables []config.TableName) ([]TableDef, error) {
 	defs := make([]TableDef, 0, len(tables))
 	for _, t := range tables {
 		d, found, err := readTableDef(ctx, source, t)
@@ -102,14 +190,14 @@ func SourceTables(ctx context.Context, source DB, tables []string) ([]TableDef, 
 }
 
 // readTableDef reads one table; found is false when it does not exist.
-func readTableDef(ctx context.Context, db DB, name string) (TableDef, bool, error) {
+func readTableDef(ctx context.Context, db DB, name config.TableName) (TableDef, bool, error) {
 	var d TableDef
 	var oid uint32
 	var ident string
 	err := db.QueryRow(ctx, `
 		SELECT c.oid, n.nspname, c.relname, c.relreplident::text
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = to_regclass($1) AND c.relkind IN ('r', 'p')`, name).Scan(&oid, &d.Schema, &d.Name, &ident)
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, name.Schema, name.Name).Scan(&oid, &d.Schema, &d.Name, &ident)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, false, nil
 	}
@@ -230,9 +318,9 @@ const (
 	// source's values on UPDATE.
 	IdentityAlways MismatchKind = "identity column is GENERATED ALWAYS"
 	PKDiffers      MismatchKind = "primary key differs"
-	// NoReplicaKey: the source table has no primary key and is not REPLICA
-	// IDENTITY FULL (or INDEX), so its updates and deletes cannot be
-	// replicated at all.
+	// NoReplicaKey: the source table fails TableDef.IdentityGate (no primary
+	// key, replica identity index or REPLICA IDENTITY FULL), so its updates
+	// and deletes cannot be replicated at all.
 	NoReplicaKey MismatchKind = "no replica identity at the source"
 )
 
@@ -273,11 +361,10 @@ func ValidateTables(ctx context.Context, target DB, defs []TableDef) ([]Mismatch
 	var out []Mismatch
 	for _, src := range defs {
 		name := src.String()
-		if len(src.PrimaryKey) == 0 && src.ReplicaIdentity != identityFull && src.ReplicaIdentity != identityIndex {
-			out = append(out, Mismatch{Table: name, Kind: NoReplicaKey, Source: "no primary key, replica identity " + identityName(src.ReplicaIdentity),
-				Fix: fmt.Sprintf("on the source: ALTER TABLE %s ADD PRIMARY KEY (...), or ALTER TABLE %s REPLICA IDENTITY FULL", src.QualifiedName(), src.QualifiedName())})
+		if e := src.IdentityGate(); e != nil {
+			out = append(out, Mismatch{Table: name, Kind: NoReplicaKey, Source: e.Problem, Fix: "on the source: " + e.Fix})
 		}
-		tgt, found, err := readTableDef(ctx, target, src.QualifiedName())
+		tgt, found, err := readTableDef(ctx, target, src.TableName())
 		if err != nil {
 			return nil, fmt.Errorf("apply: read definition of %s from the target: %w", name, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -26,10 +27,10 @@ func TestTargetTables(t *testing.T) {
 		"CREATE TABLE public.nokey (v text)")
 	ctx := context.Background()
 
-	if _, err := SourceTables(ctx, src, []string{"shop.missing"}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := SourceTables(ctx, src, tableNames(t, "shop.missing")); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing table: %v", err)
 	}
-	defs, err := SourceTables(ctx, src, []string{"shop.orders", `shop."Line Items"`, "public.events", "public.nokey"})
+	defs, err := SourceTables(ctx, src, tableNames(t, "shop.orders", `shop."Line Items"`, "public.events", "public.nokey"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestTargetTables(t *testing.T) {
 		"shop.orders.placed":   TypeDiffers,
 		"shop.orders.tags":     NotNullDiffers,
 		"shop.orders.required": ExtraColumn,
-		"shop.Line Items.":     PKDiffers,
+		`shop."Line Items".`:   PKDiffers,
 		"public.events.kind":   NotNullDiffers,
 		"public.events.":       PKDiffers,
 	}
@@ -132,6 +133,53 @@ func TestTargetTables(t *testing.T) {
 	for _, m := range ms {
 		if !(m.Kind == PKDiffers && m.Table == "public.events") {
 			t.Errorf("left after applying the fixes: %v", m)
+		}
+	}
+}
+
+func tableNames(t *testing.T, names ...string) []config.TableName {
+	t.Helper()
+	out := make([]config.TableName, len(names))
+	for i, n := range names {
+		tn, err := config.ParseTableName(n)
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		out[i] = tn
+	}
+	return out
+}
+
+// The identity gate admits exactly the tables whose updates and deletes
+// carry an identity, and its fix is SQL with the name quoted.
+func TestIdentityGate(t *testing.T) {
+	odd := TableDef{Schema: `S "x"`, Name: "t; drop"}
+	cases := []struct {
+		name  string
+		ident byte
+		pk    []string
+		index []string
+		ok    bool
+		fix   string
+	}{
+		{"primary key", 'd', []string{"id"}, nil, true, ""},
+		{"no key", 'd', nil, nil, false, `ALTER TABLE "S ""x"""."t; drop" ADD PRIMARY KEY`},
+		{"full", 'f', nil, nil, true, ""},
+		{"index", 'i', nil, []string{"k"}, true, ""},
+		{"index dropped", 'i', nil, nil, false, `REPLICA IDENTITY FULL`},
+		{"nothing with a key", 'n', []string{"id"}, nil, false, `ALTER TABLE "S ""x"""."t; drop" REPLICA IDENTITY DEFAULT`},
+		{"nothing", 'n', nil, nil, false, `ALTER TABLE "S ""x"""."t; drop" REPLICA IDENTITY FULL`},
+	}
+	for _, c := range cases {
+		d := odd
+		d.ReplicaIdentity, d.PrimaryKey, d.IdentityIndex = c.ident, c.pk, c.index
+		e := d.IdentityGate()
+		if (e == nil) != c.ok {
+			t.Errorf("%s: gate = %v, want ok=%v", c.name, e, c.ok)
+			continue
+		}
+		if e != nil && (!strings.Contains(e.Fix, c.fix) || e.Table != d.TableName()) {
+			t.Errorf("%s: fix %q does not contain %q", c.name, e.Fix, c.fix)
 		}
 	}
 }

@@ -123,7 +123,7 @@ type Refusal struct {
 	// Apply or Copy), or -1 when the refusal cannot be attributed (a
 	// deferred constraint failing at COMMIT).
 	Unit int
-	// Relation is the source relation ("schema.name") whose change failed,
+	// Relation is the source relation (config.TableName form) whose change failed,
 	// when known.
 	Relation string
 	// SQLState is the target's error code; empty when the target found the

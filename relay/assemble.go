@@ -281,7 +281,7 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 		// after cache invalidations; the same shape is the same relation.
 		return nil
 	}
-	st := &relState{rel: rel, name: rel.Schema + "." + rel.Name}
+	st := &relState{rel: rel, name: RelationName(rel)}
 	if a.opts.Pins != nil {
 		if pinned, ok := a.opts.Pins.Pinned(st.name); ok {
 			if pinned != rel.Fingerprint {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
@@ -307,7 +308,7 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	ctx := context.Background()
 	conn := c.Connect(ctx)
 	c.Exec(t, schemaSQL)
-	rel, err := relay.RelationFromCatalog(ctx, conn, "public.ledger")
+	rel, err := relay.RelationFromCatalog(ctx, conn, config.TableName{Schema: "public", Name: "ledger"})
 	if err != nil {
 		t.Fatal(err)
 	}

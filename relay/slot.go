@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellara/trellara/internal/config"
 )
 
 // SlotInfo is what pg_replication_slots says about a slot.
@@ -58,26 +60,32 @@ func LookupSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, err
 }
 
 // EnsurePublication creates publication for tables unless it exists; an
-// existing one must publish every table (it is reported, not altered).
-func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []string) (created bool, err error) {
+// existing one must publish every table (it is reported, not altered). The
+// comparison is on (schema, name) pairs as pg_publication_tables holds
+// them, never on rendered text, so a quoted name and its catalog form agree.
+func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []config.TableName) (created bool, err error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, name).Scan(&exists); err != nil {
 		return false, fmt.Errorf("relay: look up publication %s: %w", name, err)
 	}
 	if exists {
-		rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, name)
+		rows, err := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, name)
 		if err != nil {
 			return false, fmt.Errorf("relay: publication %s tables: %w", name, err)
 		}
-		have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		have, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (config.TableName, error) {
+			var t config.TableName
+			err := r.Scan(&t.Schema, &t.Name)
+			return t, err
+		})
 		if err != nil {
 			return false, fmt.Errorf("relay: publication %s tables: %w", name, err)
 		}
-		set := map[string]bool{}
+		set := map[config.TableName]bool{}
 		for _, h := range have {
 			set[h] = true
 		}
-		var missing []string
+		var missing []config.TableName
 		for _, t := range tables {
 			if !set[t] {
 				missing = append(missing, t)
@@ -85,25 +93,22 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		}
 		if len(missing) > 0 {
 			return false, fmt.Errorf("relay: publication %s does not publish %s; fix: ALTER PUBLICATION %s ADD TABLE %s",
-				name, strings.Join(missing, ", "), pgx.Identifier{name}.Sanitize(), quoteTables(missing))
+				name, tableList(missing, config.TableName.String), pgx.Identifier{name}.Sanitize(), tableList(missing, config.TableName.Sanitize))
 		}
 		return false, nil
 	}
-	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{name}.Sanitize(), quoteTables(tables))
+	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{name}.Sanitize(), tableList(tables, config.TableName.Sanitize))
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		return false, fmt.Errorf("relay: create publication %s: %w", name, err)
 	}
 	return true, nil
 }
 
-func quoteTables(tables []string) string {
+// tableList renders tables with render, comma-separated.
+func tableList(tables []config.TableName, render func(config.TableName) string) string {
 	q := make([]string, len(tables))
 	for i, t := range tables {
-		schema, name, ok := strings.Cut(t, ".")
-		if !ok {
-			schema, name = "public", t
-		}
-		q[i] = pgx.Identifier{schema, name}.Sanitize()
+		q[i] = render(t)
 	}
 	return strings.Join(q, ", ")
 }

@@ -12,13 +12,14 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
 )
 
 // SnapshotOptions configure the initial copy of a new flow.
 type SnapshotOptions struct {
 	SourceID        string
-	Tables          []string // schema.name
-	SnapshotName    string   // exported by slot creation
+	Tables          []config.TableName
+	SnapshotName    string // exported by slot creation
 	ConsistentPoint uint64
 	BatchRows       int
 	BatchBytes      int
@@ -66,6 +67,13 @@ func Snapshot(ctx context.Context, conn *pgx.Conn, tr Transport, opts SnapshotOp
 	return tx.Commit(ctx)
 }
 
+// RelationName is the relation's name as Trellara prints and keys it
+// (schema pins, snapshot progress, quarantine): config.TableName's text
+// form, which parses back to the same table.
+func RelationName(rel *pb.Relation) string {
+	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
+}
+
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // RelationFromCatalog reads a relation's metadata the way pgoutput
@@ -76,12 +84,15 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 func RelationFromCatalog(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, table string) (*pb.Relation, error) {
+}, table config.TableName) (*pb.Relation, error) {
 	rel := &pb.Relation{}
 	var ident string
 	err := q.QueryRow(ctx, `SELECT c.oid, n.nspname, c.relname, c.relreplident::text
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass`, table).
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2`, table.Schema, table.Name).
 		Scan(&rel.Oid, &rel.Schema, &rel.Name, &ident)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("relay: table %s does not exist at the source (check source.tables; quote mixed-case names: public.\"Sales\")", table)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("relay: table %s: %w", table, err)
 	}
@@ -114,12 +125,12 @@ func RelationFromCatalog(ctx context.Context, q interface {
 	return rel, nil
 }
 
-func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table string, opts SnapshotOptions) error {
+func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table config.TableName, opts SnapshotOptions) error {
 	rel, err := RelationFromCatalog(ctx, tx, table)
 	if err != nil {
 		return err
 	}
-	name := rel.Schema + "." + rel.Name
+	name := RelationName(rel)
 	if opts.Pins != nil {
 		if pinned, ok := opts.Pins.Pinned(name); ok && pinned != rel.Fingerprint {
 			return &SchemaDriftError{Relation: name, Pinned: pinned, Live: rel.Fingerprint, LSN: opts.ConsistentPoint,
@@ -137,7 +148,7 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table string, o
 	for i, c := range rel.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
 	}
-	copySQL := fmt.Sprintf("COPY %s (%s) TO STDOUT", pgx.Identifier{rel.Schema, rel.Name}.Sanitize(), strings.Join(cols, ", "))
+	copySQL := fmt.Sprintf("COPY %s (%s) TO STDOUT", table.Sanitize(), strings.Join(cols, ", "))
 	pr, pw := io.Pipe()
 	copyErr := make(chan error, 1)
 	go func() {

@@ -219,7 +219,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // writeConfig writes the starting config without overwriting a file a user
-// may have edited.
+// may have edited. The file is created 0600: a config is where the
+// connection strings go once the user fills them in.
 func writeConfig(path string, rep *check.Report, stderr io.Writer) int {
 	body, err := check.StarterConfig(rep)
 	var blocked *check.BlockedError
@@ -234,7 +235,7 @@ func writeConfig(path string, rep *check.Report, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "trellara-check: %v\n", err)
 		return exitProblem
 	}
-	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		fmt.Fprintf(stderr, "trellara-check: write config %s: %v (an existing file is never overwritten)\n", path, err)
 		return exitProblem

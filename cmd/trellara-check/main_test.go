@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/trellara/trellara/internal/buildinfo"
 	trellara "github.com/trellara/trellara/internal/cli"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -186,6 +188,13 @@ func TestFixtures(t *testing.T) {
 		"CREATE TABLE quiet (id int PRIMARY KEY)",
 		"ALTER TABLE quiet REPLICA IDENTITY NOTHING",
 	)
+	c.CreateDB(t, "names")
+	c.ExecDB(t, "names",
+		`CREATE SCHEMA "Sch.ema ""Ü""; x"`,
+		`CREATE TABLE "Sch.ema ""Ü""; x"."Sa.les ""T""; ü" ("Id" int PRIMARY KEY)`,
+		`CREATE TABLE public."select" (id int PRIMARY KEY)`,
+		`CREATE TABLE "Sch.ema ""Ü""; x"."No Key" (v int)`,
+	)
 	c.CreateDB(t, "toast")
 	c.ExecDB(t, "toast",
 		"CREATE DOMAIN longtext AS text",
@@ -302,6 +311,32 @@ func TestFixtures(t *testing.T) {
 		}
 		if r := runCheck(t, c.URL("nopk"), "--sample-seconds", sample, "--write-config", path); r.code != 2 {
 			t.Errorf("overwrote an existing config: exit %d", r.code)
+		}
+	})
+	t.Run("write_config_quoted_names", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "trellara.yml")
+		r := runCheck(t, c.URL("names"), "--sample-seconds", sample, "--write-config", path)
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatalf("config not written (exit %d): %v\n%s", r.code, err, r.stderr)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("config written with mode %v, want 0600", fi.Mode().Perm())
+		}
+		body, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Parse(body)
+		if err != nil {
+			t.Fatalf("the written config does not parse: %v\n%s", err, body)
+		}
+		want := []config.TableName{{Schema: "Sch.ema \"Ü\"; x", Name: "Sa.les \"T\"; ü"}, {Schema: "public", Name: "select"}}
+		if !slices.Equal(cfg.Source.Tables, want) {
+			t.Errorf("the written config names tables %v, want %v\n%s", cfg.Source.Tables, want, body)
+		}
+		if !strings.Contains(string(body), `# left out "\"Sch.ema \"\"Ü\"\"; x\".\"No Key\""`) {
+			t.Errorf("the keyless table is not named in its parseable form:\n%s", body)
 		}
 	})
 	t.Run("password_never_shown", func(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/trellara/trellara/internal/config"
 )
 
 // LSN is a WAL position.
@@ -82,42 +84,16 @@ func fmtDuration(d time.Duration) string {
 	}
 }
 
-// quoteIdent quotes an SQL identifier only when PostgreSQL would need it, so
-// actions stay readable for ordinary names.
-func quoteIdent(s string) string {
-	plain := s != ""
-	for i, r := range s {
-		if !(r == '_' || (r >= 'a' && r <= 'z') || (i > 0 && r >= '0' && r <= '9')) {
-			plain = false
-			break
-		}
-	}
-	if plain && !reservedWords[s] {
-		return s
-	}
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-}
-
-// reservedWords are the keywords most likely to appear as table or role
-// names; quoting a few extra names costs nothing, missing one breaks the SQL.
-var reservedWords = map[string]bool{
-	"all": true, "analyse": true, "analyze": true, "and": true, "any": true, "array": true, "as": true,
-	"asc": true, "both": true, "case": true, "cast": true, "check": true, "collate": true, "column": true,
-	"constraint": true, "create": true, "current_date": true, "current_role": true, "current_time": true,
-	"current_user": true, "default": true, "desc": true, "distinct": true, "do": true, "else": true,
-	"end": true, "except": true, "false": true, "for": true, "foreign": true, "from": true, "grant": true,
-	"group": true, "having": true, "in": true, "initially": true, "intersect": true, "into": true,
-	"leading": true, "limit": true, "localtime": true, "not": true, "null": true, "offset": true,
-	"on": true, "only": true, "or": true, "order": true, "placing": true, "primary": true,
-	"references": true, "returning": true, "select": true, "session_user": true, "some": true,
-	"symmetric": true, "table": true, "then": true, "to": true, "trailing": true, "true": true,
-	"union": true, "unique": true, "user": true, "using": true, "variadic": true, "when": true,
-	"where": true, "window": true, "with": true,
-}
+// quoteIdent quotes an SQL identifier only when PostgreSQL would need it,
+// so actions stay readable for ordinary names (config.QuoteIdent: the one
+// rule, shared with the table names in configs and messages).
+func quoteIdent(s string) string { return config.QuoteIdent(s) }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-func qualified(schema, name string) string { return quoteIdent(schema) + "." + quoteIdent(name) }
+func qualified(schema, name string) string {
+	return config.TableName{Schema: schema, Name: name}.String()
+}
 
 // settingBytes converts a memory or size setting as pg_settings reports it
 // (setting in units of unit, e.g. "8kB", "MB") to bytes. ok is false for

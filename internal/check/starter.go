@@ -44,11 +44,11 @@ func StarterConfig(r *Report) ([]byte, error) {
 	} else {
 		b.WriteString("  tables:\n")
 		for _, t := range ready {
-			fmt.Fprintf(&b, "    - %s\n", strconv.Quote(t.Schema+"."+t.Name))
+			fmt.Fprintf(&b, "    - %s\n", strconv.Quote(t.qualified()))
 		}
 	}
 	for _, t := range skipped {
-		fmt.Fprintf(&b, "    # left out %s: %s\n", strconv.Quote(t.Schema+"."+t.Name), strings.Join(t.Problems, ", "))
+		fmt.Fprintf(&b, "    # left out %s: %s\n", strconv.Quote(t.qualified()), strings.Join(t.Problems, ", "))
 	}
 	b.WriteString("transport:\n")
 	b.WriteString("  local:\n")

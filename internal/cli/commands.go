@@ -195,7 +195,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "role", Usage: "service role: all (capture and applier in one process), relay (pgoutput capture only) or sidecar (native extension capture only)", Value: "all"},
 			&cli.BoolFlag{Name: "local", Usage: "bounded run on the local segment log: snapshot, relay and apply until caught up with the source, then exit"},
 			&cli.BoolFlag{Name: "verify", Usage: "after a bounded run, verify convergence; exit 0 only on CONVERGED"},
-			&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created and the local state (owns_slot flows only)"},
+			&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created, empty the target tables the flow copied into, and remove the flow's state (owns_slot flows only)"},
 		},
 		Action: func(c *cli.Context) error {
 			if !c.Bool("local") && !c.Bool("cleanup") {
@@ -215,10 +215,14 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 	ctx, stop := signalContext(c)
 	defer stop()
 	if c.Bool("cleanup") {
-		if err := f.Cleanup(ctx); err != nil {
+		emptied, err := f.Cleanup(ctx)
+		if err != nil {
 			return failure(err)
 		}
 		fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
+		for _, t := range emptied {
+			fmt.Fprintf(c.App.Writer, "emptied target table %s (rows this flow had copied)\n", t)
+		}
 		return nil
 	}
 	var progress func(flow.Progress)

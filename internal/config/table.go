@@ -84,12 +84,28 @@ func isIdentByte(c byte, first bool) bool {
 	return false
 }
 
-// String renders the name as SQL would need it: parts quoted only when
-// folding would change them.
-func (t TableName) String() string { return quoteIdent(t.Schema) + "." + quoteIdent(t.Name) }
+// String renders the name the way a person writes it in a config file, on
+// the command line or in a message: parts quoted only when PostgreSQL would
+// need it. ParseTableName(t.String()) == t for every valid name, so this is
+// the one text form Trellara prints, stores (snapshot progress, quarantine)
+// and reads back. SQL uses Sanitize.
+func (t TableName) String() string { return QuoteIdent(t.Schema) + "." + QuoteIdent(t.Name) }
 
-func quoteIdent(s string) string {
-	plain := s != ""
+// Sanitize renders the name for SQL: both parts always double-quoted, as
+// pgx.Identifier{schema, name}.Sanitize() does, so no name can change the
+// statement it is put into.
+func (t TableName) Sanitize() string { return sanitizeIdent(t.Schema) + "." + sanitizeIdent(t.Name) }
+
+func sanitizeIdent(s string) string {
+	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, string([]byte{0}), ""), `"`, `""`) + `"`
+}
+
+// QuoteIdent quotes an SQL identifier only when PostgreSQL would need it:
+// anything but lower-case letters, digits, _ and $ (not first), and the
+// reserved keywords most likely to be used as names. Quoting a few extra
+// names costs nothing, missing one breaks the statement.
+func QuoteIdent(s string) string {
+	plain := s != "" && !reservedWords[s]
 	for i := 0; i < len(s) && plain; i++ {
 		c := s[i]
 		plain = (c >= 'a' && c <= 'z') || c == '_' || (i > 0 && ((c >= '0' && c <= '9') || c == '$'))
@@ -98,4 +114,22 @@ func quoteIdent(s string) string {
 		return s
 	}
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// reservedWords are PostgreSQL's reserved keywords (those that cannot be a
+// column or table name unquoted).
+var reservedWords = map[string]bool{
+	"all": true, "analyse": true, "analyze": true, "and": true, "any": true, "array": true, "as": true,
+	"asc": true, "asymmetric": true, "both": true, "case": true, "cast": true, "check": true, "collate": true,
+	"column": true, "constraint": true, "create": true, "current_catalog": true, "current_date": true,
+	"current_role": true, "current_time": true, "current_timestamp": true, "current_user": true,
+	"default": true, "deferrable": true, "desc": true, "distinct": true, "do": true, "else": true,
+	"end": true, "except": true, "false": true, "fetch": true, "for": true, "foreign": true, "from": true,
+	"grant": true, "group": true, "having": true, "in": true, "initially": true, "intersect": true,
+	"into": true, "lateral": true, "leading": true, "limit": true, "localtime": true, "localtimestamp": true,
+	"not": true, "null": true, "offset": true, "on": true, "only": true, "or": true, "order": true,
+	"placing": true, "primary": true, "references": true, "returning": true, "select": true,
+	"session_user": true, "some": true, "symmetric": true, "system_user": true, "table": true, "then": true,
+	"to": true, "trailing": true, "true": true, "union": true, "unique": true, "user": true, "using": true,
+	"variadic": true, "when": true, "where": true, "window": true, "with": true,
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,7 +94,7 @@ func TestCrashMatrixConverges(t *testing.T) {
 
 	// The initial snapshot completes before the kills start: an
 	// interrupted snapshot is a documented refusal (its exported snapshot
-	// cannot be resumed), covered by TestInterruptedSnapshotRefuses.
+	// cannot be resumed), covered by TestInterruptedSnapshotRecovers.
 	if out, err := run(context.Background(), "run", "--config", cfgPath, "--local").CombinedOutput(); err != nil {
 		t.Fatalf("initial run: %v\n%s", err, out)
 	}
@@ -221,10 +222,11 @@ func lastLine(s string) string {
 	return s
 }
 
-// A snapshot killed half-way leaves a slot whose exported snapshot is gone:
-// the next run refuses, naming the recovery, instead of streaming past rows
-// it never copied.
-func TestInterruptedSnapshotRefuses(t *testing.T) {
+// A snapshot killed half-way, after the applier copied some of its rows
+// into the target, leaves a slot whose exported snapshot is gone: the next
+// run refuses, naming the recovery; following it literally ends CONVERGED
+// with every row exactly once (cleanup empties what the flow copied).
+func TestInterruptedSnapshotRecovers(t *testing.T) {
 	pgtest.Require(t)
 	bin := buildCLI(t)
 	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
@@ -233,26 +235,24 @@ func TestInterruptedSnapshotRefuses(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "trellara.yml")
 	if out, err := exec.Command(bin, "init", "--source-database-url", src.URL("postgres"), "--target-database-url", dst.URL("postgres"),
-		"--table", "public.orders", "--flow", "snap", "--evaluate", "--output", cfgPath).CombinedOutput(); err != nil {
+		"--table", "public.orders", "--table", "public.counters", "--flow", "snap", "--evaluate", "--output", cfgPath).CombinedOutput(); err != nil {
 		t.Fatalf("init: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "run", "--config", cfgPath, "--local")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Kill once the slot is persistent (confirmed_flush_lsn is set when
-	// creation completes; a slot still being created is dropped with its
-	// connection) and the snapshot is under way.
+	// Kill once the applier has committed the first snapshot rows to the
+	// target (the snapshot is then under way and the slot persistent).
 	ctx := context.Background()
-	conn := src.Connect(ctx)
+	tgt := dst.Connect(ctx)
 	for i := 0; ; i++ {
 		var n int
-		_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara_snap' AND confirmed_flush_lsn IS NOT NULL`).Scan(&n)
-		if n == 1 {
+		if tgt.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM orders LIMIT 1) x`).Scan(&n) == nil && n == 1 {
 			break
 		}
-		if i > 3000 {
-			t.Fatal("slot never created")
+		if i > 5000 {
+			t.Fatal("no snapshot row reached the target")
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -261,19 +261,50 @@ func TestInterruptedSnapshotRefuses(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "trellara-data", "snap", "snapshot.done")); err == nil {
 		t.Fatal("the snapshot finished before the kill landed (200,000 rows copied in milliseconds?)")
 	}
-	for i := 0; i < 3; i++ {
+	var copied int
+	if err := tgt.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&copied); err != nil || copied == 0 || copied >= 200000 {
+		t.Fatalf("the target holds %d of 200000 rows after the kill (%v); want a part", copied, err)
+	}
+	t.Logf("killed with %d of 200000 rows copied to the target", copied)
+
+	var refusal string
+	for i := 0; ; i++ {
 		out, err := exec.Command(bin, "run", "--config", cfgPath, "--local").CombinedOutput()
 		if err == nil {
 			t.Fatalf("a run after an interrupted snapshot succeeded:\n%s", out)
 		}
-		if strings.Contains(string(out), "in use by another process") {
+		if strings.Contains(string(out), "in use by another process") && i < 3 {
 			time.Sleep(time.Second) // the killed walsender has not exited yet
 			continue
 		}
-		if !strings.Contains(string(out), "initial snapshot did not complete") || !strings.Contains(string(out), "--cleanup") {
-			t.Fatalf("refusal does not name the recovery:\n%s", out)
-		}
-		return
+		refusal = string(out)
+		break
 	}
-	t.Fatal("slot stayed in use")
+	if !strings.Contains(refusal, "initial snapshot did not complete") {
+		t.Fatalf("refusal does not say what happened:\n%s", refusal)
+	}
+	// Follow the printed recipe literally: the cleanup command, then run again.
+	m := regexp.MustCompile(`trellara (run --config \S+ --cleanup)`).FindStringSubmatch(refusal)
+	if m == nil {
+		t.Fatalf("refusal does not name the cleanup command:\n%s", refusal)
+	}
+	if out, err := exec.Command(bin, strings.Fields(m[1])...).CombinedOutput(); err != nil {
+		t.Fatalf("trellara %s: %v\n%s", m[1], err, out)
+	}
+	out, err := exec.Command(bin, "run", "--config", cfgPath, "--local", "--verify").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "CONVERGED") {
+		t.Fatalf("run after the recovery: %v\n%s", err, out)
+	}
+	for _, q := range []string{`SELECT count(*) FROM orders`, `SELECT sum(id) FROM orders`, `SELECT count(*) FROM counters`} {
+		var s, d int64
+		if err := src.Connect(ctx).QueryRow(ctx, q).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if err := tgt.QueryRow(ctx, q).Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		if s != d {
+			t.Fatalf("%s: source %d, target %d", q, s, d)
+		}
+	}
 }

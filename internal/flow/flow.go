@@ -110,15 +110,6 @@ func (f *Flow) ApplyRetention() {
 // Close closes the log.
 func (f *Flow) Close() error { return f.Log.Close() }
 
-// Tables returns the configured tables as schema.name strings.
-func (f *Flow) Tables() []string {
-	out := make([]string, len(f.Cfg.Source.Tables))
-	for i, t := range f.Cfg.Source.Tables {
-		out[i] = t.String()
-	}
-	return out
-}
-
 // ConnectSource opens an ordinary connection to the source.
 func (f *Flow) ConnectSource(ctx context.Context) (*pgx.Conn, error) {
 	return connect(ctx, "source", f.Secrets.SourceDatabaseURL.Reveal())
@@ -226,6 +217,11 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	}
 	defer repl.Close(context.Background())
 	cleanup := shell.Trellara("run", f.ConfigPath, "--cleanup")
+	// The identity gate comes before anything is created or changed on the
+	// source, on every start: preflight reports the same rule.
+	if _, err := f.gatedSourceTables(ctx, conn); err != nil {
+		return err
+	}
 
 	switch {
 	case !si.Exists && !src.OwnsSlot:
@@ -236,6 +232,9 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		return &relay.GapError{Slot: src.Slot, TransportDurable: res.DurableEnd,
 			RecoveryCommand: "the slot is gone while the local log holds data: " + cleanup + " and run again (a full resnapshot)"}
 	case !si.Exists:
+		if err := f.refuseFilledTargets(ctx); err != nil {
+			return err
+		}
 		if _, err := relay.EnsurePublication(ctx, conn, src.Publication, f.Tables()); err != nil {
 			return err
 		}
@@ -253,7 +252,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 			ConsistentPoint: created.ConsistentPoint, Pins: f.Pins, Progress: o.Snapshot})
 		snapConn.Close(context.Background())
 		if err != nil {
-			return fmt.Errorf("flow %s: initial snapshot: %w (rerun after %s)", f.Cfg.Flow, err, cleanup)
+			return fmt.Errorf("flow %s: initial snapshot: %w; recover: %s (it drops the slot and publication, empties the target tables "+
+				"this snapshot copied into and removes the local state), then run again", f.Cfg.Flow, err, cleanup)
 		}
 		if err := relay.WriteFileDurable(f.snapshotDonePath(), []byte(envelope.FormatLSN(created.ConsistentPoint)+"\n")); err != nil {
 			return err
@@ -263,7 +263,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		if src.OwnsSlot {
 			if _, err := os.Stat(f.snapshotDonePath()); err != nil {
 				return fmt.Errorf("flow %s: slot %s exists but the initial snapshot did not complete (%s missing); "+
-					"the exported snapshot cannot be resumed: %s, empty the flow's target tables (the applier refuses rows it already holds), then run again",
+					"the exported snapshot cannot be resumed. Recover: %s (it drops the slot and publication, empties the target tables "+
+					"this snapshot copied into and removes the local state), then run again",
 					f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
 			}
 		}
@@ -318,47 +319,32 @@ func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, a *apply.Applier, stop
 	return a.Run(ctx, rd, transport.Cursor{Log: f.Log, Name: ApplierCursor}, stop)
 }
 
-// Cleanup drops the slot and publication a flow owns and removes its
-// local state. It refuses for flows that do not own them.
-func (f *Flow) Cleanup(ctx context.Context) error {
+// Cleanup drops the slot and publication a flow owns, empties the target
+// tables its snapshot copied into and removes its state on the target and
+// its local state, so that the next run starts over with a full snapshot
+// and no row twice. It refuses for flows that do not own the slot. It
+// returns the target tables it emptied.
+func (f *Flow) Cleanup(ctx context.Context) ([]config.TableName, error) {
 	if !f.Cfg.Source.OwnsSlot {
-		return fmt.Errorf("flow %s: source.owns_slot is false: Trellara did not create slot %s or publication %s and will not drop them",
+		return nil, fmt.Errorf("flow %s: source.owns_slot is false: Trellara did not create slot %s or publication %s and will not drop them",
 			f.Cfg.Flow, f.Cfg.Source.Slot, f.Cfg.Source.Publication)
 	}
 	conn, err := f.ConnectSource(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer conn.Close(context.Background())
 	if err := relay.DropOwned(ctx, conn, f.Cfg.Source.Slot, f.Cfg.Source.Publication); err != nil {
-		return err
+		return nil, err
 	}
+	var emptied []config.TableName
 	if f.Cfg.Target != nil {
-		// The flow's checkpoint, snapshot progress and quarantine on the
-		// target describe the stream just dropped: left behind, a new
-		// snapshot's batches would look like redeliveries and be skipped.
-		tgt, err := f.ConnectTarget(ctx)
-		if err != nil {
-			return fmt.Errorf("flow %s: cleanup of the target's flow state: %w", f.Cfg.Flow, err)
-		}
-		defer tgt.Close(context.Background())
-		schema := pgx.Identifier{f.Cfg.Target.Schema}.Sanitize()
-		for _, table := range []string{"checkpoints", "snapshot_progress", "quarantine"} {
-			var exists bool
-			if err := tgt.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+table).Scan(&exists); err != nil {
-				return err
-			}
-			if !exists {
-				continue
-			}
-			if _, err := tgt.Exec(ctx, fmt.Sprintf(`DELETE FROM %s.%s WHERE flow = $1 AND source_id = $2`, schema, table),
-				f.Cfg.Flow, f.Cfg.Source.ID); err != nil {
-				return fmt.Errorf("flow %s: cleanup of %s.%s on the target: %w", f.Cfg.Flow, schema, table, err)
-			}
+		if emptied, err = f.cleanupTarget(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if err := f.Log.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	return os.RemoveAll(f.dir)
+	return emptied, os.RemoveAll(f.dir)
 }

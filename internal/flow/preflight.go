@@ -126,7 +126,7 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " will be created on first run"})
 	default:
 		add(Check{Name: "publication", Detail: f.Cfg.Source.Publication + " does not exist",
-			Fix: fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{f.Cfg.Source.Publication}.Sanitize(), strings.Join(f.Tables(), ", "))})
+			Fix: fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{f.Cfg.Source.Publication}.Sanitize(), sanitizedList(f.Tables()))})
 	}
 
 	defs, err := apply.SourceTables(ctx, src, f.Tables())
@@ -135,11 +135,12 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		return r
 	}
 	for _, d := range defs {
-		c := Check{Name: "source table", OK: true, Detail: fmt.Sprintf("%s.%s: primary key (%s), replica identity %q", d.Schema, d.Name, strings.Join(d.PrimaryKey, ", "), d.ReplicaIdentity)}
-		if len(d.PrimaryKey) == 0 && d.ReplicaIdentity != 'f' && d.ReplicaIdentity != 'i' {
+		// The same gate run applies before it creates a publication.
+		c := Check{Name: "source table", OK: true, Detail: fmt.Sprintf("%s: %s", d, d.IdentityText())}
+		if e := d.IdentityGate(); e != nil {
 			c.OK = false
-			c.Detail = fmt.Sprintf("%s.%s has no primary key: updates and deletes cannot be identified", d.Schema, d.Name)
-			c.Fix = fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...); or ALTER TABLE %s REPLICA IDENTITY FULL", pgx.Identifier{d.Schema, d.Name}.Sanitize(), pgx.Identifier{d.Schema, d.Name}.Sanitize())
+			c.Detail = fmt.Sprintf("%s %s", d, e.Problem)
+			c.Fix = e.Fix
 		}
 		add(c)
 	}

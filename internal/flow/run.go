@@ -209,7 +209,7 @@ func (f *Flow) createTargetTables(ctx context.Context, tgt *pgx.Conn) error {
 		return err
 	}
 	defer src.Close(context.Background())
-	defs, err := apply.SourceTables(ctx, src, f.Tables())
+	defs, err := f.gatedSourceTables(ctx, src)
 	if err != nil {
 		return err
 	}
@@ -240,7 +240,7 @@ func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, tables []
 	}
 	defer tgt.Close(context.Background())
 	if len(tables) == 0 {
-		tables = f.Tables()
+		tables = tableStrings(f.Tables())
 	}
 	opts := verify.Options{
 		Tables:     tables,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -26,6 +27,7 @@ type Status struct {
 	Flow       string                   `json:"flow"`
 	SourceID   string                   `json:"source_id"`
 	Slot       *SlotStatus              `json:"slot"`
+	Tables     []TableStatus            `json:"tables"`
 	Log        *LogStatus               `json:"log"`
 	Checkpoint *CheckpointState         `json:"checkpoint"`
 	Snapshots  []apply.SnapshotProgress `json:"snapshots,omitempty"`
@@ -33,6 +35,21 @@ type Status struct {
 	Pins       map[string]string        `json:"schema_pins,omitempty"`
 	LastVerify *verify.Result           `json:"last_verify,omitempty"`
 	Notes      []string                 `json:"notes"`
+}
+
+// TableStatus is one configured source table and how the source
+// identifies its rows in updates and deletes (the identity gate run and
+// preflight apply).
+type TableStatus struct {
+	Table string `json:"table"`
+	// ReplicaIdentity is the table's setting: default, nothing, full or index.
+	ReplicaIdentity string `json:"replica_identity"`
+	// Key lists the columns that identify a row (primary key or replica
+	// identity index); empty for full, where every column does.
+	Key        []string `json:"key"`
+	Identified bool     `json:"identified"`
+	Detail     string   `json:"detail"`
+	Fix        string   `json:"fix,omitempty"`
 }
 
 // SlotStatus is the source slot as pg_replication_slots reports it.
@@ -92,7 +109,7 @@ func (f *Flow) RecordVerify(r *verify.Result) error {
 // Status gathers the report. view selects detail: report, diagnostics
 // (adds schema pins) or quarantine (lists entries).
 func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
-	st := &Status{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Notes: []string{}}
+	st := &Status{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Tables: []TableStatus{}, Notes: []string{}}
 	ls := f.Log.Stats()
 	st.Log = &LogStatus{Dir: f.dir, RetainedBytes: ls.RetainedBytes, Segments: ls.Segments, FirstOffset: ls.FirstOffset,
 		NextOffset: ls.NextOffset, Cursors: ls.Cursors}
@@ -119,6 +136,21 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 				}
 			}
 			st.Slot = ss
+		}
+		if defs, err := apply.SourceTables(ctx, src, f.Tables()); err != nil {
+			st.Notes = append(st.Notes, err.Error())
+		} else {
+			for _, d := range defs {
+				ts := TableStatus{Table: d.String(), ReplicaIdentity: strings.ToLower(d.IdentityName()), Key: d.IdentityKey(),
+					Identified: true, Detail: d.IdentityText()}
+				if ts.Key == nil {
+					ts.Key = []string{}
+				}
+				if e := d.IdentityGate(); e != nil {
+					ts.Identified, ts.Detail, ts.Fix = false, e.Problem, e.Fix
+				}
+				st.Tables = append(st.Tables, ts)
+			}
 		}
 	}
 
@@ -177,6 +209,12 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			fmt.Fprintf(w, " · %s · wal_status %s\n", state, s.WALStatus)
 			fmt.Fprintf(w, "              confirmed %s · restart %s · current %s\n", s.ConfirmedFlushLSN, s.RestartLSN, s.CurrentLSN)
 			fmt.Fprintf(w, "              lag %s · retained WAL %s\n", bytesString(s.LagBytes), bytesString(s.RetainedWALBytes))
+		}
+	}
+	for _, t := range st.Tables {
+		fmt.Fprintf(w, "table         %s · %s\n", t.Table, t.Detail)
+		if t.Fix != "" {
+			fmt.Fprintf(w, "              fix on the source: %s\n", t.Fix)
 		}
 	}
 	if l := st.Log; l != nil {
