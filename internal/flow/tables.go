@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/internal/shell"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -47,8 +48,8 @@ func (f *Flow) gatedSourceTables(ctx context.Context, src *pgx.Conn) ([]apply.Ta
 	if len(refused) > 0 {
 		return nil, fmt.Errorf("flow %s: refusing to publish tables whose updates and deletes cannot be identified "+
 			"(once published, the source would reject every UPDATE and DELETE on them); nothing was created or changed on the source. "+
-			"Fix each on the source, then run again (trellara preflight --config %s checks every table):\n%w",
-			f.Cfg.Flow, f.ConfigPath, errors.Join(refused...))
+			"Fix each on the source, then run again (%s checks every table):\n%w",
+			f.Cfg.Flow, shell.Trellara("preflight", f.ConfigPath), errors.Join(refused...))
 	}
 	return defs, nil
 }
@@ -151,8 +152,8 @@ func (f *Flow) refuseFilledTargets(ctx context.Context) error {
 	}
 	if len(ours) > 0 {
 		return fmt.Errorf("flow %s: target table %s holds rows an earlier snapshot of this flow copied, but the flow's slot and local state are gone; "+
-			"nothing was created on the source. Recover: trellara run --config %s --cleanup (it empties exactly those tables), then run again",
-			f.Cfg.Flow, strings.Join(tableStrings(ours), ", "), f.ConfigPath)
+			"nothing was created on the source. Recover: %s (it empties exactly those tables), then run again",
+			f.Cfg.Flow, strings.Join(tableStrings(ours), ", "), shell.Trellara("run", f.ConfigPath, "--cleanup"))
 	}
 	return nil
 }

@@ -70,8 +70,8 @@ func Trellara(subcommand, configPath string, args ...string) string {
 // yet, and messages must not send anyone to it.
 func Resnapshot(configPath string) string {
 	return "start the flow over with a full snapshot (reseed is not implemented yet): `" +
-		Trellara("run", configPath, "--cleanup") + "` (drops the slot, publication and local state the flow created), " +
-		"empty the flow's target tables, then `" + Trellara("run", configPath, "--local") + "`" +
+		Trellara("run", configPath, "--cleanup") + "` (drops the slot, publication and local state the flow created, " +
+		"and empties the target tables its snapshot copied into), then `" + Trellara("run", configPath, "--local") + "`" +
 		" (with source.owns_slot: false, set it to true for this recovery; --cleanup then drops that slot and publication too)"
 }
 
@@ -81,6 +81,6 @@ func Resnapshot(configPath string) string {
 // "Gap check").
 func ResnapshotExtension(configPath string) string {
 	return "start the flow over with a full snapshot through pgoutput (reseed is not implemented yet): set source.capture: pgoutput and " +
-		"source.owns_slot: true, run `" + Trellara("run", configPath, "--cleanup") + "`, empty the flow's target tables, run `" +
+		"source.owns_slot: true, run `" + Trellara("run", configPath, "--cleanup") + "` (it also empties the target tables the snapshot copied into), run `" +
 		Trellara("run", configPath, "--local") + "`, then set capture: extension again (the worker's slot must be older than the log's newest transaction)"
 }
