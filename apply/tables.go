@@ -26,6 +26,11 @@ type TableDef struct {
 	// IdentityIndex lists the replica identity index's columns when
 	// ReplicaIdentity is 'i'.
 	IdentityIndex []string
+	// Partitions lists a partitioned table's leaf partitions (nil for a
+	// plain table). The source checks each leaf's own replica identity
+	// when an UPDATE or DELETE reaches it, even when the publication
+	// publishes via the partition root.
+	Partitions []TableDef
 }
 
 // ColumnDef is one column.
@@ -73,7 +78,27 @@ func (e *IdentityError) Error() string {
 // Preflight reports it, and run refuses with it before it creates or
 // alters a publication, because publishing a table without one makes the
 // source reject every UPDATE and DELETE on it.
+//
+// A partitioned table passes when the root and every leaf partition pass:
+// the root's identity is the one its changes are published under
+// (publish_via_partition_root), and each leaf's is the one the source
+// enforces, since ALTER TABLE ... REPLICA IDENTITY on the root does not
+// reach existing partitions.
 func (d TableDef) IdentityGate() *IdentityError {
+	if e := d.ownIdentityGate(); e != nil {
+		return e
+	}
+	for _, p := range d.Partitions {
+		if e := p.ownIdentityGate(); e != nil {
+			e.Problem = fmt.Sprintf("(a partition of %s) %s", d.TableName(), e.Problem)
+			return e
+		}
+	}
+	return nil
+}
+
+// ownIdentityGate is IdentityGate for d alone, partitions aside.
+func (d TableDef) ownIdentityGate() *IdentityError {
 	q := d.QualifiedName()
 	addKey := fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (<key columns>); or ALTER TABLE %s REPLICA IDENTITY FULL", q, q)
 	e := &IdentityError{Table: d.TableName(), Identity: d.IdentityName()}
@@ -193,11 +218,11 @@ func SourceTables(ctx context.Context, source DB, tables []config.TableName) ([]
 func readTableDef(ctx context.Context, db DB, name config.TableName) (TableDef, bool, error) {
 	var d TableDef
 	var oid uint32
-	var ident string
+	var ident, relkind string
 	err := db.QueryRow(ctx, `
-		SELECT c.oid, n.nspname, c.relname, c.relreplident::text
+		SELECT c.oid, n.nspname, c.relname, c.relreplident::text, c.relkind::text
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, name.Schema, name.Name).Scan(&oid, &d.Schema, &d.Name, &ident)
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, name.Schema, name.Name).Scan(&oid, &d.Schema, &d.Name, &ident, &relkind)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, false, nil
 	}
@@ -241,7 +266,43 @@ func readTableDef(ctx context.Context, db DB, name config.TableName) (TableDef, 
 			return d, false, err
 		}
 	}
+	if relkind == "p" {
+		if d.Partitions, err = leafPartitions(ctx, db, oid); err != nil {
+			return d, false, err
+		}
+	}
 	return d, true, nil
+}
+
+// leafPartitions reads the definitions of a partitioned table's leaf
+// partitions, at any depth.
+func leafPartitions(ctx context.Context, db DB, oid uint32) ([]TableDef, error) {
+	rows, err := db.Query(ctx, `
+		SELECT n.nspname, c.relname
+		FROM pg_partition_tree($1::oid) t JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE t.isleaf ORDER BY n.nspname, c.relname`, oid)
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (config.TableName, error) {
+		var t config.TableName
+		err := r.Scan(&t.Schema, &t.Name)
+		return t, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TableDef, 0, len(names))
+	for _, n := range names {
+		p, found, err := readTableDef(ctx, db, n)
+		if err != nil {
+			return nil, fmt.Errorf("partition %s: %w", n, err)
+		}
+		if found {
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // indexColumns lists, in index order, the columns of the table's index

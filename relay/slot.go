@@ -69,6 +69,9 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		return false, fmt.Errorf("relay: look up publication %s: %w", name, err)
 	}
 	if exists {
+		if err := CheckViaRoot(ctx, conn, name, tables); err != nil {
+			return false, err
+		}
 		rows, err := conn.Query(ctx, `SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1`, name)
 		if err != nil {
 			return false, fmt.Errorf("relay: publication %s tables: %w", name, err)
@@ -97,11 +100,74 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		}
 		return false, nil
 	}
-	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{name}.Sanitize(), tableList(tables, config.TableName.Sanitize))
-	if _, err := conn.Exec(ctx, sql); err != nil {
+	if _, err := conn.Exec(ctx, CreatePublicationSQL(name, tables)); err != nil {
 		return false, fmt.Errorf("relay: create publication %s: %w", name, err)
 	}
 	return true, nil
+}
+
+// CreatePublicationSQL is the statement that creates the flow's
+// publication. publish_via_partition_root makes a partitioned table's
+// changes arrive as the root's (its Relation message, its name): the
+// relation the snapshot copies and the applier writes. Plain tables are
+// unaffected.
+func CreatePublicationSQL(name string, tables []config.TableName) string {
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)",
+		pgx.Identifier{name}.Sanitize(), tableList(tables, config.TableName.Sanitize))
+}
+
+// ViaRootError says that an existing publication does not publish via the
+// partition root while a configured table is partitioned: its changes
+// would arrive under each partition's name and relation, which neither
+// the snapshot (copied through the root) nor the target knows.
+type ViaRootError struct {
+	Publication string
+	Tables      []config.TableName // the configured partitioned tables
+	Fix         string             // SQL to run on the source
+}
+
+func (e *ViaRootError) Error() string {
+	return fmt.Sprintf("relay: publication %s does not publish via the partition root, and %s partitioned: "+
+		"their changes would arrive under each partition's name, not the table's; fix on the source: %s",
+		e.Publication, tableList(e.Tables, config.TableName.String), e.Fix)
+}
+
+// CheckViaRoot returns a *ViaRootError when the existing publication name
+// has publish_via_partition_root off and one of tables is partitioned.
+// Run (EnsurePublication) refuses with it; preflight reports it.
+func CheckViaRoot(ctx context.Context, conn *pgx.Conn, name string, tables []config.TableName) error {
+	var viaRoot bool
+	if err := conn.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, name).Scan(&viaRoot); err != nil {
+		return fmt.Errorf("relay: look up publication %s: %w", name, err)
+	}
+	if viaRoot {
+		return nil
+	}
+	partitioned, err := partitionedTables(ctx, conn, tables)
+	if err != nil {
+		return fmt.Errorf("relay: publication %s: %w", name, err)
+	}
+	if len(partitioned) == 0 {
+		return nil
+	}
+	return &ViaRootError{Publication: name, Tables: partitioned,
+		Fix: fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", pgx.Identifier{name}.Sanitize())}
+}
+
+// partitionedTables returns those of tables that are partitioned.
+func partitionedTables(ctx context.Context, conn *pgx.Conn, tables []config.TableName) ([]config.TableName, error) {
+	var out []config.TableName
+	for _, t := range tables {
+		var p bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind = 'p')`, t.Schema, t.Name).Scan(&p); err != nil {
+			return nil, fmt.Errorf("look up table %s: %w", t, err)
+		}
+		if p {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // tableList renders tables with render, comma-separated.

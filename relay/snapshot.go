@@ -125,6 +125,22 @@ func RelationFromCatalog(ctx context.Context, q interface {
 	return rel, nil
 }
 
+// CopySQL is the statement that copies table's published columns. A
+// partitioned table ('p') is copied through its root with COPY (SELECT
+// ...): the rows of every partition, attached to the root's relation, as
+// the publication (publish_via_partition_root) streams their changes.
+// COPY of a plain table reads that table alone, as its publication does.
+func CopySQL(table config.TableName, rel *pb.Relation, relkind string) string {
+	cols := make([]string, len(rel.Columns))
+	for i, c := range rel.Columns {
+		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	if relkind == "p" {
+		return fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT", strings.Join(cols, ", "), table.Sanitize())
+	}
+	return fmt.Sprintf("COPY %s (%s) TO STDOUT", table.Sanitize(), strings.Join(cols, ", "))
+}
+
 func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table config.TableName, opts SnapshotOptions) error {
 	rel, err := RelationFromCatalog(ctx, tx, table)
 	if err != nil {
@@ -141,14 +157,19 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table config.Ta
 			}
 		}
 	}
-	var estimate float64
-	_ = tx.QueryRow(ctx, `SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = $1`, rel.Oid).Scan(&estimate)
-
-	cols := make([]string, len(rel.Columns))
-	for i, c := range rel.Columns {
-		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	var (
+		estimate float64
+		relkind  string
+	)
+	// A partitioned table holds no rows itself: its estimate is the sum of
+	// its leaf partitions'.
+	if err := tx.QueryRow(ctx, `SELECT c.relkind::text, CASE WHEN c.relkind = 'p'
+		  THEN (SELECT coalesce(sum(greatest(l.reltuples, 0)), 0) FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid WHERE t.isleaf)
+		  ELSE greatest(c.reltuples, 0) END
+		FROM pg_class c WHERE c.oid = $1`, rel.Oid).Scan(&relkind, &estimate); err != nil {
+		return fmt.Errorf("relay: snapshot %s: read pg_class: %w", name, err)
 	}
-	copySQL := fmt.Sprintf("COPY %s (%s) TO STDOUT", table.Sanitize(), strings.Join(cols, ", "))
+	copySQL := CopySQL(table, rel, relkind)
 	pr, pw := io.Pipe()
 	copyErr := make(chan error, 1)
 	go func() {

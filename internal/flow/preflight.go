@@ -2,11 +2,10 @@ package flow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/relay"
@@ -121,12 +120,21 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 	_ = src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, f.Cfg.Source.Publication).Scan(&pubExists)
 	switch {
 	case pubExists:
-		add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " exists"})
+		c := Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " exists"}
+		// The same rule run applies to an existing publication.
+		if err := relay.CheckViaRoot(ctx, src, f.Cfg.Source.Publication, f.Tables()); err != nil {
+			c.OK, c.Detail = false, err.Error()
+			var vr *relay.ViaRootError
+			if errors.As(err, &vr) {
+				c.Fix = vr.Fix
+			}
+		}
+		add(c)
 	case f.Cfg.Source.OwnsSlot:
 		add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " will be created on first run"})
 	default:
 		add(Check{Name: "publication", Detail: f.Cfg.Source.Publication + " does not exist",
-			Fix: fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{f.Cfg.Source.Publication}.Sanitize(), sanitizedList(f.Tables()))})
+			Fix: relay.CreatePublicationSQL(f.Cfg.Source.Publication, f.Tables())})
 	}
 
 	defs, err := apply.SourceTables(ctx, src, f.Tables())
@@ -137,6 +145,9 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 	for _, d := range defs {
 		// The same gate run applies before it creates a publication.
 		c := Check{Name: "source table", OK: true, Detail: fmt.Sprintf("%s: %s", d, d.IdentityText())}
+		if n := len(d.Partitions); n > 0 {
+			c.Detail += fmt.Sprintf("; partitioned (%d leaf partitions), copied and streamed through %s", n, d)
+		}
 		if e := d.IdentityGate(); e != nil {
 			c.OK = false
 			c.Detail = fmt.Sprintf("%s %s", d, e.Problem)
