@@ -219,7 +219,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	cleanup := shell.Trellara("run", f.ConfigPath, "--cleanup")
 	// The identity gate comes before anything is created or changed on the
 	// source, on every start: preflight reports the same rule.
-	if _, err := f.gatedSourceTables(ctx, conn); err != nil {
+	defs, err := f.gatedSourceTables(ctx, conn)
+	if err != nil {
 		return err
 	}
 
@@ -258,6 +259,11 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		if err := relay.WriteFileDurable(f.snapshotDonePath(), []byte(envelope.FormatLSN(created.ConsistentPoint)+"\n")); err != nil {
 			return err
 		}
+		// Read before the slot was created: a partition attached in
+		// between is reported as a change, never missed.
+		if err := f.writePartitions(leafRecord(defs)); err != nil {
+			return err
+		}
 		res = relay.AfterSnapshot(created.ConsistentPoint)
 	default:
 		if src.OwnsSlot {
@@ -275,6 +281,14 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		if res.Empty {
 			return &relay.GapError{Slot: src.Slot, SlotConfirmedLSN: si.ConfirmedFlush,
 				RecoveryCommand: "the local log is empty but the slot exists: " + cleanup + " and run again"}
+		}
+		changes, err := f.partitionChanges(defs)
+		if err != nil {
+			return err
+		}
+		for _, c := range changes {
+			f.Logger.Warn(c.String()+"; ATTACH and DETACH PARTITION are not replicated, verify reports the table DIVERGED; the recovery is in repair-plan",
+				"flow", f.Cfg.Flow, "table", c.Table, "repair_plan", shell.Trellara("repair-plan", f.ConfigPath))
 		}
 		if si.Active {
 			return fmt.Errorf("flow %s: slot %s is in use by another process; stop it first (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s')",

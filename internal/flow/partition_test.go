@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -189,4 +190,75 @@ func TestPartitionedTableGates(t *testing.T) {
 		t.Fatalf("updates and deletes of the FULL partitioned table: exit %d\n%s", code, out)
 	}
 	sameRows(t, src, dst, "events")
+}
+
+// ATTACH and DETACH PARTITION change which rows a partitioned table holds
+// without a replicated change: pgoutput sends no insert for the rows an
+// attached table brings, and no delete for the rows a detached partition
+// takes away. The outcome is explicit: the target misses (an UPDATE of
+// one is quarantined) or keeps those rows, repair-plan names the table,
+// the partition and the recovery first, and the recovery, followed
+// literally, ends CONVERGED with the source's rows. A partition attached
+// empty changes no rows: verify converges and repair-plan has nothing.
+func TestPartitionAttachDetach(t *testing.T) {
+	run, cfg, src, dst := partitionFlow(t, "attach")
+	if out, code := run("run", "--config", cfg, "--local", "--verify"); code != 0 || !strings.Contains(out, "CONVERGED") {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	// recover follows repair-plan's first step literally: its commands
+	// in backquotes, in order, then verify.
+	recover := func(want string) {
+		t.Helper()
+		plan, _ := run("repair-plan", "--config", cfg)
+		first, _, _ := strings.Cut(plan, "\n2. ")
+		if !strings.HasPrefix(first, "1. ") || !strings.Contains(first, want) || !strings.Contains(first, "not replicated") {
+			t.Fatalf("repair-plan's first step does not name %q:\n%s", want, plan)
+		}
+		cmds := regexp.MustCompile("`trellara ([^`]+)`").FindAllStringSubmatch(first, -1)
+		if len(cmds) != 2 {
+			t.Fatalf("repair-plan's first step names %d commands, want cleanup and run:\n%s", len(cmds), first)
+		}
+		for _, c := range cmds {
+			if out, code := run(strings.Fields(c[1])...); code != 0 {
+				t.Fatalf("trellara %s: exit %d\n%s", c[1], code, out)
+			}
+		}
+		if out, code := run("verify", "--config", cfg); code != 0 || !strings.Contains(out, "CONVERGED") {
+			t.Fatalf("verify after the recovery: exit %d\n%s", code, out)
+		}
+		if plan, _ := run("repair-plan", "--config", cfg); !strings.Contains(plan, "nothing to repair") {
+			t.Fatalf("repair-plan after the recovery:\n%s", plan)
+		}
+		sameRows(t, src, dst, "comments")
+		sameRows(t, src, dst, "tags")
+	}
+
+	src.Exec(t,
+		`CREATE TABLE comments_2027 (LIKE comments INCLUDING ALL)`,
+		`INSERT INTO comments_2027 SELECT g, date '2027-01-01' + (g % 300), 'old' || g FROM generate_series(5001, 5040) g`,
+		`ALTER TABLE comments ATTACH PARTITION comments_2027 FOR VALUES FROM ('2027-01-01') TO ('2028-01-01')`,
+		`INSERT INTO comments VALUES (6000, '2027-05-05', 'streamed')`,
+		`UPDATE comments SET body = 'after attach' WHERE id = 5001`)
+	out, code := run("run", "--config", cfg, "--local", "--verify")
+	if code == 0 || !strings.Contains(out, "UPDATE matched 0 target rows") {
+		t.Fatalf("an UPDATE of a row that arrived by ATTACH: exit %d, want the quarantine\n%s", code, out)
+	}
+	recover("attached public.comments_2027")
+
+	src.Exec(t, `ALTER TABLE tags DETACH PARTITION tags_en`, `INSERT INTO tags VALUES (700, 'fr', 'after detach')`)
+	out, code = run("run", "--config", cfg, "--local", "--verify")
+	if code == 0 || !strings.Contains(out, "DIVERGED") || !strings.Contains(out, "public.tags") {
+		t.Fatalf("a detached partition's rows left at the target: exit %d, want DIVERGED naming public.tags\n%s", code, out)
+	}
+	recover("detached public.tags_en")
+
+	src.Exec(t, `CREATE TABLE comments_2028 PARTITION OF comments FOR VALUES FROM ('2028-01-01') TO ('2029-01-01')`,
+		`INSERT INTO comments VALUES (7000, '2028-02-02', 'in a new partition')`)
+	if out, code := run("run", "--config", cfg, "--local", "--verify"); code != 0 || !strings.Contains(out, "CONVERGED") {
+		t.Fatalf("a partition created empty: exit %d\n%s", code, out)
+	}
+	if plan, _ := run("repair-plan", "--config", cfg); !strings.Contains(plan, "nothing to repair") {
+		t.Fatalf("repair-plan after an empty partition converged:\n%s", plan)
+	}
+	sameRows(t, src, dst, "comments")
 }

@@ -80,6 +80,13 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			})
 		}
 	}
+	// Partition changes first: they explain a divergence or quarantine
+	// on the table, and their recovery covers both.
+	partSteps, err := f.partitionRepairSteps(ctx)
+	if err != nil {
+		p.Notes = append(p.Notes, "could not compare the source's partitions with the snapshot's: "+err.Error())
+	}
+	p.Steps = append(partSteps, p.Steps...)
 	st, err := f.Status(ctx, "report")
 	if err == nil && st.LastVerify != nil {
 		for _, t := range st.LastVerify.Tables {

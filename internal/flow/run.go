@@ -267,6 +267,15 @@ func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, tables []
 		if rerr := f.RecordVerify(res); rerr != nil {
 			f.Logger.Warn("could not record the verify result for status", "err", rerr)
 		}
+		var converged []string
+		for _, t := range res.Tables {
+			if t.Verdict == verify.Converged {
+				converged = append(converged, t.Table)
+			}
+		}
+		if rerr := f.refreshPartitions(ctx, src, converged); rerr != nil {
+			f.Logger.Warn("could not record the partitions of the converged tables", "err", rerr)
+		}
 	}
 	return res, err
 }
