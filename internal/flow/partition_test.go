@@ -78,6 +78,11 @@ func TestPartitionedTablesEndToEnd(t *testing.T) {
 		`CREATE TABLE tags (id int NOT NULL, lang text NOT NULL, name text, PRIMARY KEY (id, lang)) PARTITION BY HASH (id)`,
 		`CREATE TABLE tags_h0 PARTITION OF tags FOR VALUES WITH (MODULUS 2, REMAINDER 0)`,
 		`CREATE TABLE tags_h1 PARTITION OF tags FOR VALUES WITH (MODULUS 2, REMAINDER 1)`)
+	// check promises the publication run creates.
+	out, _ := run("check", "--config", cfg, "--format", "json")
+	if !strings.Contains(out, `"partitioned_table"`) || !strings.Contains(out, "WITH (publish_via_partition_root = true)") {
+		t.Fatalf("check does not state that the publication publishes via the partition root:\n%s", out)
+	}
 	out, code := run("preflight", "--config", cfg)
 	if code != 0 || !strings.Contains(out, "partitioned (3 leaf partitions), copied and streamed through public.comments") {
 		t.Fatalf("preflight: exit %d\n%s", code, out)
