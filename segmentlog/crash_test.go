@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(crashChildDirEnv); dir != "" {
 		os.Exit(crashChild(dir))
 	}
+	if mode := os.Getenv(readerChildModeEnv); mode != "" {
+		os.Exit(readerChild(mode, os.Getenv(readerChildDirEnv)))
+	}
 	code := m.Run()
 	if benchReadLog.dir != "" {
 		os.RemoveAll(benchReadLog.dir)

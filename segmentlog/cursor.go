@@ -7,10 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // cursorNameBytesMax bounds cursor names; they become file names.
 const cursorNameBytesMax = 128
+
+// cursorLockFileName is the lock file (in the log directory) that
+// serialises cursor updates across processes.
+const cursorLockFileName = "CURSORS.LOCK"
 
 // cursorState is a cursor in memory. offset is the next offset the
 // consumer will read: everything below it has been processed.
@@ -45,25 +50,38 @@ func (l *Log) cursorPath(name string) string {
 // still needs (unless Retention.Expire). Cursors only move forward:
 // a smaller offset returns ErrCursorRegress and changes nothing, the same
 // offset is a no-op, and offset may not exceed NextOffset.
+//
+// It works the same on a read-only log: the cursor file is the truth and
+// is read, checked and replaced under the directory's cursor lock, so a
+// commit in one process and retention expiring the cursor in the writer
+// never overwrite each other.
 func (l *Log) CommitCursor(name string, offset uint64) error {
 	if err := validCursorName(name); err != nil {
 		return err
 	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
+	unlock, err := l.lockCursors()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cur, registered, err := l.readCursor(name)
+	if err != nil {
+		return err
+	}
 	l.mu.Lock()
-	err := l.usableLocked()
-	c := l.cursors[name]
+	err = l.usableLocked()
 	next, first := l.next, l.segs[0].base
 	l.mu.Unlock()
 	switch {
 	case err != nil:
 		return err
-	case c != nil && c.pastRetention:
-		return &PastRetentionError{Consumer: name, Offset: c.offset, FirstOffset: first}
-	case c != nil && offset < c.offset:
-		return fmt.Errorf("%w: cursor %q is at offset %d; refusing to move it to %d", ErrCursorRegress, name, c.offset, offset)
-	case c != nil && offset == c.offset:
+	case registered && cur.pastRetention:
+		return &PastRetentionError{Consumer: name, Offset: cur.offset, FirstOffset: first}
+	case registered && offset < cur.offset:
+		return fmt.Errorf("%w: cursor %q is at offset %d; refusing to move it to %d", ErrCursorRegress, name, cur.offset, offset)
+	case registered && offset == cur.offset:
 		return nil
 	case offset > next:
 		return fmt.Errorf("%w: cannot commit cursor %q at offset %d: the log ends at %d", ErrOutOfRange, name, offset, next)
@@ -71,6 +89,54 @@ func (l *Log) CommitCursor(name string, offset uint64) error {
 		return &PastRetentionError{Consumer: name, Offset: offset, FirstOffset: first}
 	}
 	return l.storeCursor(name, cursorRecord{offset: offset})
+}
+
+// cursorLockWait bounds how long a cursor operation waits for another
+// process's cursor operation (which holds the lock for one small file
+// write, or the writer's retention for a few file removals).
+const cursorLockWait = 10 * time.Second
+
+// lockCursors takes the directory's cursor lock (CURSORS.LOCK, flock),
+// which serialises every read-check-replace of a cursor file across the
+// writer and all read-only processes. Without it a reader's commit could
+// overwrite the past-retention mark that the writer's retention wrote just
+// before removing the segments the cursor needed.
+func (l *Log) lockCursors() (func(), error) {
+	path := filepath.Join(l.dir, cursorLockFileName)
+	deadline := time.Now().Add(cursorLockWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		c, err := l.fs.Lock(path)
+		if err == nil {
+			return func() { _ = c.Close() }, nil
+		}
+		if !errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("segmentlog: lock %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("segmentlog: lock %s: another process held it for more than %s; look for a stuck trellara process using %s", path, cursorLockWait, l.dir)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// readCursor reads cursor name from disk; registered is false when it has
+// no file. Caller holds the cursor lock.
+func (l *Log) readCursor(name string) (rec cursorRecord, registered bool, err error) {
+	path := l.cursorPath(name)
+	b, err := readFileBounded(l.fs, path, cursorFileSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return cursorRecord{}, false, nil
+	}
+	if err != nil && !errors.Is(err, errFileTooLarge) {
+		return cursorRecord{}, false, fmt.Errorf("segmentlog: read cursor %s: %w", path, err)
+	}
+	if err == nil {
+		rec, err = decodeCursor(b)
+	}
+	if err != nil {
+		return cursorRecord{}, false, &CorruptionError{Path: path, Reason: err.Error() + fmt.Sprintf(" (the cursor of consumer %q)", name)}
+	}
+	return rec, true, nil
 }
 
 // ResetCursor moves cursor name to offset in either direction, clears its
@@ -81,10 +147,18 @@ func (l *Log) ResetCursor(name string, offset uint64) error {
 	if err := validCursorName(name); err != nil {
 		return err
 	}
+	if l.readOnly {
+		return ErrReadOnly
+	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
+	unlock, err := l.lockCursors()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	l.mu.Lock()
-	err := l.usableLocked()
+	err = l.usableLocked()
 	next, first := l.next, l.segs[0].base
 	l.mu.Unlock()
 	if err != nil {
@@ -102,11 +176,22 @@ func (l *Log) DeleteCursor(name string) error {
 	if err := validCursorName(name); err != nil {
 		return err
 	}
+	if l.readOnly {
+		return ErrReadOnly
+	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
+	unlock, err := l.lockCursors()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, ok, err := l.readCursor(name)
+	if err != nil {
+		return err
+	}
 	l.mu.Lock()
-	err := l.usableLocked()
-	_, ok := l.cursors[name]
+	err = l.usableLocked()
 	l.mu.Unlock()
 	if err != nil {
 		return err
@@ -131,6 +216,9 @@ func (l *Log) DeleteCursor(name string) error {
 // is registered. For a cursor that retention expired it also returns a
 // *PastRetentionError.
 func (l *Log) CursorOffset(name string) (uint64, bool, error) {
+	if l.readOnly {
+		return l.cursorOffsetOnDisk(name)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.usableLocked(); err != nil {
@@ -148,11 +236,13 @@ func (l *Log) CursorOffset(name string) (uint64, bool, error) {
 
 // storeCursor makes rec durable as cursor name (temporary file, fsync,
 // rename, directory fsync) and then publishes it in memory. Caller holds
-// adminMu. An fsync failure is fatal like any other: the cursor's durable
+// adminMu and the cursor lock. An fsync failure is fatal like any other: the cursor's durable
 // state is unknown.
 func (l *Log) storeCursor(name string, rec cursorRecord) error {
 	st := &cursorState{offset: rec.offset, pastRetention: rec.pastRetention}
-	if !rec.pastRetention {
+	if !rec.pastRetention && !l.readOnly {
+		// Lag in bytes is the writer's statistic; a read-only log keeps
+		// no index to find the position cheaply.
 		var err error
 		if st.segBase, st.pos, err = l.positionOf(rec.offset); err != nil {
 			return err
@@ -176,18 +266,39 @@ func (l *Log) storeCursor(name string, rec cursorRecord) error {
 	return nil
 }
 
-// loadCursors reads every cursor file. A cursor file is replaced only by
-// rename after an fsync, so one that does not decode is damage, not an
-// interrupted write, and Open refuses it.
+// loadCursors reads every cursor file at Open. A cursor file is replaced
+// only by rename after an fsync, so one that does not decode is damage,
+// not an interrupted write, and Open refuses it.
 func (l *Log) loadCursors() error {
+	unlock, err := l.lockCursors()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return l.reloadCursors()
+}
+
+// reloadCursors replaces the in-memory cursors with the cursor files on
+// disk, which other processes (read-only consumers) register and move.
+// The writer's retention calls it before deciding what to remove. Caller
+// holds the cursor lock; the writer removes stale temporary files, which
+// exist only while someone holds that lock.
+func (l *Log) reloadCursors() error {
 	dir := filepath.Join(l.dir, cursorDirName)
 	names, err := l.fs.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("segmentlog: read directory %s: %w", dir, err)
 	}
+	l.mu.Lock()
+	old := l.cursors
+	l.mu.Unlock()
+	loaded := make(map[string]*cursorState, len(names))
 	for _, fname := range names {
 		path := filepath.Join(dir, fname)
 		if strings.HasSuffix(fname, tmpSuffix) {
+			if l.readOnly {
+				continue
+			}
 			if err := l.fs.Remove(path); err != nil {
 				return fmt.Errorf("segmentlog: remove %s: %w", path, err)
 			}
@@ -198,30 +309,51 @@ func (l *Log) loadCursors() error {
 			l.logger.Warn("segmentlog: ignoring unexpected file in cursor directory", "path", path)
 			continue
 		}
-		b, err := readFileBounded(l.fs, path, cursorFileSize)
-		if err != nil && !errors.Is(err, errFileTooLarge) {
-			return fmt.Errorf("segmentlog: read cursor %s: %w", path, err)
-		}
-		var rec cursorRecord
-		if err == nil {
-			rec, err = decodeCursor(b)
-		}
+		rec, ok, err := l.readCursor(name)
 		if err != nil {
-			return &CorruptionError{Path: path, Reason: err.Error() + fmt.Sprintf(" (the cursor of consumer %q)", name)}
+			return err
 		}
-		if rec.offset > l.next {
+		if !ok {
+			continue
+		}
+		if next := l.NextOffset(); rec.offset > next && !l.readOnly {
 			return &CorruptionError{Path: path, Position: 8,
-				Reason: fmt.Sprintf("cursor %q is at offset %d but the log ends at offset %d", name, rec.offset, l.next)}
+				Reason: fmt.Sprintf("cursor %q is at offset %d but the log ends at offset %d", name, rec.offset, next)}
+		}
+		if c := old[name]; c != nil && c.offset == rec.offset && c.pastRetention == rec.pastRetention {
+			loaded[name] = c
+			continue
 		}
 		st := &cursorState{offset: rec.offset, pastRetention: rec.pastRetention}
-		if !rec.pastRetention && rec.offset >= l.segs[0].base {
+		if !l.readOnly && !rec.pastRetention && rec.offset >= l.FirstOffset() {
 			if st.segBase, st.pos, err = l.positionOf(rec.offset); err != nil {
 				return err
 			}
 		}
-		l.cursors[name] = st
+		loaded[name] = st
 	}
+	l.mu.Lock()
+	l.cursors = loaded
+	l.mu.Unlock()
 	return nil
+}
+
+// cursorOffsetOnDisk is CursorOffset for a read-only log: the file is the
+// truth, since the writer's retention may have marked it.
+func (l *Log) cursorOffsetOnDisk(name string) (uint64, bool, error) {
+	unlock, err := l.lockCursors()
+	if err != nil {
+		return 0, false, err
+	}
+	defer unlock()
+	rec, ok, err := l.readCursor(name)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if rec.pastRetention {
+		return rec.offset, true, &PastRetentionError{Consumer: name, Offset: rec.offset, FirstOffset: l.FirstOffset()}
+	}
+	return rec.offset, true, nil
 }
 
 // positionOf returns the segment and byte position where the entry at

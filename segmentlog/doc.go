@@ -8,12 +8,19 @@
 //
 // # Directory
 //
-//	<dir>/LOCK                              flock(2) held by the owning process
+//	<dir>/LOCK                              flock(2) held by the writing process
+//	<dir>/DURABLE                           the writer's durable end (durable.go)
+//	<dir>/CURSORS.LOCK                      flock(2) around every cursor-file update
 //	<dir>/00000000000000000000.seg          segment, named by its base offset (20 digits)
 //	<dir>/00000000000000000000.idx          sparse index of a sealed segment (a cache)
 //	<dir>/00000000000000000000.seg.torn-1   bytes cut off by a torn-tail repair
 //	<dir>/cursors/<name>.cursor             one file per consumer cursor
 //	*.tmp                                   interrupted writes; removed by Open
+//
+// One process writes (Open); any number of others read with OpenReadOnly,
+// which takes no lock, repairs nothing and reads only up to the durable
+// end the writer publishes after each fsync (see durable.go and
+// readonly.go; docs/LOG-FORMAT.md "Several processes").
 //
 // Segments are contiguous: each segment's base offset is the previous
 // segment's end offset. Only the newest (active) segment is appended to.

@@ -42,6 +42,12 @@ type Log struct {
 	logger *slog.Logger
 	lock   io.Closer
 
+	// readOnly logs (OpenReadOnly) follow another process's writes:
+	// segs and next come from its durable end, refreshed by watch.
+	readOnly bool
+	watcher  *dirWatcher // nil when polling
+	roActive *segment    // the active segment of the last durable end
+
 	reqs        chan *appendReq
 	closing     chan struct{} // closed by Close
 	flusherDone chan struct{} // closed when the flusher goroutine exits
@@ -95,6 +101,9 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 	}
 	lock, err := o.FS.Lock(filepath.Join(dir, lockFileName))
 	if err != nil {
+		if errors.Is(err, ErrLocked) {
+			return nil, nil, fmt.Errorf("segmentlog: %s is open for writing by another process (one writer per log; other processes read it with OpenReadOnly): %w", dir, err)
+		}
 		return nil, nil, fmt.Errorf("segmentlog: lock %s: %w", dir, err)
 	}
 	l := &Log{
@@ -128,6 +137,7 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 		_ = lock.Close()
 		return nil, nil, err
 	}
+	l.publishDurable(l.activeSeg, l.next)
 	go l.run()
 	return l, rep, nil
 }
@@ -163,6 +173,9 @@ func (l *Log) Append(payload []byte) (uint64, error) {
 // before AppendBatch returns may keep any prefix of them. With no
 // payloads it returns NextOffset and writes nothing.
 func (l *Log) AppendBatch(payloads [][]byte) (uint64, error) {
+	if l.readOnly {
+		return 0, ErrReadOnly
+	}
 	if len(payloads) == 0 {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -209,6 +222,9 @@ func (l *Log) encodedSize(n int) int64 {
 // Close waits for queued appends to commit, wakes blocked readers with
 // ErrClosed and releases the directory. Readers must be closed separately.
 func (l *Log) Close() error {
+	if l.readOnly {
+		return l.closeReadOnly()
+	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
 	l.mu.Lock()
@@ -436,6 +452,7 @@ func (l *Log) writeGroup(seg *segment, reqs []*appendReq) error {
 	l.next = off
 	l.wakeLocked()
 	l.mu.Unlock()
+	l.publishDurable(seg, off)
 	return nil
 }
 

@@ -27,10 +27,28 @@ type RetentionReport struct {
 // stops the removal, unless Retention.Expire is set: then the cursor is
 // first marked past-retention on disk, and only then the segment removed,
 // so a crash can never leave a cursor that looks valid over a gap.
+//
+// Cursors are read from disk first, so ones that consumers in other
+// processes registered and moved count, and the cursor lock is held to
+// the end, so none of them moves between the decision and the removal.
 func (l *Log) ApplyRetention(now time.Time) (RetentionReport, error) {
+	if l.readOnly {
+		return RetentionReport{}, ErrReadOnly
+	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
 	pol := l.opts.Retention
+	if err := l.failure(); err != nil {
+		return RetentionReport{}, err
+	}
+	unlock, err := l.lockCursors()
+	if err != nil {
+		return RetentionReport{}, err
+	}
+	defer unlock()
+	if err := l.reloadCursors(); err != nil {
+		return RetentionReport{}, err
+	}
 
 	l.mu.Lock()
 	if err := l.usableLocked(); err != nil {
