@@ -452,7 +452,7 @@ func streamCommand() *cli.Command {
 		Name:   "stream",
 		Usage:  "inspect the transport",
 		Hidden: true,
-		Subcommands: []*cli.Command{{
+		Subcommands: []*cli.Command{tailCommand(), {
 			Name:  "locate-local",
 			Usage: "find and print a stored transaction in the local log by commit LSN or offset",
 			Flags: []cli.Flag{configFlag(), formatFlag(),

@@ -160,6 +160,10 @@ type Local struct {
 	ExpirePastRetention bool      // expire_past_retention: drop segments a lagging cursor still needs
 }
 
+// LogDir is the segment log's directory inside Dir: where the relay
+// writes and every consumer (applier, consumer package, stream tail) reads.
+func (l *Local) LogDir() string { return filepath.Join(l.Dir, "log") }
+
 // Retention bounds the local log. Zero on one axis means no limit on that
 // axis; at least one must be set.
 type Retention struct {

@@ -63,7 +63,7 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 	if err := os.MkdirAll(f.dir, 0o700); err != nil { // the log, pins and checkpoints: the service user's only
 		return nil, fmt.Errorf("flow %s: create %s: %w", cfg.Flow, f.dir, err)
 	}
-	f.Log, f.Repair, err = segmentlog.Open(filepath.Join(f.dir, "log"), segmentlog.Options{
+	f.Log, f.Repair, err = segmentlog.Open(cfg.Transport.Local.LogDir(), segmentlog.Options{
 		SegmentBytesMax: int64(cfg.Transport.Local.SegmentBytesMax),
 		Retention: segmentlog.Retention{MaxBytes: int64(cfg.Transport.Local.Retention.MaxBytes),
 			MaxAge: cfg.Transport.Local.Retention.MaxAge, Expire: cfg.Transport.Local.ExpirePastRetention},

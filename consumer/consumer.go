@@ -1,0 +1,260 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/segmentlog"
+)
+
+// Unit is one verified entry of the log.
+type Unit struct {
+	// Offset is the entry's position in the log; committing the unit
+	// moves the cursor to Offset+1.
+	Offset   uint64
+	Envelope *pb.Envelope
+	// Bytes is the encoded size of the envelope.
+	Bytes int
+}
+
+// StartKind says where a consumer starts when Options.Start is set.
+type StartKind int
+
+// Start positions.
+const (
+	// StartCursor starts at the cursor's committed offset, or at the
+	// oldest retained entry when the cursor is not registered yet.
+	StartCursor StartKind = iota
+	// StartEarliest starts at the oldest retained entry.
+	StartEarliest
+	// StartLatest starts after the newest entry: only new units.
+	StartLatest
+	// StartLSN starts at the first unit whose commit LSN is at least LSN.
+	StartLSN
+)
+
+// Start is where reading begins.
+type Start struct {
+	Kind StartKind
+	LSN  uint64 // for StartLSN
+}
+
+// ParseStart reads "earliest", "latest", "cursor" or an LSN written X/X.
+func ParseStart(s string) (Start, error) {
+	switch s {
+	case "", "cursor":
+		return Start{Kind: StartCursor}, nil
+	case "earliest":
+		return Start{Kind: StartEarliest}, nil
+	case "latest":
+		return Start{Kind: StartLatest}, nil
+	}
+	lsn, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		return Start{}, fmt.Errorf("consumer: start %q: want earliest, latest, cursor or an LSN like 0/16B3748", s)
+	}
+	return Start{Kind: StartLSN, LSN: uint64(lsn)}, nil
+}
+
+// Options configure a Consumer. The zero value starts at the cursor and
+// commits it.
+type Options struct {
+	Start Start
+	// NoCommit reads without ever writing the cursor: inspection that
+	// neither registers the consumer nor moves retention. Commit returns
+	// ErrNoCommit.
+	NoCommit bool
+	// Logger receives the log's own events (a lost change notification,
+	// an unreadable durable end). nil discards them.
+	Logger *slog.Logger
+}
+
+// ErrNoCommit is returned by Commit on a consumer opened with NoCommit.
+var ErrNoCommit = errors.New("consumer: opened without commit; the cursor is never written")
+
+// DecodeError is an entry that is in the log (its frames passed the log's
+// checksums) but is not a valid envelope. The consumer stops at it rather
+// than skip data.
+type DecodeError struct {
+	Offset uint64
+	Err    error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("consumer: entry at offset %d is not a valid envelope: %v", e.Offset, e.Err)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Consumer reads a flow's log from a named cursor. It is not safe for
+// concurrent use.
+type Consumer struct {
+	log  *segmentlog.Log
+	name string
+	opts Options
+	rd   *segmentlog.Reader
+	// pending is a unit read while positioning at an LSN, returned by the
+	// first Next.
+	pending *Unit
+}
+
+// OpenConfig opens the log of the flow configured in configPath. It reads
+// only the transport section; no secret is resolved.
+func OpenConfig(configPath, name string, opts Options) (*Consumer, error) {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Transport.Local == nil {
+		return nil, fmt.Errorf("consumer: flow %s has no local log (transport.local); consumers of transport.kafka read Kafka directly", cfg.Flow)
+	}
+	return Open(cfg.Transport.Local.LogDir(), name, opts)
+}
+
+// Open opens the log in dir (a flow's transport.local.dir + "/log") for
+// consumer name and positions it at opts.Start.
+func Open(dir, name string, opts Options) (*Consumer, error) {
+	l, err := segmentlog.OpenReadOnly(dir, segmentlog.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %q: open %s: %w", name, dir, err)
+	}
+	c := &Consumer{log: l, name: name, opts: opts}
+	if err := c.position(context.Background()); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Consumer) position(ctx context.Context) error {
+	l := c.log
+	var from uint64
+	switch c.opts.Start.Kind {
+	case StartCursor:
+		off, ok, err := l.CursorOffset(c.name)
+		if err != nil {
+			return fmt.Errorf("consumer %q: %w", c.name, err)
+		}
+		from = l.FirstOffset()
+		if ok {
+			from = off
+		}
+	case StartEarliest:
+		from = l.FirstOffset()
+	case StartLatest:
+		from = l.NextOffset()
+	case StartLSN:
+		// Units are in commit order: scan from the oldest to the first
+		// one at or past the LSN, within what is durable now.
+		from = l.FirstOffset()
+		end := l.NextOffset()
+		rd := l.NewReader(from)
+		for from < end {
+			u, err := c.read(ctx, rd)
+			if err != nil {
+				_ = rd.Close()
+				return err
+			}
+			if u.Envelope.CommitLsn >= c.opts.Start.LSN {
+				c.rd, c.pending = rd, &u
+				return nil
+			}
+			from++
+		}
+		_ = rd.Close()
+	default:
+		return fmt.Errorf("consumer %q: unknown start kind %d", c.name, c.opts.Start.Kind)
+	}
+	c.rd = l.NewReader(from)
+	return nil
+}
+
+func (c *Consumer) read(ctx context.Context, rd *segmentlog.Reader) (Unit, error) {
+	off, b, err := rd.Next(ctx)
+	if err != nil {
+		return Unit{}, fmt.Errorf("consumer %q: read offset %d: %w", c.name, rd.Offset(), err)
+	}
+	e, err := envelope.Decode(b)
+	if err != nil {
+		return Unit{}, &DecodeError{Offset: off, Err: err}
+	}
+	return Unit{Offset: off, Envelope: e, Bytes: len(b)}, nil
+}
+
+// Next returns the next unit, waiting for the relay to append one until
+// ctx is done.
+func (c *Consumer) Next(ctx context.Context) (Unit, error) {
+	if u := c.pending; u != nil {
+		c.pending = nil
+		return *u, nil
+	}
+	return c.read(ctx, c.rd)
+}
+
+// Commit records that u and every unit before it are done: the cursor
+// moves to u.Offset+1, durably, and a restart resumes after u. The first
+// commit registers the cursor.
+func (c *Consumer) Commit(u Unit) error {
+	if c.opts.NoCommit {
+		return ErrNoCommit
+	}
+	if err := c.log.CommitCursor(c.name, u.Offset+1); err != nil {
+		return fmt.Errorf("consumer %q: commit offset %d: %w", c.name, u.Offset+1, err)
+	}
+	return nil
+}
+
+// Handler processes one unit. Returning nil says the unit is done.
+type Handler func(ctx context.Context, u Unit) error
+
+// Run hands every unit to h in log order and commits each one h returns
+// nil for (unless NoCommit), until ctx is done or h fails. An error from
+// h is returned as is, with the cursor still before the unit: the next
+// run starts with it.
+func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	for {
+		u, err := c.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if err := h(ctx, u); err != nil {
+			return err
+		}
+		if !c.opts.NoCommit {
+			if err := c.Commit(u); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Offset returns the offset of the unit Next returns next.
+func (c *Consumer) Offset() uint64 {
+	if c.pending != nil {
+		return c.pending.Offset
+	}
+	return c.rd.Offset()
+}
+
+// NextOffset returns the durable end of the log: the offset the relay's
+// next unit gets.
+func (c *Consumer) NextOffset() uint64 { return c.log.NextOffset() }
+
+// Close releases the log.
+func (c *Consumer) Close() error {
+	err := c.rd.Close()
+	if lerr := c.log.Close(); err == nil {
+		err = lerr
+	}
+	return err
+}
