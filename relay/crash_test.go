@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/transport"
@@ -396,8 +397,8 @@ func TestRelayFsyncFailureNeverAcksAhead(t *testing.T) {
 
 	var (
 		mu      sync.Mutex
-		reports []uint64 // every position OnDurable reported
-		idleAck uint64   // as internal/flow records it, before it is sent
+		reports []uint64           // every position OnDurable reported
+		acks    capture.MemoryAcks // as internal/flow records them, before they are sent
 		fenced  bool
 	)
 	rc := replConn(t, c)
@@ -409,7 +410,7 @@ func TestRelayFsyncFailureNeverAcksAhead(t *testing.T) {
 		StatusInterval: 10 * time.Millisecond,
 		Assembler:      relay.AssemblerOptions{ChunkBytesMax: 32 << 10, SpillDir: t.TempDir()},
 		OnDurable:      func(end uint64) { mu.Lock(); reports = append(reports, end); mu.Unlock() },
-		RecordIdleAck:  func(lsn uint64) error { mu.Lock(); idleAck = lsn; mu.Unlock(); return nil },
+		Acks:           &acks,
 		OnFence:        func(string, uint64) { mu.Lock(); fenced = true; mu.Unlock() },
 		Stop:           func() bool { mu.Lock(); defer mu.Unlock(); return fenced },
 	})
@@ -433,6 +434,7 @@ func TestRelayFsyncFailureNeverAcksAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	idleAck, _ := acks.Load()
 	bound := max(durable.DurableEnd, idleAck)
 	if durable.Empty {
 		bound = max(created.ConfirmedFlush, idleAck)

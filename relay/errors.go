@@ -28,18 +28,3 @@ func (e *SchemaDriftError) Error() string {
 		"capture stopped before any row was assembled under the new shape. Inspect with: %s",
 		e.Relation, envelope.FormatLSN(e.LSN), e.Pinned, e.PinnedColumns, e.Live, e.LiveColumns, e.InspectCommand)
 }
-
-// GapError refuses a resume that would skip committed transactions: the
-// slot's confirmed position is ahead of what the transport holds durably.
-type GapError struct {
-	Slot             string
-	SlotConfirmedLSN uint64
-	TransportDurable uint64
-	RecoveryCommand  string
-}
-
-func (e *GapError) Error() string {
-	return fmt.Sprintf("relay: slot %s is confirmed at %s but the transport holds transactions only through %s: "+
-		"resuming would silently skip what lies between. Recover with: %s",
-		e.Slot, envelope.FormatLSN(e.SlotConfirmedLSN), envelope.FormatLSN(e.TransportDurable), e.RecoveryCommand)
-}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
@@ -94,12 +95,6 @@ const (
 	reconnectBackoffMaxDefault = 5 * time.Second
 	reconnectBackoffStart      = 100 * time.Millisecond
 
-	// Publish-group bounds, as the relay's: enough to amortise an fsync
-	// over many small transactions, small enough to bound memory (one group
-	// being published and one being filled) and acknowledgement delay.
-	batchUnitsMax = 4096
-	batchBytesMax = 8 << 20
-
 	// stopPoll bounds how long Stop may go unpolled when nothing arrives.
 	stopPoll = 100 * time.Millisecond
 )
@@ -164,6 +159,8 @@ type Stats struct {
 type Sidecar struct {
 	o   Options
 	log *slog.Logger
+	pub *capture.Publisher
+	c   *client // the current connection's, set before its publisher starts
 
 	mu    sync.Mutex
 	stats Stats
@@ -174,7 +171,19 @@ func New(o Options) (*Sidecar, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	return &Sidecar{o: o, log: o.Logger}, nil
+	s := &Sidecar{o: o, log: o.Logger}
+	po := capture.PublisherOptions{Transport: o.Transport, Name: "sidecar", OnDurable: o.OnDurable, OnFence: o.OnFence,
+		Acknowledge: func(_ context.Context, lsn uint64) (bool, error) {
+			if s.o.beforeAck != nil && !s.o.beforeAck(lsn) {
+				return false, nil
+			}
+			return true, s.c.ack(lsn)
+		}}
+	if o.Progress != nil {
+		po.Acks = progressAcks{o.Progress}
+	}
+	s.pub = capture.NewPublisher(po, 0, 0)
+	return s, nil
 }
 
 // Run is New(o) followed by Run.
@@ -189,8 +198,11 @@ func Run(ctx context.Context, o Options) error {
 // Stats returns a copy of the counters.
 func (s *Sidecar) Stats() Stats {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	s.mu.Unlock()
+	ps := s.pub.Stats()
+	st.Published, st.Bytes, st.Groups, st.Durable, st.Acked = ps.Units, ps.Bytes, ps.Groups, ps.Durable, ps.Acked
+	return st
 }
 
 func (s *Sidecar) count(f func(*Stats)) {
@@ -274,34 +286,6 @@ func retryable(err error) bool {
 	return false
 }
 
-// batch is a group of units published with one PublishBatch, and the
-// position that becomes acknowledgeable once they are durable.
-type batch struct {
-	units  [][]byte
-	bytes  int
-	ack    uint64 // highest complete transaction or progress position in it
-	covers uint64 // highest end LSN of a complete transaction whose unit is in it
-	fences []fence
-}
-
-type fence struct {
-	token     string
-	commitLSN uint64
-}
-
-func (b *batch) empty() bool { return len(b.units) == 0 && b.ack == 0 }
-
-func (b *batch) full() bool { return len(b.units) >= batchUnitsMax || b.bytes >= batchBytesMax }
-
-// merge appends o (later in the stream) to b.
-func (b *batch) merge(o *batch) {
-	b.units = append(b.units, o.units...)
-	b.bytes += o.bytes
-	b.ack = max(b.ack, o.ack)
-	b.covers = max(b.covers, o.covers)
-	b.fences = append(b.fences, o.fences...)
-}
-
 // session is one connection: handshake, then frames until an error. It
 // reports whether any frame arrived (the connection was useful, so the
 // reconnect backoff restarts).
@@ -344,10 +328,14 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 		return false, err
 	}
 
-	p := &publisher{s: s, c: c, rctx: rctx, cancel: rcancel, durable: res.DurableEnd,
+	// A new connection acknowledges again from the start: a slot that
+	// lags the transport moves as replays are skipped.
+	s.c = c
+	s.pub.Restart(res.DurableEnd, 0)
+	p := &publisher{s: s, rctx: rctx, cancel: rcancel,
 		notify: make(chan struct{}, 1), space: make(chan struct{}, 1), closed: make(chan struct{}), done: make(chan struct{})}
 	go p.run(ctx)
-	r := &reader{s: s, c: c, p: p, res: res, cur: &batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
+	r := &reader{s: s, c: c, p: p, res: res, cur: &capture.Batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
 	r.asm = relay.NewAssembler(relay.AssemblerOptions{SourceID: s.o.SourceID, MemoryBytesMax: s.o.MemoryBytesMax,
 		ChunkBytesMax: s.o.ChunkBytesMax, SpillDir: s.o.SpillDir, Pins: s.o.Pins, InspectCommand: s.o.InspectCommand}, r.emit)
 	err = r.loop(rctx)
@@ -393,7 +381,7 @@ type reader struct {
 	asm *relay.Assembler
 	res relay.Resume
 
-	cur    *batch
+	cur    *capture.Batch
 	rels   map[pgoutput.OID]relFrame
 	at     uint64 // open transaction's commit LSN, else last end LSN
 	frames uint64 // since the last commit, for Stats
@@ -439,7 +427,7 @@ func (r *reader) frame(ctx context.Context, f []byte) error {
 		if !r.asm.Idle() {
 			return &ProtocolError{LSN: r.at, Reason: fmt.Sprintf("progress frame %s inside an open transaction", m.LSN)}
 		}
-		r.cur.ack = max(r.cur.ack, uint64(m.LSN))
+		r.cur.Ack = max(r.cur.Ack, uint64(m.LSN))
 		return r.submit(ctx)
 	case *pgoutput.Begin:
 		r.at = uint64(m.FinalLSN)
@@ -482,39 +470,14 @@ func (r *reader) relName(id pgoutput.OID) string {
 
 // emit receives the assembler's units (see relay.Emit).
 func (r *reader) emit(e *pb.Envelope, endLSN uint64, final bool) error {
-	b := r.cur
-	if e == nil {
-		// A committed transaction without rows: nothing to publish, its end
-		// is acknowledgeable after everything before it.
-		b.ack = max(b.ack, endLSN)
-		return nil
-	}
-	if e.CommitLsn < r.res.SkipThrough || (r.res.SkipEqual && e.CommitLsn == r.res.SkipThrough) {
-		// Already durable in the transport: a replay after a reconnect
-		// or restart. Acknowledging it again is harmless and moves a slot
-		// that lags the transport.
-		if final {
-			b.ack = max(b.ack, endLSN)
-			r.s.count(func(st *Stats) { st.Skipped++ })
-		}
-		return nil
-	}
-	u, err := envelope.Encode(e)
+	skipped, err := r.cur.Add(r.res, e, endLSN, final)
 	if err != nil {
-		return fmt.Errorf("sidecar: encode transaction xid %d at %s: %w", e.Xid, envelope.FormatLSN(e.CommitLsn), err)
+		return err
 	}
-	b.units = append(b.units, u)
-	b.bytes += len(u)
-	if final {
-		b.ack = max(b.ack, endLSN)
-		b.covers = max(b.covers, endLSN)
-		for _, row := range e.Rows {
-			if row.Op == pb.Op_OP_MESSAGE && row.MessagePrefix == relay.FencePrefix {
-				b.fences = append(b.fences, fence{string(row.MessageContent), e.CommitLsn})
-			}
-		}
+	if skipped && final {
+		r.s.count(func(st *Stats) { st.Skipped++ })
 	}
-	if b.full() {
+	if r.cur.Full() {
 		// Mid-transaction for a CHUNK sequence: its units become durable
 		// now, its end only becomes acknowledgeable with its last unit.
 		return r.submit(context.Background())
@@ -528,18 +491,18 @@ func (r *reader) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 // to what arrives during one publish: group commit without a timer, and a
 // quiet stream is published at once.
 func (r *reader) submit(ctx context.Context) error {
-	if r.cur.empty() {
+	if r.cur.Empty() {
 		return nil
 	}
 	p := r.p
 	for {
 		p.mu.Lock()
-		if p.pending == nil || !p.pending.full() {
+		if p.pending == nil || !p.pending.Full() {
 			if p.pending == nil {
-				p.pending, r.cur = r.cur, &batch{}
+				p.pending, r.cur = r.cur, &capture.Batch{}
 			} else {
-				p.pending.merge(r.cur)
-				r.cur.units, r.cur.bytes, r.cur.ack, r.cur.covers, r.cur.fences = r.cur.units[:0], 0, 0, 0, nil
+				p.pending.Merge(r.cur)
+				r.cur.Reset()
 			}
 			p.mu.Unlock()
 			select {
@@ -559,27 +522,24 @@ func (r *reader) submit(ctx context.Context) error {
 	}
 }
 
-// publisher makes groups durable and then acknowledges them, in order, on
+// publisher hands groups to the Sidecar's capture.Publisher, in order, on
 // its own goroutine, so reading and assembling continue during an fsync.
 type publisher struct {
 	s      *Sidecar
-	c      *client
 	rctx   context.Context
 	cancel context.CancelCauseFunc
 
 	mu      sync.Mutex
-	pending *batch        // the group the reader fills; nil when empty
-	notify  chan struct{} // pending has something (capacity 1)
-	space   chan struct{} // pending was taken (capacity 1)
-	closed  chan struct{} // the reader is done
+	pending *capture.Batch // the group the reader fills; nil when empty
+	notify  chan struct{}  // pending has something (capacity 1)
+	space   chan struct{}  // pending was taken (capacity 1)
+	closed  chan struct{}  // the reader is done
 	done    chan struct{}
 
-	durable uint64 // highest end LSN covered by a durable unit
-	acked   uint64
-	failed  bool
+	failed bool
 }
 
-func (p *publisher) take() *batch {
+func (p *publisher) take() *capture.Batch {
 	p.mu.Lock()
 	b := p.pending
 	p.pending = nil
@@ -622,49 +582,19 @@ func (p *publisher) run(ctx context.Context) {
 	}
 }
 
-func (p *publisher) publish(ctx context.Context, b *batch) error {
-	o := &p.s.o
-	if len(b.units) > 0 {
-		if err := o.Transport.PublishBatch(ctx, b.units); err != nil {
-			// Not acknowledged: the server replays all of it.
-			return fmt.Errorf("sidecar: publish %d units (acknowledgeable through %s): %w", len(b.units), envelope.FormatLSN(b.ack), err)
-		}
-		p.durable = max(p.durable, b.covers)
-		p.s.count(func(st *Stats) {
-			st.Published += uint64(len(b.units))
-			st.Bytes += uint64(b.bytes)
-			st.Durable = p.durable
-			st.Groups++
-		})
+func (p *publisher) publish(ctx context.Context, b *capture.Batch) error {
+	if err := p.s.pub.Publish(ctx, b); err != nil {
+		// Not acknowledged: the server replays all of it.
+		return err
 	}
-	if b.ack > p.acked {
-		if b.ack > p.durable && o.Progress != nil {
-			// No unit covers this position: remember durably that we
-			// acknowledged it, or the next start would see the slot past
-			// the transport and report a gap.
-			if err := o.Progress.SaveProgress(b.ack); err != nil {
-				return err
-			}
-		}
-		if o.beforeAck != nil && !o.beforeAck(b.ack) {
-			return nil
-		}
-		if err := p.c.ack(b.ack); err != nil {
-			return err
-		}
-		p.acked = b.ack
-		p.s.count(func(st *Stats) { st.Acked = b.ack })
-		if o.OnDurable != nil {
-			o.OnDurable(b.ack)
-		}
-	}
-	for _, f := range b.fences {
-		if o.OnFence != nil {
-			o.OnFence(f.token, f.commitLSN)
-		}
-	}
-	if o.Stop != nil && o.Stop() {
+	if p.s.o.Stop != nil && p.s.o.Stop() {
 		return errStopped
 	}
 	return nil
 }
+
+// progressAcks is a ProgressStore as the capture.AckStore.
+type progressAcks struct{ ProgressStore }
+
+func (a progressAcks) Load() (uint64, error)   { return a.LoadProgress() }
+func (a progressAcks) Record(lsn uint64) error { return a.SaveProgress(lsn) }

@@ -181,6 +181,12 @@ func (f *Flow) idleAck() uint64 {
 	return v
 }
 
+// idleAcks is the flow's capture.AckStore.
+type idleAcks struct{ f *Flow }
+
+func (a idleAcks) Load() (uint64, error)   { return a.f.idleAck(), nil }
+func (a idleAcks) Record(lsn uint64) error { return a.f.recordIdleAck(lsn) }
+
 // CaptureOptions tune a capture session.
 type CaptureOptions struct {
 	// Streaming is closed once the relay is streaming (after any snapshot).
@@ -304,7 +310,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
 			InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")},
 		Logger: f.Logger, OnFence: o.OnFence, Stop: o.Stop,
-		RecordIdleAck: f.recordIdleAck,
+		Acks: idleAcks{f},
 	})
 	if o.Session != nil {
 		o.Session(s)

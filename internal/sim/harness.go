@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
@@ -49,16 +50,16 @@ var (
 )
 
 type harness struct {
-	idleAck uint64 // the flow's durable idle-acknowledgement record
-	sc      *Scenario
-	sim     *Simulation
-	opts    Options
-	rng     *rand.Rand // the schedule
-	frng    *rand.Rand // fault details (torn bytes, partial batches)
-	hist    *history
-	chk     *checker
-	db      *simDB
-	ctx     context.Context
+	acks capture.MemoryAcks // the flow's durable acknowledgement record (its AckStore)
+	sc   *Scenario
+	sim  *Simulation
+	opts Options
+	rng  *rand.Rand // the schedule
+	frng *rand.Rand // fault details (torn bytes, partial batches)
+	hist *history
+	chk  *checker
+	db   *simDB
+	ctx  context.Context
 
 	trace bytes.Buffer
 	step  int
@@ -635,7 +636,8 @@ func (h *harness) startRelay() {
 			return
 		}
 	}
-	if gerr := relay.CheckResume("sim", res, h.slot, h.idleAck, ""); gerr != nil {
+	acked, _ := h.acks.Load()
+	if gerr := capture.CheckResume("sim", res, h.slot, acked, ""); gerr != nil {
 		// internal/flow refuses this resume the same way: the slot was
 		// acknowledged past the newest unit in the log and past the last
 		// recorded idle acknowledgement. Whether anything was really lost
@@ -663,10 +665,10 @@ func (h *harness) startRelay() {
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
 			InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")},
 		Logger: slog.New(slog.DiscardHandler),
-		// The flow records idle acknowledgements durably before sending
-		// them (internal/flow recordIdleAck); the harness keeps the record
-		// across crashes the same way.
-		RecordIdleAck: func(lsn uint64) error { h.idleAck = lsn; return nil }})
+		// The flow records such acknowledgements durably before sending
+		// them (its AckStore); the harness keeps the record across crashes
+		// the same way.
+		Acks: &h.acks})
 	h.relay = &relayProc{sess: sess, stream: h.hist.stream(from)}
 	h.tracef("relay", "start: resume durable-end %s skip-through %s, streaming from %s (%d messages)",
 		envelope.FormatLSN(res.DurableEnd), envelope.FormatLSN(res.SkipThrough), envelope.FormatLSN(from), len(h.relay.stream))
