@@ -1,6 +1,19 @@
 package capture
 
-import "sync"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/trellara/trellara/envelope"
+)
 
 // AckStore durably remembers the highest position acknowledged to the
 // source although no unit in the transport ends there (a transaction
@@ -12,6 +25,129 @@ type AckStore interface {
 	// Record must be durable before it returns: the acknowledgement
 	// follows it.
 	Record(lsn uint64) error
+}
+
+// AckFile is the name of a flow's acknowledgement store in its state
+// directory.
+const AckFile = "acks"
+
+// Files that held acknowledgements before AckFile, in their formats:
+// "idle-ack" (the relay's, a decimal LSN) and "extension-progress" (the
+// extension sidecar's, X/X). OpenFileAcks migrates them.
+const (
+	legacyIdleAck  = "idle-ack"
+	legacyProgress = "extension-progress"
+)
+
+// FileAcks is the AckStore in a flow's state directory: one small text
+// file holding one LSN as X/X ("0/16B3748\n"), replaced durably (write,
+// fsync, rename, fsync directory) on every Record. Records come at most
+// about once a second (idle keepalives, progress frames), so the cost does
+// not matter.
+//
+// The record means "every transaction the flow captures that committed
+// before this position is in the log", a statement about the source's WAL,
+// so one store serves both capture paths.
+type FileAcks struct {
+	path string
+	mu   sync.Mutex
+	lsn  uint64
+}
+
+// OpenFileAcks opens the store AckFile in dir. When it does not exist yet,
+// the older files are read (the highest position either holds) and the
+// store is written durably; only once it is are the older files removed.
+func OpenFileAcks(dir string) (*FileAcks, error) {
+	a := &FileAcks{path: filepath.Join(dir, AckFile)}
+	legacy := []struct {
+		name  string
+		parse func(string) (uint64, error)
+	}{{legacyIdleAck, parseDecimal}, {legacyProgress, parseXX}}
+	lsn, ok, err := readLSNFile(a.path, parseXX)
+	if err != nil {
+		return nil, err
+	}
+	a.lsn = lsn
+	if !ok {
+		found := false
+		for _, l := range legacy {
+			v, ok, err := readLSNFile(filepath.Join(dir, l.name), l.parse)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				a.lsn, found = max(a.lsn, v), true
+			}
+		}
+		if !found {
+			return a, nil
+		}
+		if err := a.write(a.lsn); err != nil {
+			return nil, err
+		}
+	}
+	// The store is durable: the older files (also any a crash left behind
+	// after the store was written) say nothing more.
+	for _, l := range legacy {
+		p := filepath.Join(dir, l.name)
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("capture: remove %s after migrating it to %s: %w", p, a.path, err)
+		}
+	}
+	return a, nil
+}
+
+// Path is the store's file.
+func (a *FileAcks) Path() string { return a.path }
+
+// Load returns the recorded position, 0 when none is.
+func (a *FileAcks) Load() (uint64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lsn, nil
+}
+
+// Record writes lsn durably.
+func (a *FileAcks) Record(lsn uint64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.write(lsn); err != nil {
+		return err
+	}
+	a.lsn = lsn
+	return nil
+}
+
+func (a *FileAcks) write(lsn uint64) error {
+	if err := WriteFileDurable(a.path, []byte(envelope.FormatLSN(lsn)+"\n")); err != nil {
+		return fmt.Errorf("capture: record acknowledged position %s in %s: %w", envelope.FormatLSN(lsn), a.path, err)
+	}
+	return nil
+}
+
+func parseXX(s string) (uint64, error) {
+	v, err := pglogrepl.ParseLSN(s)
+	return uint64(v), err
+}
+
+func parseDecimal(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
+
+// readLSNFile reads one LSN from path; ok is false when the file does not
+// exist.
+func readLSNFile(path string, parse func(string) (uint64, error)) (lsn uint64, ok bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("capture: read acknowledged position %s: %w", path, err)
+	}
+	v, err := parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, false, fmt.Errorf("capture: %s is damaged (%q): %w; removing it skips the gap check once, "+
+			"so do that only when the slot's confirmed position is known to be covered by the log", path, b, err)
+	}
+	return v, true, nil
 }
 
 // MemoryAcks is an AckStore in memory, safe for concurrent use: for tests

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
@@ -237,7 +238,7 @@ func TestClientReconnectDedupAndProgress(t *testing.T) {
 	tr := &memTransport{}
 	dir := t.TempDir()
 	s, err := runFake(t, fs, tr, func(s *Sidecar) bool { return s.Stats().Acked >= 3000 },
-		func(o *Options) { o.Progress = FileProgress{Path: filepath.Join(dir, "progress")} })
+		func(o *Options) { o.Acks = openAcks(t, dir) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +262,7 @@ func TestClientReconnectDedupAndProgress(t *testing.T) {
 	if acks[0] != 1008 || acks[len(acks)-1] != 3000 {
 		t.Fatalf("acks %v", acks)
 	}
-	if p, err := (FileProgress{Path: filepath.Join(dir, "progress")}).LoadProgress(); err != nil || p != 3000 {
+	if p, err := openAcks(t, dir).Load(); err != nil || p != 3000 {
 		t.Fatalf("progress %d, %v", p, err)
 	}
 }
@@ -281,7 +282,7 @@ func TestClientGap(t *testing.T) {
 	})
 	tr := &memTransport{}
 	dir := t.TempDir()
-	prog := func(o *Options) { o.Progress = FileProgress{Path: filepath.Join(dir, "progress")} }
+	prog := func(o *Options) { o.Acks = openAcks(t, dir) }
 	if _, err := runFake(t, fs, tr, func(s *Sidecar) bool { return s.Stats().Acked >= 1008 }, prog); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestClientResumeAfterPartialChunksBackToBack(t *testing.T) {
 	crashed := &memTransport{units: append([][]byte(nil), units[:2]...)}
 	dir := t.TempDir()
 	s, err := runFake(t, fs, crashed, func(s *Sidecar) bool { return s.Stats().Acked >= 1016 },
-		func(o *Options) { chunked(o); o.Progress = FileProgress{Path: filepath.Join(dir, "progress")} })
+		func(o *Options) { chunked(o); o.Acks = openAcks(t, dir) })
 	if err != nil {
 		t.Fatalf("resume with the slot confirmed at A's end: %v", err)
 	}
@@ -359,7 +360,7 @@ func TestClientResumeAfterPartialChunksBackToBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	side, err := New(Options{SocketPath: fs.path, Transport: crashed, SourceID: "fake", Progress: FileProgress{Path: filepath.Join(t.TempDir(), "p")}})
+	side, err := New(Options{SocketPath: fs.path, Transport: crashed, SourceID: "fake", Acks: openAcks(t, t.TempDir())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,4 +398,13 @@ func TestOptionsValidate(t *testing.T) {
 	if _, err := New(ok); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func openAcks(t *testing.T, dir string) *capture.FileAcks {
+	t.Helper()
+	a, err := capture.OpenFileAcks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -40,7 +40,7 @@ type Options struct {
 	// server. Set it when connecting as the server's user by other means.
 	ServerUID int
 
-	Transport relay.Transport
+	Transport capture.Transport
 	SourceID  string
 	Pins      relay.Pins
 	// MemoryBytesMax bounds row data held for open transactions before
@@ -63,11 +63,12 @@ type Options struct {
 	// (default 5 s; attempts start at 100 ms and double).
 	ReconnectBackoffMax time.Duration
 
-	// Progress, when set, records acknowledged positions that no published
-	// unit covers ('P' frames), so that a restart can tell a slot moved by
-	// this sidecar from one moved by something else (GapError). Without it
-	// that check is skipped.
-	Progress ProgressStore
+	// Acks, when set, records acknowledged positions that no published
+	// unit covers ('P' frames, transactions without rows), so that a
+	// restart can tell a slot moved by this sidecar from one moved by
+	// something else (GapError). Without it that check is skipped. A flow
+	// uses its state directory's capture.FileAcks.
+	Acks capture.AckStore
 	// GapRecovery is the command a GapError names.
 	GapRecovery string
 
@@ -179,8 +180,8 @@ func New(o Options) (*Sidecar, error) {
 			}
 			return true, s.c.ack(lsn)
 		}}
-	if o.Progress != nil {
-		po.Acks = progressAcks{o.Progress}
+	if o.Acks != nil {
+		po.Acks = o.Acks
 	}
 	s.pub = capture.NewPublisher(po, 0, 0)
 	return s, nil
@@ -290,7 +291,7 @@ func retryable(err error) bool {
 // reports whether any frame arrived (the connection was useful, so the
 // reconnect backoff restarts).
 func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
-	res, err := relay.ResumeFrom(ctx, s.o.Transport)
+	res, err := capture.ResumeFrom(ctx, s.o.Transport)
 	if err != nil {
 		return false, fmt.Errorf("sidecar: read the transport's newest unit: %w", err)
 	}
@@ -353,18 +354,18 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 }
 
 // checkGap refuses a slot confirmed past what the transport and the
-// recorded progress hold, by the relay's rule (relay.CheckResume), so the
-// two capture paths agree on where a gap starts. Without a ProgressStore,
-// positions acknowledged for 'P' frames are unknown and nothing is checked.
-func (s *Sidecar) checkGap(h Hello, res relay.Resume) error {
-	if s.o.Progress == nil || res.Empty {
+// AckStore hold, by the one rule (capture.CheckResume), so the two capture
+// paths agree on where a gap starts. Without an AckStore, positions
+// acknowledged for 'P' frames are unknown and nothing is checked.
+func (s *Sidecar) checkGap(h Hello, res capture.Resume) error {
+	if s.o.Acks == nil || res.Empty {
 		return nil
 	}
-	saved, err := s.o.Progress.LoadProgress()
+	saved, err := s.o.Acks.Load()
 	if err != nil {
 		return err
 	}
-	return relay.CheckResume("of the trellara extension", res, h.SlotConfirmedLSN, saved, s.o.GapRecovery)
+	return capture.CheckResume("of the trellara extension", res, h.SlotConfirmedLSN, saved, s.o.GapRecovery)
 }
 
 // relFrame is the last 'R' frame of a relation and its schema.name.
@@ -379,7 +380,7 @@ type reader struct {
 	c   *client
 	p   *publisher
 	asm *relay.Assembler
-	res relay.Resume
+	res capture.Resume
 
 	cur    *capture.Batch
 	rels   map[pgoutput.OID]relFrame
@@ -592,9 +593,3 @@ func (p *publisher) publish(ctx context.Context, b *capture.Batch) error {
 	}
 	return nil
 }
-
-// progressAcks is a ProgressStore as the capture.AckStore.
-type progressAcks struct{ ProgressStore }
-
-func (a progressAcks) Load() (uint64, error)   { return a.LoadProgress() }
-func (a progressAcks) Record(lsn uint64) error { return a.SaveProgress(lsn) }

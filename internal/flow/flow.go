@@ -11,14 +11,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgsession"
@@ -163,29 +162,16 @@ func (f *Flow) replicationConnect(ctx context.Context) (*pgconn.PgConn, error) {
 
 func (f *Flow) snapshotDonePath() string { return filepath.Join(f.dir, "snapshot.done") }
 
-func (f *Flow) idleAckPath() string { return filepath.Join(f.dir, "idle-ack") }
-
-// recordIdleAck keeps, durably, the last position the relay confirmed to
-// the slot while idle (no unit in the log ends there), so the next start
-// can tell that advance from a gap.
-func (f *Flow) recordIdleAck(lsn uint64) error {
-	return relay.WriteFileDurable(f.idleAckPath(), []byte(strconv.FormatUint(lsn, 10)+"\n"))
-}
-
-func (f *Flow) idleAck() uint64 {
-	b, err := os.ReadFile(f.idleAckPath())
+// acks opens the flow's store of acknowledged positions no logged unit
+// backs (capture.FileAcks), migrating the older idle-ack and
+// extension-progress files.
+func (f *Flow) acks() (*capture.FileAcks, error) {
+	a, err := capture.OpenFileAcks(f.dir)
 	if err != nil {
-		return 0
+		return nil, fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
 	}
-	v, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return v
+	return a, nil
 }
-
-// idleAcks is the flow's capture.AckStore.
-type idleAcks struct{ f *Flow }
-
-func (a idleAcks) Load() (uint64, error)   { return a.f.idleAck(), nil }
-func (a idleAcks) Record(lsn uint64) error { return a.f.recordIdleAck(lsn) }
 
 // CaptureOptions tune a capture session.
 type CaptureOptions struct {
@@ -223,6 +209,10 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	}
 	defer repl.Close(context.Background())
 	cleanup := shell.Trellara("run", f.ConfigPath, "--cleanup")
+	acks, err := f.acks()
+	if err != nil {
+		return err
+	}
 	// The identity gate comes before anything is created or changed on the
 	// source, on every start: preflight reports the same rule.
 	defs, err := f.gatedSourceTables(ctx, conn)
@@ -280,7 +270,11 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 					f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
 			}
 		}
-		if err := relay.CheckResume(src.Slot, res, si.ConfirmedFlush, f.idleAck(),
+		acked, err := acks.Load()
+		if err != nil {
+			return err
+		}
+		if err := capture.CheckResume(src.Slot, res, si.ConfirmedFlush, acked,
 			shell.Resnapshot(f.ConfigPath)); err != nil {
 			return err
 		}
@@ -310,7 +304,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		Assembler: relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
 			InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")},
 		Logger: f.Logger, OnFence: o.OnFence, Stop: o.Stop,
-		Acks: idleAcks{f},
+		Acks: acks,
 	})
 	if o.Session != nil {
 		o.Session(s)

@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
@@ -59,6 +58,10 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 			"flow", f.Cfg.Flow, "slot", info.SlotName)
 	}
 
+	acks, err := f.acks()
+	if err != nil {
+		return err
+	}
 	tr := transport.Local{Log: f.Log}
 	res, err := relay.ResumeFrom(ctx, tr)
 	if err != nil {
@@ -79,7 +82,7 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 		SocketPath: src.Socket, Transport: tr, SourceID: src.ID, Pins: f.Pins,
 		MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir,
 		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics"),
-		Progress:       sidecar.FileProgress{Path: filepath.Join(f.dir, "extension-progress")},
+		Acks:           acks,
 		GapRecovery:    shell.ResnapshotExtension(f.ConfigPath),
 		Logger:         f.Logger, Stop: o.Stop, OnFence: o.OnFence,
 	})

@@ -1,0 +1,100 @@
+package capture_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trellara/trellara/capture"
+)
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func open(t *testing.T, dir string) *capture.FileAcks {
+	t.Helper()
+	a, err := capture.OpenFileAcks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// checkMigrated: the store holds want in X/X and no older file is left.
+func checkMigrated(t *testing.T, dir string, want uint64, wantText string) {
+	t.Helper()
+	if got, _ := open(t, dir).Load(); got != want {
+		t.Fatalf("Load = %d, want %d", got, want)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, capture.AckFile))
+	if err != nil || string(b) != wantText {
+		t.Fatalf("%s holds %q (%v), want %q", capture.AckFile, b, err, wantText)
+	}
+	for _, old := range []string{"idle-ack", "extension-progress"} {
+		if _, err := os.Stat(filepath.Join(dir, old)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s still there after migration (%v)", old, err)
+		}
+	}
+}
+
+func TestFileAcksMigratesIdleAck(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "idle-ack"), "24589384\n") // 0x1773448, the relay's decimal format
+	checkMigrated(t, dir, 24589384, "0/1773448\n")
+}
+
+func TestFileAcksMigratesExtensionProgress(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "extension-progress"), "0/16B3748\n")
+	checkMigrated(t, dir, 0x16B3748, "0/16B3748\n")
+}
+
+// A flow that ran both capture paths has both files: the store keeps the
+// higher position (a statement about the source's WAL, whichever slot).
+func TestFileAcksMigratesBothTakingTheHigher(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "idle-ack"), "100\n")
+	write(t, filepath.Join(dir, "extension-progress"), "1/0\n")
+	checkMigrated(t, dir, 1<<32, "1/0\n")
+}
+
+// Once the store exists it is the record: an older file a crash left
+// behind after the store was written is removed, not read.
+func TestFileAcksStoreWinsOverLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, capture.AckFile), "0/200\n")
+	write(t, filepath.Join(dir, "idle-ack"), "4096\n")
+	checkMigrated(t, dir, 0x200, "0/200\n")
+}
+
+func TestFileAcksRecordSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	a := open(t, dir)
+	if got, _ := a.Load(); got != 0 {
+		t.Fatalf("empty store Load = %d", got)
+	}
+	if err := a.Record(0x2A0001234); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := open(t, dir).Load(); got != 0x2A0001234 {
+		t.Fatalf("reopened Load = %X", got)
+	}
+}
+
+func TestFileAcksRefusesDamage(t *testing.T) {
+	for _, name := range []string{capture.AckFile, "idle-ack", "extension-progress"} {
+		dir := t.TempDir()
+		write(t, filepath.Join(dir, name), "garbage\n")
+		_, err := capture.OpenFileAcks(dir)
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, name)) {
+			t.Fatalf("%s damaged: err = %v, want one naming the file", name, err)
+		}
+	}
+}
