@@ -2,7 +2,26 @@
 // publication, the relay, the local segment log, the applier and verify.
 // The CLI calls it; it holds the ordering rules that span packages (snapshot
 // before stream, publish before acknowledge, fences as watermarks) and none
-// of their mechanics.
+// of their mechanics; which start it makes (snapshot, resume, refuse, gap)
+// is capture.DecideStart's.
+//
+// # State directory
+//
+// Everything a flow keeps locally is in transport.local.dir (mode 0700),
+// and `trellara run --cleanup` removes all of it:
+//
+//   - log/: the segment log, with the applier's cursor (segmentlog).
+//   - pins.json: each relation's pinned schema fingerprint (relay.FilePins).
+//   - snapshot.done: the slot's consistent point, written once the initial
+//     snapshot is whole in the log; without it an owned slot is refused.
+//   - acks: the highest position acknowledged to the source with no logged
+//     unit ending there, X/X (capture.FileAcks; it migrates the older
+//     idle-ack and extension-progress files on open).
+//   - last-verify.json: the last verify's result, for status.
+//   - spill files of open large transactions (relay.Assembler), unlinked
+//     as soon as they are created.
+//
+// docs/DESIGN.md ("The flow's state directory") keeps the same list.
 package flow
 
 import (
@@ -195,7 +214,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	}
 	defer conn.Close(context.Background())
 	tr := transport.Local{Log: f.Log}
-	res, err := relay.ResumeFrom(ctx, tr)
+	res, err := capture.ResumeFrom(ctx, tr)
 	if err != nil {
 		return err
 	}
@@ -220,15 +239,21 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 
-	switch {
-	case !si.Exists && !src.OwnsSlot:
+	acked, err := acks.Load()
+	if err != nil {
+		return err
+	}
+	_, markerErr := os.Stat(f.snapshotDonePath())
+	switch act := capture.DecideStart(capture.Start{SlotExists: si.Exists, OwnsSlot: src.OwnsSlot, SnapshotDone: markerErr == nil,
+		Log: res, SlotConfirmed: si.ConfirmedFlush, Acked: acked}); act {
+	case capture.StartNoSlot:
 		return fmt.Errorf("flow %s: slot %s does not exist and source.owns_slot is false; create it with "+
 			"SELECT pg_create_logical_replication_slot('%s', 'pgoutput') and a publication %s, or set owns_slot: true",
 			f.Cfg.Flow, src.Slot, src.Slot, src.Publication)
-	case !si.Exists && !res.Empty:
-		return &relay.GapError{Slot: src.Slot, TransportDurable: res.DurableEnd,
+	case capture.StartSlotGone:
+		return &capture.GapError{Slot: src.Slot, TransportDurable: res.DurableEnd,
 			RecoveryCommand: "the slot is gone while the local log holds data: " + cleanup + " and run again (a full resnapshot)"}
-	case !si.Exists:
+	case capture.StartSnapshot:
 		if err := f.refuseFilledTargets(ctx); err != nil {
 			return err
 		}
@@ -260,28 +285,18 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		if err := f.writePartitions(leafRecord(defs)); err != nil {
 			return err
 		}
-		res = relay.AfterSnapshot(created.ConsistentPoint)
-	default:
-		if src.OwnsSlot {
-			if _, err := os.Stat(f.snapshotDonePath()); err != nil {
-				return fmt.Errorf("flow %s: slot %s exists but the initial snapshot did not complete (%s missing); "+
-					"the exported snapshot cannot be resumed. Recover: %s (it drops the slot and publication, empties the target tables "+
-					"this snapshot copied into and removes the local state), then run again",
-					f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
-			}
-		}
-		acked, err := acks.Load()
-		if err != nil {
-			return err
-		}
-		if err := capture.CheckResume(src.Slot, res, si.ConfirmedFlush, acked,
-			shell.Resnapshot(f.ConfigPath)); err != nil {
-			return err
-		}
-		if res.Empty {
-			return &relay.GapError{Slot: src.Slot, SlotConfirmedLSN: si.ConfirmedFlush,
-				RecoveryCommand: "the local log is empty but the slot exists: " + cleanup + " and run again"}
-		}
+		res = capture.AfterSnapshot(created.ConsistentPoint)
+	case capture.StartIncompleteSnapshot:
+		return fmt.Errorf("flow %s: slot %s exists but the initial snapshot did not complete (%s missing); "+
+			"the exported snapshot cannot be resumed. Recover: %s (it drops the slot and publication, empties the target tables "+
+			"this snapshot copied into and removes the local state), then run again",
+			f.Cfg.Flow, src.Slot, f.snapshotDonePath(), cleanup)
+	case capture.StartGap:
+		return capture.CheckResume(src.Slot, res, si.ConfirmedFlush, acked, shell.Resnapshot(f.ConfigPath))
+	case capture.StartEmptyLog:
+		return &capture.GapError{Slot: src.Slot, SlotConfirmedLSN: si.ConfirmedFlush,
+			RecoveryCommand: "the local log is empty but the slot exists: " + cleanup + " and run again"}
+	case capture.StartResume:
 		changes, err := f.partitionChanges(defs)
 		if err != nil {
 			return err
@@ -294,6 +309,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 			return fmt.Errorf("flow %s: slot %s is in use by another process; stop it first (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s')",
 				f.Cfg.Flow, src.Slot, src.Slot)
 		}
+	default:
+		return fmt.Errorf("flow %s: no start rule for %s", f.Cfg.Flow, act)
 	}
 	if o.Streaming != nil {
 		close(o.Streaming)

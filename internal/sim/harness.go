@@ -598,7 +598,7 @@ func hasChunks(ps [][]byte) bool {
 
 func (h *harness) startRelay() {
 	tr := simTransport{h}
-	res, err := relay.ResumeFrom(h.ctx, tr)
+	res, err := capture.ResumeFrom(h.ctx, tr)
 	if errors.Is(err, segmentlog.ErrMustReopen) {
 		// The applier's failed cursor fsync poisoned the shared log.
 		h.tracef("relay", "resume failed: %s", errLine(err))
@@ -612,12 +612,18 @@ func (h *harness) startRelay() {
 		h.chk.fail(InvLiveness, "the relay cannot resume from the log: %v", err)
 		return
 	}
-	if h.sim.Workload.Snapshot && !h.snapshotDone {
-		if !res.Empty {
-			h.chk.fail(InvLiveness, "the initial snapshot is incomplete in the log")
-			h.relayStop = errors.New("incomplete snapshot")
-			return
-		}
+	acked, _ := h.acks.Load()
+	// The flow's start rules, with the simulated flow's state: with a
+	// snapshot workload the flow owns its slot, and creating it, taking
+	// the snapshot and writing the marker have no fault point between
+	// them, so the slot exists exactly when the marker does. Without one
+	// the slot predates the source's history, which an empty log then
+	// captures whole.
+	start := capture.Start{SlotExists: !h.sim.Workload.Snapshot || h.snapshotDone, OwnsSlot: h.sim.Workload.Snapshot,
+		SnapshotDone: h.snapshotDone, Log: res, SlotConfirmed: h.slot, Acked: acked, FromSlot: !h.sim.Workload.Snapshot}
+	switch act := capture.DecideStart(start); act {
+	case capture.StartResume:
+	case capture.StartSnapshot:
 		h.inSnapshot = true
 		err := h.publishSnapshot(tr)
 		h.inSnapshot = false
@@ -627,7 +633,7 @@ func (h *harness) startRelay() {
 			return
 		}
 		h.snapshotDone = true // the flow's durable snapshot.done marker
-		res = relay.AfterSnapshot(h.hist.cp)
+		res = capture.AfterSnapshot(h.hist.cp)
 		h.tracef("relay", "snapshot published at %s", envelope.FormatLSN(h.hist.cp))
 		h.chk.scan(h.lg)
 		if h.at("relay.snapshot-published") == actCrash {
@@ -635,13 +641,10 @@ func (h *harness) startRelay() {
 			h.stats.RelayRestarts++
 			return
 		}
-	}
-	acked, _ := h.acks.Load()
-	if gerr := capture.CheckResume("sim", res, h.slot, acked, ""); gerr != nil {
-		// internal/flow refuses this resume the same way: the slot was
-		// acknowledged past the newest unit in the log and past the last
-		// recorded idle acknowledgement. Whether anything was really lost
-		// is the checker's question; either way the flow does not restart.
+	case capture.StartGap:
+		// The slot was acknowledged past the newest unit in the log and
+		// past the AckStore's record. Whether anything was really lost is
+		// the checker's question; either way the flow does not restart.
 		missing := false
 		for _, t := range h.hist.txns {
 			if t.rows > 0 && t.commitLSN > res.DurableEnd && t.commitLSN < h.slot && !h.chk.inLog[t.commitLSN] {
@@ -656,7 +659,11 @@ func (h *harness) startRelay() {
 				"although no transaction with data lies between: an idle keepalive acknowledged past the log's newest unit",
 				envelope.FormatLSN(h.slot), envelope.FormatLSN(res.DurableEnd))
 		}
-		h.relayStop = &relay.GapError{Slot: "sim", SlotConfirmedLSN: h.slot, TransportDurable: res.DurableEnd}
+		h.relayStop = &capture.GapError{Slot: "sim", SlotConfirmedLSN: h.slot, TransportDurable: res.DurableEnd}
+		return
+	default:
+		h.chk.fail(InvLiveness, "the flow refuses to start (%s): slot confirmed at %s, log %+v", act, envelope.FormatLSN(h.slot), res)
+		h.relayStop = fmt.Errorf("start refused: %s", act)
 		return
 	}
 	from := max(res.DurableEnd, h.slot)
