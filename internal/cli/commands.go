@@ -2,16 +2,13 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,34 +41,43 @@ func verboseFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "verbose", Usage: "log lifecycle events to stderr"}
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// writeJSON writes the command's JSON output in the envelope; ok is true
+// exactly when the command exits 0.
+func writeJSON(c *cli.Context, ok bool, body any) error {
+	if err := writeEnvelope(c.App.Writer, commandName(c), ok, body, nil); err != nil {
+		return failure(err)
+	}
+	return nil
 }
 
-// failure maps an error to the exit code contract: 2 = could not run.
+// failure maps an error to the exit code contract: 1 for an invalid
+// config (as `config validate` and `check` say it), 2 = could not run.
 func failure(err error) error {
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
 		return err
 	}
-	return cli.Exit("trellara: "+err.Error(), ExitError)
-}
-
-func openFlow(c *cli.Context) (*flow.Flow, error) {
-	return flow.Open(c.String("config"), logger(c))
+	if _, ok := config.Problems(err); ok {
+		return &exitErr{err: err, code: ExitFindings}
+	}
+	return &exitErr{err: err, code: ExitError}
 }
 
 // flowAction is an action on the flow named by --config, with the
-// validated --format; the flow's log is closed when it returns.
-func flowAction(fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
+// validated --format; the flow's log is closed when it returns. A
+// read-only action (status, repair-plan) opens the flow without creating
+// anything (flow.OpenReadOnly).
+func flowAction(readOnly bool, fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		format, err := outputFormat(c)
 		if err != nil {
 			return err
 		}
-		f, err := openFlow(c)
+		open := flow.Open
+		if readOnly {
+			open = flow.OpenReadOnly
+		}
+		f, err := open(c.String("config"), logger(c))
 		if err != nil {
 			return failure(err)
 		}
@@ -126,7 +132,7 @@ func initCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				return writeJSON(c.App.Writer, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": c.Bool("evaluate")})
+				return writeJSON(c, true, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": c.Bool("evaluate")})
 			}
 			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: %s\n", out, cfg.Flow, shell.Trellara("check", out, "--format", "text"))
 			return nil
@@ -146,11 +152,11 @@ func checkCommand() *cli.Command {
 			}
 			cfg, err := config.Load(c.String("config"))
 			if err != nil {
-				return cli.Exit(err.Error(), ExitFindings)
+				return failure(err)
 			}
 			sec, err := cfg.ResolveSecrets()
 			if err != nil {
-				return cli.Exit(err.Error(), ExitFindings)
+				return failure(err)
 			}
 			ctx := c.Context
 			s, err := check.Connect(ctx, sec.SourceDatabaseURL.Reveal(), check.ConnectOptions{})
@@ -165,7 +171,7 @@ func checkCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				err = r.RenderJSON(c.App.Writer)
+				err = writeJSON(c, check.Passing(r.Grade), r)
 			} else {
 				verdict := "valid"
 				for _, f := range r.Findings {
@@ -203,7 +209,7 @@ func runCommand() *cli.Command {
 				defer stop()
 				return serve(c, ctx)
 			}
-			return flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+			return flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 				return runLocal(c, f, format)
 			})(c)
 		},
@@ -219,6 +225,10 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		if err != nil {
 			return failure(err)
 		}
+		if format == "json" {
+			return writeJSON(c, true, map[string]any{"flow": f.Cfg.Flow, "dropped": map[string]any{
+				"slot": f.Cfg.Source.Slot, "publication": f.Cfg.Source.Publication, "local_state": f.Cfg.Transport.Local.Dir}})
+		}
 		fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
 		for _, t := range emptied {
 			fmt.Fprintf(c.App.Writer, "emptied target table %s (rows this flow had copied)\n", t)
@@ -226,22 +236,30 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		return nil
 	}
 	var progress func(flow.Progress)
+	var pd *progressDisplay
 	if format == "text" {
-		progress = textProgress(c.App.ErrWriter)
+		pd = newProgressDisplay(c.App.ErrWriter)
+		progress = pd.update
 	}
 	res, err := f.RunLocal(ctx, c.Bool("verify"), progress)
+	if pd != nil {
+		pd.finish() // an error starts on a line of its own
+	}
 	if err != nil {
 		return failure(err)
 	}
+	converged := res.Verify == nil || res.Verify.Verdict == verify.Converged
 	if format == "json" {
-		if err := writeJSON(c.App.Writer, res); err != nil {
-			return failure(err)
+		if err := writeJSON(c, converged, res); err != nil {
+			return err
 		}
 	} else {
 		w := c.App.Writer
 		fmt.Fprintf(w, "flow          %s\n", res.Flow)
-		fmt.Fprintf(w, "transport     %s\n", res.Transport)
-		fmt.Fprintf(w, "transactions  %d applied atomically (%d redelivered, skipped), %d rows\n", res.Applied, res.Skipped, res.Rows)
+		fmt.Fprintf(w, "transport     local segment log at %s · fsync %s\n", res.Transport.Dir, res.Transport.Fsync)
+		fmt.Fprintf(w, "this run      %d units published · %d transactions applied atomically (%d redelivered, skipped) · %d rows\n",
+			*res.ThisRun.PublishedUnits, res.ThisRun.TransactionsApplied, res.ThisRun.TransactionsSkipped, res.ThisRun.RowsApplied)
+		fmt.Fprintf(w, "flow totals   %d transactions applied · %d skipped · %d rows\n", res.Totals.TransactionsApplied, res.Totals.TransactionsSkipped, res.Totals.RowsApplied)
 		fmt.Fprintf(w, "checkpoint    %s (caught up with %s)\n", res.Checkpoint, res.CatchUpLSN)
 		fmt.Fprintf(w, "duration      %.1fs\n", res.DurationSecs)
 		if res.Verify != nil {
@@ -251,7 +269,7 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 			}
 		}
 	}
-	if res.Verify != nil && res.Verify.Verdict != verify.Converged {
+	if !converged {
 		return cli.Exit("", ExitFindings)
 	}
 	return nil
@@ -284,38 +302,13 @@ func serve(c *cli.Context, ctx context.Context) error {
 	return failure(err)
 }
 
-// textProgress renders a one-line progress display on a terminal-ish
-// stream, rewritten in place.
-func textProgress(w io.Writer) func(flow.Progress) {
-	last := time.Time{}
-	return func(p flow.Progress) {
-		if p.Phase == "done" {
-			fmt.Fprint(w, "\r\033[K")
-			return
-		}
-		if time.Since(last) < 250*time.Millisecond && p.Phase != "verifying" {
-			return
-		}
-		last = time.Now()
-		switch {
-		case p.Snapshot != nil:
-			s := p.Snapshot
-			fmt.Fprintf(w, "\r\033[Ksnapshot %s: %d rows, %.1f MB, %.0f rows/s, ETA %.0fs", s.Table, s.Rows, float64(s.Bytes)/1e6, s.RowsPerSecond, s.ETASeconds)
-		case p.Phase == "verifying":
-			fmt.Fprint(w, "\r\033[Kverifying convergence...")
-		default:
-			fmt.Fprintf(w, "\r\033[Kstreaming: %d units published, %d transactions applied, checkpoint %s → %s", p.Published, p.Applied, p.Checkpoint, p.Target)
-		}
-	}
-}
-
 func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 2 error)",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 			ctx, stop := signalContext(c)
 			defer stop()
 			res, err := f.Verify(ctx, c.StringSlice("table"))
@@ -323,7 +316,7 @@ func verifyCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				err = writeJSON(c.App.Writer, res)
+				err = writeJSON(c, res.Verdict == verify.Converged, res)
 			} else {
 				err = res.RenderText(c.App.Writer)
 			}
@@ -344,21 +337,29 @@ func statusCommand() *cli.Command {
 		Usage: "slot, lag, log retention, cursors, checkpoint, quarantine",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringFlag{Name: "view", Usage: "report, diagnostics or quarantine", Value: "report"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
 			view := c.String("view")
 			switch view {
 			case "report", "diagnostics", "quarantine":
 			default:
-				return cli.Exit(fmt.Sprintf("--view %q: must be report, diagnostics or quarantine", view), ExitError)
+				return usageError("--view %q: must be report, diagnostics or quarantine", view)
 			}
 			st, err := f.Status(c.Context, view)
 			if err != nil {
 				return failure(err)
 			}
 			if format == "json" {
-				return writeJSON(c.App.Writer, st)
+				err = writeJSON(c, len(st.Problems) == 0, st)
+			} else {
+				err = st.RenderText(c.App.Writer, view)
 			}
-			return st.RenderText(c.App.Writer, view)
+			if err != nil {
+				return failure(err)
+			}
+			if len(st.Problems) > 0 {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
 		}),
 	}
 }
@@ -369,11 +370,11 @@ func preflightCommand() *cli.Command {
 		Usage: "check connectivity, privileges, wal_level, slots, publication and target tables; each failure names its fix",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.BoolFlag{Name: "create-target-tables", Usage: "create missing target tables from the source definitions"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 			rep := f.Preflight(c.Context, c.Bool("create-target-tables"))
 			if format == "json" {
-				if err := writeJSON(c.App.Writer, rep); err != nil {
-					return failure(err)
+				if err := writeJSON(c, rep.OK, rep); err != nil {
+					return err
 				}
 			} else {
 				rep.RenderText(c.App.Writer)
@@ -407,12 +408,15 @@ func configCommand() *cli.Command {
 						_, err = cfg.ResolveSecrets()
 					}
 					if format == "json" {
-						out := map[string]any{"config": path, "valid": err == nil}
-						if err != nil {
-							out["errors"] = strings.Split(strings.TrimSpace(err.Error()), "\n")
+						problems, isConfig := config.Problems(err)
+						if err != nil && !isConfig {
+							return failure(err)
 						}
-						if werr := writeJSON(c.App.Writer, out); werr != nil {
-							return failure(werr)
+						if problems == nil {
+							problems = []config.FieldError{}
+						}
+						if werr := writeJSON(c, err == nil, map[string]any{"config": path, "valid": err == nil, "errors": problems}); werr != nil {
+							return werr
 						}
 						if err != nil {
 							return cli.Exit("", ExitFindings)
@@ -420,7 +424,7 @@ func configCommand() *cli.Command {
 						return nil
 					}
 					if err != nil {
-						return cli.Exit(err.Error(), ExitFindings)
+						return failure(err)
 					}
 					fmt.Fprintf(c.App.Writer, "%s: valid (flow %s, environment %s)\n", path, cfg.Flow, cfg.Environment)
 					return nil
@@ -459,9 +463,9 @@ func streamCommand() *cli.Command {
 				&cli.StringFlag{Name: "lsn", Usage: "commit LSN (X/X) of the transaction"},
 				&cli.Uint64Flag{Name: "offset", Usage: "log offset"},
 			},
-			Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+			Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 				if c.IsSet("lsn") == c.IsSet("offset") {
-					return cli.Exit("stream locate-local: give exactly one of --lsn or --offset", ExitError)
+					return usageError("stream locate-local: give exactly one of --lsn or --offset")
 				}
 				loc, err := f.Locate(c.Context, c.String("lsn"), c.Uint64("offset"), c.IsSet("offset"))
 				if err != nil {
@@ -471,7 +475,7 @@ func streamCommand() *cli.Command {
 					return cli.Exit("stream locate-local: no stored transaction matches", ExitFindings)
 				}
 				if format == "json" {
-					return writeJSON(c.App.Writer, loc)
+					return writeJSON(c, true, loc)
 				}
 				return loc.RenderText(c.App.Writer)
 			}),
@@ -482,17 +486,16 @@ func streamCommand() *cli.Command {
 func repairPlanCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "repair-plan",
-		Usage:  "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
-		Hidden: true,
+		Usage: "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "accepted for the command named by verify; the plan covers the whole flow"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
 			p, err := f.RepairPlan(c.Context)
 			if err != nil {
 				return failure(err)
 			}
 			if format == "json" {
-				err = writeJSON(c.App.Writer, p)
+				err = writeJSON(c, len(p.Steps) == 0, p)
 			} else {
 				p.RenderText(c.App.Writer)
 			}
