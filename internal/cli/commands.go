@@ -9,7 +9,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 
 	"github.com/trellara/trellara/internal/check"
@@ -91,10 +94,10 @@ func initCommand() *cli.Command {
 		Name:  "init",
 		Usage: "write a flow config (trellara.yml) for a source, target and tables",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "source-database-url", Usage: "source connection URL; with --evaluate written inline, otherwise as {env: TRELLARA_SOURCE_URL}"},
-			&cli.StringFlag{Name: "target-database-url", Usage: "target connection URL (same rule)"},
-			&cli.StringSliceFlag{Name: "table", Usage: "schema.table to capture (repeatable)", Required: true},
-			&cli.StringFlag{Name: "flow", Usage: "flow name (default: from the first table)"},
+			&cli.StringFlag{Name: "source-database-url", Usage: "source connection URL; with --evaluate written inline, otherwise kept out of the file as {env: TRELLARA_SOURCE_URL} (init prints the export line to set)"},
+			&cli.StringFlag{Name: "target-database-url", Usage: "target connection URL (same rule, TRELLARA_TARGET_URL)"},
+			&cli.StringSliceFlag{Name: "table", Usage: "schema.table to capture (repeatable); checked against the source when it is reachable", Required: true},
+			&cli.StringFlag{Name: "flow", Usage: "flow name (default: from the source database's name)"},
 			&cli.StringFlag{Name: "source-id", Usage: "stable id of the source database", Value: "source"},
 			&cli.BoolFlag{Name: "evaluate", Usage: "evaluation flow: local log beside the config, Trellara owns slot and publication, target tables created"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"config"}, Usage: "config path to write", Value: "trellara.yml"},
@@ -105,24 +108,49 @@ func initCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			ref := func(flag, env string) config.SecretRef {
+			evaluate := c.Bool("evaluate")
+			// env: the variables a non-evaluation config references, each
+			// with the typed URL's credentials replaced by a placeholder.
+			env := map[string]string{}
+			ref := func(flag, name string) config.SecretRef {
 				v := c.String(flag)
 				if v == "" {
 					return config.SecretRef{}
 				}
-				if c.Bool("evaluate") {
+				if evaluate {
 					return config.InlineRef(v)
 				}
-				return config.EnvRef(env)
+				env[name] = config.RedactConnString(v)
+				return config.EnvRef(name)
 			}
+			srcURL := c.String("source-database-url")
 			src := ref("source-database-url", "TRELLARA_SOURCE_URL")
 			if src.IsZero() {
 				src = config.EnvRef("TRELLARA_SOURCE_URL")
+				if _, ok := os.LookupEnv("TRELLARA_SOURCE_URL"); !ok {
+					env["TRELLARA_SOURCE_URL"] = "postgres://<user>:<password>@<host>:5432/<database>"
+				}
+			}
+			database := ""
+			if srcURL != "" {
+				pc, err := pgconn.ParseConfig(srcURL)
+				if err != nil {
+					return usageError("--source-database-url: %v", config.ScrubConnError(err, srcURL))
+				}
+				database = pc.Database
+			}
+			if c.String("flow") == "" && database == "" {
+				return usageError("init: name the flow with --flow NAME (the source URL names no database to derive it from)")
+			}
+			if srcURL != "" {
+				if err := checkTablesExist(c.Context, srcURL, c.StringSlice("table")); err != nil {
+					return err
+				}
 			}
 			cfg, err := config.Starter(config.StarterOptions{
-				Flow: c.String("flow"), SourceID: c.String("source-id"),
+				Flow: c.String("flow"), SourceID: c.String("source-id"), Database: database,
 				SourceDatabaseURL: src, TargetDatabaseURL: ref("target-database-url", "TRELLARA_TARGET_URL"),
-				Tables: c.StringSlice("table"), Evaluate: c.Bool("evaluate"),
+				Tables: c.StringSlice("table"), Evaluate: evaluate,
 			})
 			if err != nil {
 				return failure(err)
@@ -132,12 +160,54 @@ func initCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				return writeJSON(c, true, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": c.Bool("evaluate")})
+				return writeJSON(c, true, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": evaluate, "environment": env})
 			}
-			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: %s\n", out, cfg.Flow, shell.Trellara("check", out, "--format", "text"))
+			w := c.App.Writer
+			fmt.Fprintf(w, "wrote %s (flow %s)\n", out, cfg.Flow)
+			if len(env) > 0 {
+				fmt.Fprintln(w, "the config reads the connection URLs from the environment (they are not written to the file); set them, with the real user and password in place of <redacted>, before the next command:")
+				for _, name := range []string{"TRELLARA_SOURCE_URL", "TRELLARA_TARGET_URL"} {
+					if v, ok := env[name]; ok {
+						fmt.Fprintf(w, "  export %s=%s\n", name, shell.Quote(v))
+					}
+				}
+			}
+			fmt.Fprintf(w, "next: %s\n", shell.Trellara("check", out, "--format", "text"))
 			return nil
 		},
 	}
+}
+
+// checkTablesExist refuses tables the source lacks (or that are not
+// tables). A source that cannot be reached is not a refusal: init may run
+// before the database does; check and preflight will say.
+func checkTablesExist(ctx context.Context, url string, tables []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.Background())
+	var missing []string
+	for _, s := range tables {
+		t, err := config.ParseTableName(s)
+		if err != nil {
+			continue // Starter names the bad name with its fix
+		}
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, t.Name).Scan(&n); err != nil {
+			return failure(fmt.Errorf("init: look up %s on the source: %w", t, config.ScrubConnError(err, url)))
+		}
+		if n == 0 {
+			missing = append(missing, t.String())
+		}
+	}
+	if len(missing) > 0 {
+		return failure(fmt.Errorf("init: the source has no table %s; fix: correct --table (list the source's tables with psql's \\dt)", strings.Join(missing, ", ")))
+	}
+	return nil
 }
 
 func checkCommand() *cli.Command {
@@ -485,7 +555,7 @@ func streamCommand() *cli.Command {
 
 func repairPlanCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "repair-plan",
+		Name:  "repair-plan",
 		Usage: "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "accepted for the command named by verify; the plan covers the whole flow"}},
