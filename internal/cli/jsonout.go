@@ -105,7 +105,7 @@ func writeEnvelope(w io.Writer, command string, ok bool, body any, jerr *jsonErr
 func commandName(c *cli.Context) string {
 	var parts []string
 	for _, l := range c.Lineage() {
-		if l.Command != nil && l.Command.Name != "" {
+		if l.Command != nil && l.Command.Name != "" && l.Command.Name != c.App.Name { // not the root: the app itself
 			parts = append([]string{l.Command.Name}, parts...)
 		}
 	}
