@@ -149,19 +149,21 @@ const (
 
 // StatusProblems judges one sample of the report. It is a problem when:
 // a quarantined unit is open; the slot exists, is inactive (no process
-// streams from it, so the flow is not running) and retains WAL (retained
-// WAL > 0: it grows with every source write until the flow runs again);
-// a consumer of the local log is past retention.
+// streams from it, so the flow is not running) and has WAL past its
+// confirmed position (lag_bytes > 0): the WAL it retains then grows with
+// every source write until the flow runs again (a slot confirmed up to the
+// current position retains only what the next start needs, and is no
+// problem); a consumer of the local log is past retention.
 func StatusProblems(st *Status, configPath string) []StatusProblem {
 	out := []StatusProblem{}
 	if q := st.Quarantine; q != nil && q.Open > 0 {
 		out = append(out, StatusProblem{Code: ProblemQuarantineOpen,
-			Message: fmt.Sprintf("%d quarantined transaction(s) open: the applier is stopped behind them", q.Open),
+			Message: plural(int(q.Open), "quarantined transaction") + " open: the applier stops at the first until it applies",
 			Fix:     shell.Trellara("repair-plan", configPath)})
 	}
-	if s := st.Slot; s != nil && s.Exists && !s.Active && s.RetainedWALBytes > 0 {
+	if s := st.Slot; s != nil && s.Exists && !s.Active && s.LagBytes > 0 {
 		out = append(out, StatusProblem{Code: ProblemSlotRetainingWAL,
-			Message: fmt.Sprintf("slot %s is inactive and retains %s of WAL on the source, growing with every write until the flow runs", s.Name, bytesString(s.RetainedWALBytes)),
+			Message: fmt.Sprintf("slot %s is inactive with %s of WAL not yet consumed (%s retained on the source), growing with every write until the flow runs", s.Name, bytesString(s.LagBytes), bytesString(s.RetainedWALBytes)),
 			Fix:     "start the flow: " + shell.Trellara("run", configPath) + " (or " + shell.Trellara("run", configPath, "--local") + "); to stop for good, " + shell.Trellara("run", configPath, "--cleanup")})
 	}
 	if l := st.Log; l != nil {
