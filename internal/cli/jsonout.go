@@ -31,9 +31,9 @@ const (
 // jsonError is the envelope's error object: what stopped the command and
 // the fix.
 type jsonError struct {
-	Code     string               `json:"code"`
-	Message  string               `json:"message"`
-	Fix      string               `json:"fix"`
+	Code     string              `json:"code"`
+	Message  string              `json:"message"`
+	Fix      string              `json:"fix"`
 	Problems []config.FieldError `json:"problems,omitempty"`
 }
 
