@@ -47,7 +47,7 @@ type Flow struct {
 
 // Open loads path, resolves its secrets and opens the local log.
 func Open(path string, logger *slog.Logger) (*Flow, error) {
-	f, err := load(path, logger)
+	f, err := OpenConfig(path, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 // --cleanup removed it) f.Log is nil; an existing log is opened without
 // registering any cursor.
 func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
-	f, err := load(path, logger)
+	f, err := OpenConfig(path, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -105,9 +105,10 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 	return f, nil
 }
 
-// load reads and checks the config and resolves its secrets: the part of
-// opening a flow that touches nothing on disk.
-func load(path string, logger *slog.Logger) (*Flow, error) {
+// OpenConfig loads path and resolves its secrets without opening the local
+// log (Log and Pins are nil): the part of opening a flow that touches
+// nothing on disk.
+func OpenConfig(path string, logger *slog.Logger) (*Flow, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
