@@ -127,6 +127,13 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 	v.jsonRun(t, ExitOK, "check", "--config", cfg)
 	v.jsonRun(t, ExitOK, "preflight", "--config", cfg)
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local", "--verify")
+	// The target tables the evaluation flow created carry the source's
+	// unique indexes (users.email), not only its primary keys.
+	pg.ExecDB(t, "shop_target", `DO $$ BEGIN
+		IF (SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+		    WHERE c.relname = 'users' AND i.indisunique AND NOT i.indisprimary) <> 1 THEN
+			RAISE EXCEPTION 'the created target table public.users lacks the source''s unique index on email';
+		END IF; END $$`)
 	pg.ExecDB(t, "shop", `INSERT INTO public.users VALUES (51, 'late', NULL)`)
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local")
 	v.jsonRun(t, ExitOK, "verify", "--config", cfg)
