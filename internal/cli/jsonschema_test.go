@@ -156,6 +156,8 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 		t.Errorf("repair-plan has no step for the quarantine: %v", plan)
 	} else if s := steps[0].(map[string]any); s["table"] != "public.users" || s["sqlstate"] != "23505" {
 		t.Errorf("repair-plan step lacks its table or SQLSTATE: %v", s)
+	} else if p, f := s["problem"].(string), s["fix"].(string); strings.Count(p, "SQLSTATE 23505") != 1 || strings.Contains(f, "constraint 23505") {
+		t.Errorf("repair-plan repeats the SQLSTATE or calls it a constraint:\nproblem: %s\nfix: %s", p, f)
 	}
 	pg.ExecDB(t, "shop_target", `DELETE FROM public.users WHERE id = 52`)
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local")

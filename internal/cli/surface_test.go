@@ -67,6 +67,8 @@ func TestStatusIsReadOnly(t *testing.T) {
 	}
 	if out, errOut, code := run(t, "run", "--config", cfg, "--local"); code != 0 {
 		t.Fatalf("run: %d %s%s", code, out, errOut)
+	} else if strings.ContainsAny(out+errOut, "\r\033") {
+		t.Errorf("run wrote terminal control characters into redirected output: %q", out+errOut)
 	}
 	if out, errOut, code := run(t, "run", "--config", cfg, "--cleanup"); code != 0 {
 		t.Fatalf("cleanup: %d %s%s", code, out, errOut)
