@@ -327,9 +327,11 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		w := c.App.Writer
 		fmt.Fprintf(w, "flow          %s\n", res.Flow)
 		fmt.Fprintf(w, "transport     local segment log at %s · fsync %s\n", res.Transport.Dir, res.Transport.Fsync)
-		fmt.Fprintf(w, "this run      %d units published · %d transactions applied atomically (%d redelivered, skipped) · %d rows\n",
-			*res.ThisRun.PublishedUnits, res.ThisRun.TransactionsApplied, res.ThisRun.TransactionsSkipped, res.ThisRun.RowsApplied)
-		fmt.Fprintf(w, "flow totals   %d transactions applied · %d skipped · %d rows\n", res.Totals.TransactionsApplied, res.Totals.TransactionsSkipped, res.Totals.RowsApplied)
+		fmt.Fprintf(w, "this run      %s published · %s applied atomically (%d redelivered, skipped) · %s\n",
+			flow.Plural(int(*res.ThisRun.PublishedUnits), "unit"), flow.Plural(int(res.ThisRun.TransactionsApplied), "transaction"),
+			res.ThisRun.TransactionsSkipped, flow.Plural(int(res.ThisRun.RowsApplied), "row"))
+		fmt.Fprintf(w, "flow totals   %s applied · %d skipped · %s\n", flow.Plural(int(res.Totals.TransactionsApplied), "transaction"),
+			res.Totals.TransactionsSkipped, flow.Plural(int(res.Totals.RowsApplied), "row"))
 		fmt.Fprintf(w, "checkpoint    %s (caught up with %s)\n", res.Checkpoint, res.CatchUpLSN)
 		fmt.Fprintf(w, "duration      %.1fs\n", res.DurationSecs)
 		if res.Verify != nil {

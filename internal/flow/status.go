@@ -158,7 +158,7 @@ func StatusProblems(st *Status, configPath string) []StatusProblem {
 	out := []StatusProblem{}
 	if q := st.Quarantine; q != nil && q.Open > 0 {
 		out = append(out, StatusProblem{Code: ProblemQuarantineOpen,
-			Message: plural(int(q.Open), "quarantined transaction") + " open: the applier stops at the first until it applies",
+			Message: Plural(int(q.Open), "quarantined transaction") + " open: the applier stops at the first until it applies",
 			Fix:     shell.Trellara("repair-plan", configPath)})
 	}
 	if s := st.Slot; s != nil && s.Exists && !s.Active && s.LagBytes > 0 {
@@ -325,7 +325,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 	}
 	if l := st.Log; l != nil {
 		if l.Exists {
-			fmt.Fprintf(w, "local log     %s · %s · %s retained · offsets %d..%d\n", l.Dir, plural(l.Segments, "segment"), bytesString(l.RetainedBytes), l.FirstOffset, l.NextOffset)
+			fmt.Fprintf(w, "local log     %s · %s · %s retained · offsets %d..%d\n", l.Dir, Plural(l.Segments, "segment"), bytesString(l.RetainedBytes), l.FirstOffset, l.NextOffset)
 		}
 		for _, c := range l.Cursors {
 			extra := ""
@@ -341,7 +341,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			applied = fmt.Sprintf("applied %s (%.0fs ago)", c.AppliedAt.Format(time.RFC3339), *c.SecondsSinceApply)
 		}
 		fmt.Fprintf(w, "checkpoint    commit %s · end %s · %s\n", c.CommitLSN, c.EndLSN, applied)
-		fmt.Fprintf(w, "              totals: %d transactions applied · %d redelivered and skipped · %d rows\n", c.TxnsApplied, c.TxnsSkipped, c.RowsApplied)
+		fmt.Fprintf(w, "              totals: %s applied · %d redelivered and skipped · %s\n", Plural(int(c.TxnsApplied), "transaction"), c.TxnsSkipped, Plural(int(c.RowsApplied), "row"))
 	}
 	for _, s := range st.Snapshots {
 		state := "copying"
@@ -350,7 +350,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		} else if s.Done {
 			state = "copied, waiting for the stream to pass its boundary"
 		}
-		fmt.Fprintf(w, "snapshot      %s · %d rows · %s\n", s.Relation, s.Rows, state)
+		fmt.Fprintf(w, "snapshot      %s · %s · %s\n", s.Relation, Plural(int(s.Rows), "row"), state)
 	}
 	if q := st.Quarantine; q != nil {
 		fmt.Fprintf(w, "quarantine    %d open (%d total)", q.Open, q.Total)
@@ -385,8 +385,8 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 	return nil
 }
 
-// plural renders "1 segment", "2 segments".
-func plural(n int, noun string) string {
+// Plural renders a count with its noun: "1 segment", "2 segments".
+func Plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
