@@ -70,6 +70,17 @@ func TestStatusIsReadOnly(t *testing.T) {
 	} else if strings.ContainsAny(out+errOut, "\r\033") {
 		t.Errorf("run wrote terminal control characters into redirected output: %q", out+errOut)
 	}
+	// Beside the process running the flow, which holds the log's lock,
+	// status still reports (the log's figures are that process's).
+	held, err := flow.Open(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, "status", "--config", cfg)
+	held.Close()
+	if code == ExitError || !strings.Contains(out, "held by the process running the flow") {
+		t.Errorf("status beside a running flow: exit %d\n%s%s", code, out, errOut)
+	}
 	if out, errOut, code := run(t, "run", "--config", cfg, "--cleanup"); code != 0 {
 		t.Fatalf("cleanup: %d %s%s", code, out, errOut)
 	}

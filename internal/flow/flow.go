@@ -43,6 +43,9 @@ type Flow struct {
 	Repair     *segmentlog.RepairReport
 	Logger     *slog.Logger
 	dir        string
+	// logHeld: OpenReadOnly found the local log locked by the process
+	// running the flow, and left it closed.
+	logHeld bool
 }
 
 // Open loads path, resolves its secrets and opens the local log.
@@ -84,7 +87,8 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 
 // OpenReadOnly opens a flow for reports (status, repair-plan): it creates
 // nothing. Without a local log directory (the flow has not run here, or
-// --cleanup removed it) f.Log is nil; an existing log is opened without
+// --cleanup removed it), or while the process running the flow holds the
+// log's lock, f.Log is nil; otherwise the log is opened without
 // registering any cursor.
 func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 	f, err := OpenConfig(path, logger)
@@ -99,7 +103,9 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("flow %s: local log %s: %w", f.Cfg.Flow, f.logDir(), err)
 	}
-	if err := f.openLog(); err != nil {
+	if err := f.openLog(); errors.Is(err, segmentlog.ErrLocked) {
+		f.logHeld = true // the running flow holds it: report without it
+	} else if err != nil {
 		return nil, err
 	}
 	return f, nil

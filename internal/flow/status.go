@@ -71,6 +71,7 @@ type SlotStatus struct {
 type LogStatus struct {
 	Dir           string         `json:"dir"`
 	Exists        bool           `json:"exists"`
+	Held          bool           `json:"held"` // locked by the process running the flow: the figures are on its /metrics
 	RetainedBytes int64          `json:"retained_bytes"`
 	Segments      int            `json:"segments"`
 	FirstOffset   uint64         `json:"first_offset"`
@@ -194,9 +195,13 @@ func (f *Flow) RecordVerify(r *verify.Result) error {
 func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 	st := &Status{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Tables: []TableStatus{}, Snapshots: []SnapshotStatus{}, Notes: []string{}}
 	st.Log = &LogStatus{Dir: f.dir, Cursors: []CursorStatus{}}
-	if f.Log == nil {
+	switch {
+	case f.logHeld:
+		st.Log.Exists, st.Log.Held = true, true
+		st.Notes = append(st.Notes, fmt.Sprintf("the local log at %s is held by the process running the flow: its figures are on that process's /metrics (trellara_log_*)", f.dir))
+	case f.Log == nil:
 		st.Notes = append(st.Notes, fmt.Sprintf("no local log at %s: the flow has not run here, or was cleaned up", f.dir))
-	} else {
+	default:
 		ls := f.Log.Stats()
 		st.Log.Exists = true
 		st.Log.RetainedBytes, st.Log.Segments, st.Log.FirstOffset, st.Log.NextOffset = ls.RetainedBytes, ls.Segments, ls.FirstOffset, ls.NextOffset
@@ -324,7 +329,9 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		}
 	}
 	if l := st.Log; l != nil {
-		if l.Exists {
+		if l.Held {
+			fmt.Fprintf(w, "local log     %s · held by the process running the flow\n", l.Dir)
+		} else if l.Exists {
 			fmt.Fprintf(w, "local log     %s · %s · %s retained · offsets %d..%d\n", l.Dir, Plural(l.Segments, "segment"), bytesString(l.RetainedBytes), l.FirstOffset, l.NextOffset)
 		}
 		for _, c := range l.Cursors {
