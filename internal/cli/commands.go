@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 
+	"github.com/trellara/trellara/consumer"
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
@@ -546,8 +547,8 @@ func streamCommand() *cli.Command {
 				if loc == nil {
 					return cli.Exit("stream locate-local: no stored transaction matches", ExitFindings)
 				}
-				if format == "json" {
-					return writeJSON(c, true, loc)
+				if format == "json" { // the unit as stream tail --rows prints it
+					return writeJSON(c, true, tailLineOf(consumer.Unit{Offset: loc.Offset, Envelope: loc.Envelope, Bytes: loc.Bytes}, true))
 				}
 				return loc.RenderText(c.App.Writer)
 			}),

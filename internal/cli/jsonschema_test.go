@@ -163,6 +163,10 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local")
 	v.jsonRun(t, ExitOK, "repair-plan", "--config", cfg)
 
+	loc := v.jsonRun(t, ExitOK, "stream", "locate-local", "--config", cfg, "--offset", "0")
+	if rows, _ := loc["rows"].([]any); len(rows) == 0 {
+		t.Errorf("locate-local printed no rows: %v", loc)
+	}
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--cleanup")
 
 	// Failures: the envelope with the error object, on stdout.
