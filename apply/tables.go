@@ -31,6 +31,10 @@ type TableDef struct {
 	// when an UPDATE or DELETE reaches it, even when the publication
 	// publishes via the partition root.
 	Partitions []TableDef
+	// UniqueKeys lists the column lists of the source's unique indexes
+	// other than the primary key (plain columns, no predicate), so a target
+	// created from the definition refuses what the source refuses.
+	UniqueKeys [][]string
 }
 
 // ColumnDef is one column.
@@ -175,6 +179,9 @@ func (d TableDef) CreateSQL() string {
 	if len(d.PrimaryKey) > 0 {
 		fmt.Fprintf(&b, ",\n    PRIMARY KEY (%s)", quoteList(d.PrimaryKey))
 	}
+	for _, u := range d.UniqueKeys {
+		fmt.Fprintf(&b, ",\n    UNIQUE (%s)", quoteList(u))
+	}
 	b.WriteString("\n)")
 	return b.String()
 }
@@ -271,6 +278,9 @@ func readTableDef(ctx context.Context, db DB, name config.TableName) (TableDef, 
 			return d, false, err
 		}
 	}
+	if d.UniqueKeys, err = uniqueKeys(ctx, db, oid); err != nil {
+		return d, false, err
+	}
 	return d, true, nil
 }
 
@@ -303,6 +313,26 @@ func leafPartitions(ctx context.Context, db DB, oid uint32) ([]TableDef, error) 
 		}
 	}
 	return out, nil
+}
+
+// uniqueKeys lists the column lists of the table's unique indexes other
+// than the primary key, in index name order. Indexes on expressions or
+// with a predicate are left out: a UNIQUE constraint cannot express them.
+func uniqueKeys(ctx context.Context, db DB, oid uint32) ([][]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT array_agg(a.attname::text ORDER BY k.ord)
+		FROM pg_index i
+		JOIN pg_class ic ON ic.oid = i.indexrelid
+		CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		WHERE i.indrelid = $1 AND i.indisunique AND NOT i.indisprimary
+		  AND i.indexprs IS NULL AND i.indpred IS NULL
+		GROUP BY ic.relname
+		ORDER BY ic.relname`, oid)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[[]string])
 }
 
 // indexColumns lists, in index order, the columns of the table's index

@@ -84,7 +84,9 @@ step "trellara verify --config trellara.yml"
 "$T" verify --config trellara.yml
 
 step "trellara status --config trellara.yml --view report --format text"
-"$T" status --config trellara.yml --view report --format text
+# status exits 1 when it reports a problem (docs/CLI.md): verify's fence is WAL the stopped
+# flow has not consumed yet.
+"$T" status --config trellara.yml --view report --format text || echo "(status exit $?: the problems above)"
 
 step "cleanup: trellara run --config trellara.yml --cleanup"
 "$T" run --config trellara.yml --cleanup

@@ -30,8 +30,8 @@ func App() *cli.App {
 		Version: VersionString(),
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
-			"Operator and evidence tooling (chaos, semantics, schema, repair-plan, reseed, stream,\n" +
-			"pilot-scorecard, pilot-package) is hidden from this list; see docs/CLI.md.",
+			"Evidence tooling (chaos, stream) and commands not implemented yet (fleet, lake, semantics,\n" +
+			"schema, reseed, pilot-scorecard, pilot-package) are hidden from this list; see docs/CLI.md.",
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			initCommand(),
@@ -40,14 +40,14 @@ func App() *cli.App {
 			runCommand(),
 			verifyCommand(),
 			statusCommand(),
-			notImplemented("fleet", "many sources operated as one object: init, report, scorecard", false, configFlag(), formatFlag()),
-			notImplemented("lake", "Iceberg fan-in: plan, epoch, fanin verify", false, configFlag(), formatFlag()),
+			repairPlanCommand(),
 			configCommand(),
+			notImplemented("fleet", "many sources operated as one object: init, report, scorecard", true, configFlag(), formatFlag()),
+			notImplemented("lake", "Iceberg fan-in: plan, epoch, fanin verify", true, configFlag(), formatFlag()),
 
 			chaosCommand(),
 			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
 			notImplemented("schema", "schema contracts and DDL plans (ddl-plan)", true, configFlag(), formatFlag()),
-			repairPlanCommand(),
 			notImplemented("reseed", "re-snapshot a consumer past retention with a visibility boundary", true, configFlag(), formatFlag()),
 			streamCommand(),
 			notImplemented("pilot-scorecard", "pilot scorecard: convergence, drills, contract tests", true, configFlag(), formatFlag()),
@@ -59,23 +59,59 @@ func App() *cli.App {
 	return app
 }
 
-// Main runs the CLI and returns the process exit code.
+// Main runs the CLI and returns the process exit code. A command run with
+// --format json that fails before writing its output still writes the
+// envelope, with the error, on stdout; the message goes to stderr too.
 func Main(args []string, stdout, stderr io.Writer) int {
 	app := App()
-	app.Writer, app.ErrWriter = stdout, stderr
+	out := &countingWriter{w: stdout}
+	app.Writer, app.ErrWriter = out, stderr
+	var ran struct{ command, config string }
+	each(app.Commands, func(cmd *cli.Command) {
+		cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
+			ran.command = commandName(c)
+			return &exitErr{err: &usageErr{err.Error()}, code: ExitError}
+		}
+		if cmd.Action == nil {
+			return
+		}
+		action := cmd.Action
+		cmd.Action = func(c *cli.Context) error {
+			ran.command, ran.config = commandName(c), c.String("config")
+			return action(c)
+		}
+	})
 	err := app.Run(args)
 	if err == nil {
 		return ExitOK
 	}
+	code := ExitError
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, msg)
-		}
-		return ec.ExitCode()
+		code = ec.ExitCode()
+	} else {
+		err = &exitErr{err: err, code: ExitError}
 	}
-	fmt.Fprintln(stderr, "trellara:", err)
-	return ExitError
+	msg := err.Error()
+	if msg != "" {
+		fmt.Fprintln(stderr, msg)
+	}
+	if out.n == 0 && msg != "" && wantsJSON(args[1:]) {
+		name := ran.command
+		if name == "" {
+			name = "trellara"
+		}
+		_ = writeEnvelope(stdout, name, false, nil, classify(err, ran.config))
+	}
+	return code
+}
+
+// each calls fn for every command and subcommand.
+func each(cmds []*cli.Command, fn func(*cli.Command)) {
+	for _, c := range cmds {
+		fn(c)
+		each(c.Subcommands, fn)
+	}
 }
 
 // VersionString is what --version prints after the program name.
@@ -117,6 +153,6 @@ func outputFormat(c *cli.Context) (string, error) {
 	case "text", "json":
 		return f, nil
 	default:
-		return "", cli.Exit(fmt.Sprintf("--format %q: must be text or json", f), ExitError)
+		return "", usageError("--format %q: must be text or json", f)
 	}
 }

@@ -14,8 +14,8 @@ func run(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-// The public surface is exactly nine commands; everything else is hidden.
-func TestHelpListsExactlyNineCommands(t *testing.T) {
+// The public surface is exactly eight commands; everything else is hidden.
+func TestHelpListsExactlyEightCommands(t *testing.T) {
 	out, _, code := run(t, "--help")
 	if code != 0 {
 		t.Fatalf("--help exit %d", code)
@@ -25,7 +25,7 @@ func TestHelpListsExactlyNineCommands(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s{3}(\S+)\s`).FindAllStringSubmatch(sec, -1) {
 		got = append(got, m[1])
 	}
-	want := "init check preflight run verify status fleet lake config"
+	want := "init check preflight run verify status repair-plan config"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("--help lists %q, want %q", got, want)
 	}
@@ -33,7 +33,7 @@ func TestHelpListsExactlyNineCommands(t *testing.T) {
 
 func TestHiddenCommandsExist(t *testing.T) {
 	app := App()
-	for _, name := range []string{"chaos", "semantics", "schema", "repair-plan", "reseed", "stream", "pilot-scorecard", "pilot-package"} {
+	for _, name := range []string{"chaos", "semantics", "schema", "reseed", "stream", "pilot-scorecard", "pilot-package", "fleet", "lake"} {
 		c := app.Command(name)
 		if c == nil {
 			t.Fatalf("hidden command %s missing", name)

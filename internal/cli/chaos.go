@@ -165,7 +165,7 @@ func chaosRun(c *cli.Context) error {
 				out.Swarm.Failures = []swarmFailure{}
 			}
 		}
-		if err := writeJSON(w, out); err != nil {
+		if err := writeJSON(c, rep.Summary.Failed == 0 && len(failures) == 0, out); err != nil {
 			return err
 		}
 	} else {

@@ -40,6 +40,7 @@ func TestChaosRunJSONFamilyAndSwarm(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	newJSONValidator(t).check(t, "chaos run", out) // docs/json/chaos-run.schema.json
 	if got.Summary.Scenarios < 5 || got.Summary.Passed != got.Summary.Scenarios {
 		t.Errorf("summary %+v", got.Summary)
 	}

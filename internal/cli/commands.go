@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,8 +11,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/urfave/cli/v2"
 
+	"github.com/trellara/trellara/consumer"
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
@@ -44,34 +45,43 @@ func verboseFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "verbose", Usage: "log lifecycle events to stderr"}
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// writeJSON writes the command's JSON output in the envelope; ok is true
+// exactly when the command exits 0.
+func writeJSON(c *cli.Context, ok bool, body any) error {
+	if err := writeEnvelope(c.App.Writer, commandName(c), ok, body, nil); err != nil {
+		return failure(err)
+	}
+	return nil
 }
 
-// failure maps an error to the exit code contract: 2 = could not run.
+// failure maps an error to the exit code contract: 1 for an invalid
+// config (as `config validate` and `check` say it), 2 = could not run.
 func failure(err error) error {
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
 		return err
 	}
-	return cli.Exit("trellara: "+err.Error(), ExitError)
-}
-
-func openFlow(c *cli.Context) (*flow.Flow, error) {
-	return flow.Open(c.String("config"), logger(c))
+	if _, ok := config.Problems(err); ok {
+		return &exitErr{err: err, code: ExitFindings}
+	}
+	return &exitErr{err: err, code: ExitError}
 }
 
 // flowAction is an action on the flow named by --config, with the
-// validated --format; the flow's log is closed when it returns.
-func flowAction(fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
+// validated --format; the flow's log is closed when it returns. A
+// read-only action (status, repair-plan) opens the flow without creating
+// anything (flow.OpenReadOnly).
+func flowAction(readOnly bool, fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		format, err := outputFormat(c)
 		if err != nil {
 			return err
 		}
-		f, err := openFlow(c)
+		open := flow.Open
+		if readOnly {
+			open = flow.OpenReadOnly
+		}
+		f, err := open(c.String("config"), logger(c))
 		if err != nil {
 			return failure(err)
 		}
@@ -85,10 +95,10 @@ func initCommand() *cli.Command {
 		Name:  "init",
 		Usage: "write a flow config (trellara.yml) for a source, target and tables",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "source-database-url", Usage: "source connection URL; with --evaluate written inline, otherwise as {env: TRELLARA_SOURCE_URL}"},
-			&cli.StringFlag{Name: "target-database-url", Usage: "target connection URL (same rule)"},
-			&cli.StringSliceFlag{Name: "table", Usage: "schema.table to capture (repeatable)", Required: true},
-			&cli.StringFlag{Name: "flow", Usage: "flow name (default: from the first table)"},
+			&cli.StringFlag{Name: "source-database-url", Usage: "source connection URL; with --evaluate written inline, otherwise kept out of the file as {env: TRELLARA_SOURCE_URL} (init prints the export line to set)"},
+			&cli.StringFlag{Name: "target-database-url", Usage: "target connection URL (same rule, TRELLARA_TARGET_URL)"},
+			&cli.StringSliceFlag{Name: "table", Usage: "schema.table to capture (repeatable); checked against the source when it is reachable", Required: true},
+			&cli.StringFlag{Name: "flow", Usage: "flow name (default: from the source database's name)"},
 			&cli.StringFlag{Name: "source-id", Usage: "stable id of the source database", Value: "source"},
 			&cli.BoolFlag{Name: "evaluate", Usage: "evaluation flow: local log beside the config, Trellara owns slot and publication, target tables created"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"config"}, Usage: "config path to write", Value: "trellara.yml"},
@@ -99,24 +109,49 @@ func initCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			ref := func(flag, env string) config.SecretRef {
+			evaluate := c.Bool("evaluate")
+			// env: the variables a non-evaluation config references, each
+			// with the typed URL's credentials replaced by a placeholder.
+			env := map[string]string{}
+			ref := func(flag, name string) config.SecretRef {
 				v := c.String(flag)
 				if v == "" {
 					return config.SecretRef{}
 				}
-				if c.Bool("evaluate") {
+				if evaluate {
 					return config.InlineRef(v)
 				}
-				return config.EnvRef(env)
+				env[name] = config.RedactConnString(v)
+				return config.EnvRef(name)
 			}
+			srcURL := c.String("source-database-url")
 			src := ref("source-database-url", "TRELLARA_SOURCE_URL")
 			if src.IsZero() {
 				src = config.EnvRef("TRELLARA_SOURCE_URL")
+				if _, ok := os.LookupEnv("TRELLARA_SOURCE_URL"); !ok {
+					env["TRELLARA_SOURCE_URL"] = "postgres://<user>:<password>@<host>:5432/<database>"
+				}
+			}
+			database := ""
+			if srcURL != "" {
+				pc, err := pgconn.ParseConfig(srcURL)
+				if err != nil {
+					return usageError("--source-database-url: %v", config.ScrubConnError(err, srcURL))
+				}
+				database = pc.Database
+			}
+			if c.String("flow") == "" && database == "" {
+				return usageError("init: name the flow with --flow NAME (the source URL names no database to derive it from)")
+			}
+			if srcURL != "" {
+				if err := checkTablesExist(c.Context, srcURL, c.StringSlice("table")); err != nil {
+					return err
+				}
 			}
 			cfg, err := config.Starter(config.StarterOptions{
-				Flow: c.String("flow"), SourceID: c.String("source-id"),
+				Flow: c.String("flow"), SourceID: c.String("source-id"), Database: database,
 				SourceDatabaseURL: src, TargetDatabaseURL: ref("target-database-url", "TRELLARA_TARGET_URL"),
-				Tables: c.StringSlice("table"), Evaluate: c.Bool("evaluate"),
+				Tables: c.StringSlice("table"), Evaluate: evaluate,
 			})
 			if err != nil {
 				return failure(err)
@@ -126,12 +161,54 @@ func initCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				return writeJSON(c.App.Writer, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": c.Bool("evaluate")})
+				return writeJSON(c, true, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": evaluate, "environment": env})
 			}
-			fmt.Fprintf(c.App.Writer, "wrote %s (flow %s)\nnext: %s\n", out, cfg.Flow, shell.Trellara("check", out, "--format", "text"))
+			w := c.App.Writer
+			fmt.Fprintf(w, "wrote %s (flow %s)\n", out, cfg.Flow)
+			if len(env) > 0 {
+				fmt.Fprintln(w, "the config reads the connection URLs from the environment (they are not written to the file); set them, with the real user and password in place of <redacted>, before the next command:")
+				for _, name := range []string{"TRELLARA_SOURCE_URL", "TRELLARA_TARGET_URL"} {
+					if v, ok := env[name]; ok {
+						fmt.Fprintf(w, "  export %s=%s\n", name, shell.Quote(v))
+					}
+				}
+			}
+			fmt.Fprintf(w, "next: %s\n", shell.Trellara("check", out, "--format", "text"))
 			return nil
 		},
 	}
+}
+
+// checkTablesExist refuses tables the source lacks (or that are not
+// tables). A source that cannot be reached is not a refusal: init may run
+// before the database does; check and preflight will say.
+func checkTablesExist(ctx context.Context, url string, tables []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil
+	}
+	defer conn.Close(context.Background())
+	var missing []string
+	for _, s := range tables {
+		t, err := config.ParseTableName(s)
+		if err != nil {
+			continue // Starter names the bad name with its fix
+		}
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, t.Name).Scan(&n); err != nil {
+			return failure(fmt.Errorf("init: look up %s on the source: %w", t, config.ScrubConnError(err, url)))
+		}
+		if n == 0 {
+			missing = append(missing, t.String())
+		}
+	}
+	if len(missing) > 0 {
+		return failure(fmt.Errorf("init: the source has no table %s; fix: correct --table (list the source's tables with psql's \\dt)", strings.Join(missing, ", ")))
+	}
+	return nil
 }
 
 func checkCommand() *cli.Command {
@@ -146,11 +223,11 @@ func checkCommand() *cli.Command {
 			}
 			cfg, err := config.Load(c.String("config"))
 			if err != nil {
-				return cli.Exit(err.Error(), ExitFindings)
+				return failure(err)
 			}
 			sec, err := cfg.ResolveSecrets()
 			if err != nil {
-				return cli.Exit(err.Error(), ExitFindings)
+				return failure(err)
 			}
 			ctx := c.Context
 			s, err := check.Connect(ctx, sec.SourceDatabaseURL.Reveal(), check.ConnectOptions{})
@@ -165,7 +242,7 @@ func checkCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				err = r.RenderJSON(c.App.Writer)
+				err = writeJSON(c, check.Passing(r.Grade), r)
 			} else {
 				verdict := "valid"
 				for _, f := range r.Findings {
@@ -203,7 +280,7 @@ func runCommand() *cli.Command {
 				defer stop()
 				return serve(c, ctx)
 			}
-			return flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+			return flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 				return runLocal(c, f, format)
 			})(c)
 		},
@@ -219,6 +296,10 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		if err != nil {
 			return failure(err)
 		}
+		if format == "json" {
+			return writeJSON(c, true, map[string]any{"flow": f.Cfg.Flow, "dropped": map[string]any{
+				"slot": f.Cfg.Source.Slot, "publication": f.Cfg.Source.Publication, "local_state": f.Cfg.Transport.Local.Dir}})
+		}
 		fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
 		for _, t := range emptied {
 			fmt.Fprintf(c.App.Writer, "emptied target table %s (rows this flow had copied)\n", t)
@@ -226,22 +307,32 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		return nil
 	}
 	var progress func(flow.Progress)
+	var pd *progressDisplay
 	if format == "text" {
-		progress = textProgress(c.App.ErrWriter)
+		pd = newProgressDisplay(c.App.ErrWriter)
+		progress = pd.update
 	}
 	res, err := f.RunLocal(ctx, c.Bool("verify"), progress)
+	if pd != nil {
+		pd.finish() // an error starts on a line of its own
+	}
 	if err != nil {
 		return failure(err)
 	}
+	converged := res.Verify == nil || res.Verify.Verdict == verify.Converged
 	if format == "json" {
-		if err := writeJSON(c.App.Writer, res); err != nil {
-			return failure(err)
+		if err := writeJSON(c, converged, res); err != nil {
+			return err
 		}
 	} else {
 		w := c.App.Writer
 		fmt.Fprintf(w, "flow          %s\n", res.Flow)
-		fmt.Fprintf(w, "transport     %s\n", res.Transport)
-		fmt.Fprintf(w, "transactions  %d applied atomically (%d redelivered, skipped), %d rows\n", res.Applied, res.Skipped, res.Rows)
+		fmt.Fprintf(w, "transport     local segment log at %s · fsync %s\n", res.Transport.Dir, res.Transport.Fsync)
+		fmt.Fprintf(w, "this run      %s published · %s applied atomically (%d redelivered, skipped) · %s\n",
+			flow.Plural(int(*res.ThisRun.PublishedUnits), "unit"), flow.Plural(int(res.ThisRun.TransactionsApplied), "transaction"),
+			res.ThisRun.TransactionsSkipped, flow.Plural(int(res.ThisRun.RowsApplied), "row"))
+		fmt.Fprintf(w, "flow totals   %s applied · %d skipped · %s\n", flow.Plural(int(res.Totals.TransactionsApplied), "transaction"),
+			res.Totals.TransactionsSkipped, flow.Plural(int(res.Totals.RowsApplied), "row"))
 		fmt.Fprintf(w, "checkpoint    %s (caught up with %s)\n", res.Checkpoint, res.CatchUpLSN)
 		fmt.Fprintf(w, "duration      %.1fs\n", res.DurationSecs)
 		if res.Verify != nil {
@@ -251,7 +342,7 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 			}
 		}
 	}
-	if res.Verify != nil && res.Verify.Verdict != verify.Converged {
+	if !converged {
 		return cli.Exit("", ExitFindings)
 	}
 	return nil
@@ -284,38 +375,13 @@ func serve(c *cli.Context, ctx context.Context) error {
 	return failure(err)
 }
 
-// textProgress renders a one-line progress display on a terminal-ish
-// stream, rewritten in place.
-func textProgress(w io.Writer) func(flow.Progress) {
-	last := time.Time{}
-	return func(p flow.Progress) {
-		if p.Phase == "done" {
-			fmt.Fprint(w, "\r\033[K")
-			return
-		}
-		if time.Since(last) < 250*time.Millisecond && p.Phase != "verifying" {
-			return
-		}
-		last = time.Now()
-		switch {
-		case p.Snapshot != nil:
-			s := p.Snapshot
-			fmt.Fprintf(w, "\r\033[Ksnapshot %s: %d rows, %.1f MB, %.0f rows/s, ETA %.0fs", s.Table, s.Rows, float64(s.Bytes)/1e6, s.RowsPerSecond, s.ETASeconds)
-		case p.Phase == "verifying":
-			fmt.Fprint(w, "\r\033[Kverifying convergence...")
-		default:
-			fmt.Fprintf(w, "\r\033[Kstreaming: %d units published, %d transactions applied, checkpoint %s → %s", p.Published, p.Applied, p.Checkpoint, p.Target)
-		}
-	}
-}
-
 func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
 		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 2 error)",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 			ctx, stop := signalContext(c)
 			defer stop()
 			res, err := f.Verify(ctx, c.StringSlice("table"))
@@ -323,7 +389,7 @@ func verifyCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				err = writeJSON(c.App.Writer, res)
+				err = writeJSON(c, res.Verdict == verify.Converged, res)
 			} else {
 				err = res.RenderText(c.App.Writer)
 			}
@@ -344,21 +410,29 @@ func statusCommand() *cli.Command {
 		Usage: "slot, lag, log retention, cursors, checkpoint, quarantine",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringFlag{Name: "view", Usage: "report, diagnostics or quarantine", Value: "report"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
 			view := c.String("view")
 			switch view {
 			case "report", "diagnostics", "quarantine":
 			default:
-				return cli.Exit(fmt.Sprintf("--view %q: must be report, diagnostics or quarantine", view), ExitError)
+				return usageError("--view %q: must be report, diagnostics or quarantine", view)
 			}
 			st, err := f.Status(c.Context, view)
 			if err != nil {
 				return failure(err)
 			}
 			if format == "json" {
-				return writeJSON(c.App.Writer, st)
+				err = writeJSON(c, len(st.Problems) == 0, st)
+			} else {
+				err = st.RenderText(c.App.Writer, view)
 			}
-			return st.RenderText(c.App.Writer, view)
+			if err != nil {
+				return failure(err)
+			}
+			if len(st.Problems) > 0 {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
 		}),
 	}
 }
@@ -369,11 +443,11 @@ func preflightCommand() *cli.Command {
 		Usage: "check connectivity, privileges, wal_level, slots, publication and target tables; each failure names its fix",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.BoolFlag{Name: "create-target-tables", Usage: "create missing target tables from the source definitions"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 			rep := f.Preflight(c.Context, c.Bool("create-target-tables"))
 			if format == "json" {
-				if err := writeJSON(c.App.Writer, rep); err != nil {
-					return failure(err)
+				if err := writeJSON(c, rep.OK, rep); err != nil {
+					return err
 				}
 			} else {
 				rep.RenderText(c.App.Writer)
@@ -407,12 +481,15 @@ func configCommand() *cli.Command {
 						_, err = cfg.ResolveSecrets()
 					}
 					if format == "json" {
-						out := map[string]any{"config": path, "valid": err == nil}
-						if err != nil {
-							out["errors"] = strings.Split(strings.TrimSpace(err.Error()), "\n")
+						problems, isConfig := config.Problems(err)
+						if err != nil && !isConfig {
+							return failure(err)
 						}
-						if werr := writeJSON(c.App.Writer, out); werr != nil {
-							return failure(werr)
+						if problems == nil {
+							problems = []config.FieldError{}
+						}
+						if werr := writeJSON(c, err == nil, map[string]any{"config": path, "valid": err == nil, "errors": problems}); werr != nil {
+							return werr
 						}
 						if err != nil {
 							return cli.Exit("", ExitFindings)
@@ -420,7 +497,7 @@ func configCommand() *cli.Command {
 						return nil
 					}
 					if err != nil {
-						return cli.Exit(err.Error(), ExitFindings)
+						return failure(err)
 					}
 					fmt.Fprintf(c.App.Writer, "%s: valid (flow %s, environment %s)\n", path, cfg.Flow, cfg.Environment)
 					return nil
@@ -459,9 +536,9 @@ func streamCommand() *cli.Command {
 				&cli.StringFlag{Name: "lsn", Usage: "commit LSN (X/X) of the transaction"},
 				&cli.Uint64Flag{Name: "offset", Usage: "log offset"},
 			},
-			Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+			Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 				if c.IsSet("lsn") == c.IsSet("offset") {
-					return cli.Exit("stream locate-local: give exactly one of --lsn or --offset", ExitError)
+					return usageError("stream locate-local: give exactly one of --lsn or --offset")
 				}
 				loc, err := f.Locate(c.Context, c.String("lsn"), c.Uint64("offset"), c.IsSet("offset"))
 				if err != nil {
@@ -470,8 +547,8 @@ func streamCommand() *cli.Command {
 				if loc == nil {
 					return cli.Exit("stream locate-local: no stored transaction matches", ExitFindings)
 				}
-				if format == "json" {
-					return writeJSON(c.App.Writer, loc)
+				if format == "json" { // the unit as stream tail --rows prints it
+					return writeJSON(c, true, tailLineOf(consumer.Unit{Offset: loc.Offset, Envelope: loc.Envelope, Bytes: loc.Bytes}, true))
 				}
 				return loc.RenderText(c.App.Writer)
 			}),
@@ -481,18 +558,17 @@ func streamCommand() *cli.Command {
 
 func repairPlanCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "repair-plan",
-		Usage:  "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
-		Hidden: true,
+		Name:  "repair-plan",
+		Usage: "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "accepted for the command named by verify; the plan covers the whole flow"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
 			p, err := f.RepairPlan(c.Context)
 			if err != nil {
 				return failure(err)
 			}
 			if format == "json" {
-				err = writeJSON(c.App.Writer, p)
+				err = writeJSON(c, len(p.Steps) == 0, p)
 			} else {
 				p.RenderText(c.App.Writer)
 			}

@@ -102,7 +102,7 @@ func TestInitNextStepQuotesThePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "it's.yml")
-	out, errOut, code := run(t, "init", "--table", "public.sales", "--output", path)
+	out, errOut, code := run(t, "init", "--table", "public.sales", "--flow", "sales", "--output", path)
 	if code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
 	}

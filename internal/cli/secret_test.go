@@ -45,7 +45,7 @@ target:
 		}
 		if !strings.Contains(all, "source.database_url.env: is not an environment variable name") ||
 			!strings.Contains(all, "target.database_url.file: is not an absolute path") ||
-			!strings.Contains(all, "fix: write the NAME of the variable") {
+			!(strings.Contains(all, "fix: write the NAME of the variable") || strings.Contains(all, `"fix": "write the NAME of the variable`)) {
 			t.Errorf("%v does not say which references are invalid and how to fix them:\n%s", args, all)
 		}
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -10,11 +11,27 @@ import (
 // the key path, so a FieldError printed alone still tells the operator where
 // to look; Fix says what to change.
 type FieldError struct {
-	Path    string // dotted key path, e.g. "source.database_url"; "" for file-level problems
-	Line    int    // 1-based line in the YAML file; 0 when unknown (e.g. a Config built in code)
-	Message string // what is wrong, naming Path
-	Fix     string // what to change; may be empty
-	Err     error  // underlying cause (e.g. an *fs.PathError), if any
+	Path    string `json:"path"`    // dotted key path, e.g. "source.database_url"; "" for file-level problems
+	Line    int    `json:"line"`    // 1-based line in the YAML file; 0 when unknown (e.g. a Config built in code)
+	Message string `json:"message"` // what is wrong, naming Path
+	Fix     string `json:"fix"`     // what to change; may be empty
+	Err     error  `json:"-"`       // underlying cause (e.g. an *fs.PathError), if any
+}
+
+// Problems returns every problem of an invalid or unreadable configuration
+// that err carries (a *ValidationError or a problem with the file itself),
+// one {path, line, message, fix} each; ok is false when err is not a
+// configuration problem.
+func Problems(err error) (problems []FieldError, ok bool) {
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		return append([]FieldError{}, ve.Errors...), true
+	}
+	var fe *fileError
+	if errors.As(err, &fe) {
+		return []FieldError{{Message: fe.path + ": " + fe.msg, Fix: fe.fix, Err: fe.err}}, true
+	}
+	return nil, false
 }
 
 // Error renders "line N: message; fix: ...".

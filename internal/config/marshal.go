@@ -174,6 +174,9 @@ type StarterOptions struct {
 	// slot and publication, creates target tables, and the log lives next
 	// to the config file.
 	Evaluate bool
+	// Database is the source database's name; the flow is named after it
+	// when Flow is empty. With neither, Starter asks for a flow name.
+	Database string
 	// Dir is the local log directory. Default: trellara-data/<flow> (beside
 	// the config file) when Evaluate, else /var/lib/trellara/<flow>.
 	Dir string
@@ -202,8 +205,8 @@ func Starter(o StarterOptions) (*Config, error) {
 		c.Source.Tables = append(c.Source.Tables, t)
 	}
 	c.Flow = o.Flow
-	if c.Flow == "" && len(c.Source.Tables) > 0 {
-		c.Flow = flowFromName(c.Source.Tables[0].Name)
+	if c.Flow == "" && o.Database != "" {
+		c.Flow = flowFromName(o.Database)
 	}
 	c.Source.ID = o.SourceID
 	if c.Source.ID == "" {
@@ -235,7 +238,7 @@ func Starter(o StarterOptions) (*Config, error) {
 	return c, nil
 }
 
-// flowFromName turns a table name into a flow name: lower case, anything
+// flowFromName turns a database name into a flow name: lower case, anything
 // outside [a-z0-9_] replaced by '_', at most 48 bytes.
 func flowFromName(name string) string {
 	var b strings.Builder

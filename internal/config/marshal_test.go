@@ -83,7 +83,8 @@ func TestStarter(t *testing.T) {
 	c, err := Starter(StarterOptions{
 		SourceDatabaseURL: InlineRef("postgres://app:pw@localhost/shop"),
 		TargetDatabaseURL: EnvRef("TRELLARA_TARGET_URL"),
-		Tables:            []string{"public.Sales", "public.line_items"},
+		Tables:            []string{"public.line_items", "public.Sales"},
+		Database:          "Sales",
 		Evaluate:          true,
 	})
 	if err != nil {
@@ -98,7 +99,7 @@ func TestStarter(t *testing.T) {
 		t.Errorf("no header comment:\n%s", out)
 	}
 
-	c, err = Starter(StarterOptions{SourceDatabaseURL: EnvRef("SRC"), Tables: []string{`inv."Stock-Levels"`}, Environment: Production})
+	c, err = Starter(StarterOptions{SourceDatabaseURL: EnvRef("SRC"), Tables: []string{`inv."Stock-Levels"`, "inv.orders"}, Database: "Stock-Levels", Environment: Production})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +116,17 @@ func TestStarter(t *testing.T) {
 	if !paths["source.tables[0]"] || !paths["source.database_url"] || strings.Contains(err.Error(), "pw@") {
 		t.Errorf("starter errors: %v", err)
 	}
+
+	// The flow is named after the database, never after a table; without
+	// either a name or a database it is asked for.
+	_, err = Starter(StarterOptions{SourceDatabaseURL: EnvRef("SRC"), Tables: []string{"public.users", "public.posts"}})
+	if errs := validationErrors(t, err); len(errs) != 1 || errs[0].Path != "flow" {
+		t.Errorf("starter without a flow name or database: %v", err)
+	}
 }
 
 func TestCreateFile(t *testing.T) {
-	c, err := Starter(StarterOptions{SourceDatabaseURL: InlineRef("postgres://u:pw@h/db"), Tables: []string{"public.sales"}, Evaluate: true})
+	c, err := Starter(StarterOptions{SourceDatabaseURL: InlineRef("postgres://u:pw@h/db"), Tables: []string{"public.sales"}, Flow: "sales", Evaluate: true})
 	if err != nil {
 		t.Fatal(err)
 	}

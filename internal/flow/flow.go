@@ -26,7 +26,9 @@ package flow
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -59,39 +61,26 @@ type Flow struct {
 	Repair     *segmentlog.RepairReport
 	Logger     *slog.Logger
 	dir        string
+	// logHeld: OpenReadOnly found the local log locked by the process
+	// running the flow, and left it closed.
+	logHeld bool
 }
 
 // Open loads path, resolves its secrets and opens the local log.
 func Open(path string, logger *slog.Logger) (*Flow, error) {
-	cfg, err := config.Load(path)
+	f, err := OpenConfig(path, logger)
 	if err != nil {
 		return nil, err
 	}
-	sec, err := cfg.ResolveSecrets()
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Transport.Local == nil {
-		return nil, fmt.Errorf("flow %s: transport.kafka is available in trellara-full only; not implemented yet in this build", cfg.Flow)
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	f := &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}
+	cfg := f.Cfg
 	if err := os.MkdirAll(f.dir, 0o700); err != nil { // the log, pins and checkpoints: the service user's only
 		return nil, fmt.Errorf("flow %s: create %s: %w", cfg.Flow, f.dir, err)
 	}
-	f.Log, f.Repair, err = segmentlog.Open(cfg.Transport.Local.LogDir(), segmentlog.Options{
-		SegmentBytesMax: int64(cfg.Transport.Local.SegmentBytesMax),
-		Retention: segmentlog.Retention{MaxBytes: int64(cfg.Transport.Local.Retention.MaxBytes),
-			MaxAge: cfg.Transport.Local.Retention.MaxAge, Expire: cfg.Transport.Local.ExpirePastRetention},
-		Logger: logger,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("flow %s: open local log: %w", cfg.Flow, err)
+	if err := f.openLog(); err != nil {
+		return nil, err
 	}
 	if f.Repair != nil {
-		logger.Warn("local log tail repaired", "flow", cfg.Flow, "report", f.Repair.String())
+		f.Logger.Warn("local log tail repaired", "flow", cfg.Flow, "report", f.Repair.String())
 	}
 	f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json"))
 	if err != nil {
@@ -114,6 +103,70 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 	return f, nil
 }
 
+// OpenReadOnly opens a flow for reports (status, repair-plan): it creates
+// nothing. Without a local log directory (the flow has not run here, or
+// --cleanup removed it), or while the process running the flow holds the
+// log's lock, f.Log is nil; otherwise the log is opened without
+// registering any cursor.
+func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
+	f, err := OpenConfig(path, logger)
+	if err != nil {
+		return nil, err
+	}
+	if f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(f.logDir()); errors.Is(err, fs.ErrNotExist) {
+		return f, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("flow %s: local log %s: %w", f.Cfg.Flow, f.logDir(), err)
+	}
+	if err := f.openLog(); errors.Is(err, segmentlog.ErrLocked) {
+		f.logHeld = true // the running flow holds it: report without it
+	} else if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// OpenConfig loads path and resolves its secrets without opening the local
+// log (Log and Pins are nil): the part of opening a flow that touches
+// nothing on disk.
+func OpenConfig(path string, logger *slog.Logger) (*Flow, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	sec, err := cfg.ResolveSecrets()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Transport.Local == nil {
+		return nil, fmt.Errorf("flow %s: transport.kafka is available in trellara-full only; not implemented yet in this build", cfg.Flow)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}, nil
+}
+
+func (f *Flow) logDir() string { return f.Cfg.Transport.Local.LogDir() }
+
+// openLog opens (creating if needed) the local segment log.
+func (f *Flow) openLog() error {
+	l := f.Cfg.Transport.Local
+	var err error
+	f.Log, f.Repair, err = segmentlog.Open(f.logDir(), segmentlog.Options{
+		SegmentBytesMax: int64(l.SegmentBytesMax),
+		Retention:       segmentlog.Retention{MaxBytes: int64(l.Retention.MaxBytes), MaxAge: l.Retention.MaxAge, Expire: l.ExpirePastRetention},
+		Logger:          f.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("flow %s: open local log: %w", f.Cfg.Flow, err)
+	}
+	return nil
+}
+
 // ApplyRetention drops what the retention policy allows (never what a
 // registered cursor still needs, unless transport.local.expire_past_retention).
 func (f *Flow) ApplyRetention() {
@@ -125,8 +178,13 @@ func (f *Flow) ApplyRetention() {
 	f.Logger.Debug("local log retention", "flow", f.Cfg.Flow, "report", fmt.Sprintf("%+v", rep))
 }
 
-// Close closes the log.
-func (f *Flow) Close() error { return f.Log.Close() }
+// Close closes the log (if one was opened).
+func (f *Flow) Close() error {
+	if f.Log == nil {
+		return nil
+	}
+	return f.Log.Close()
+}
 
 // ConnectSource opens an ordinary connection to the source.
 func (f *Flow) ConnectSource(ctx context.Context) (*pgx.Conn, error) {

@@ -14,8 +14,9 @@ import (
 
 // Located is a stored unit found in the local log.
 type Located struct {
-	Offset   uint64       `json:"offset"`
-	Envelope *pb.Envelope `json:"envelope"`
+	Offset   uint64
+	Envelope *pb.Envelope
+	Bytes    int // the encoded size
 }
 
 // RenderText prints the unit header and its rows.
@@ -85,7 +86,7 @@ func (f *Flow) Locate(ctx context.Context, lsn string, offset uint64, byOffset b
 			return nil, fmt.Errorf("offset %d: %w", off, err)
 		}
 		if byOffset || e.CommitLsn == want {
-			return &Located{Offset: off, Envelope: e}, nil
+			return &Located{Offset: off, Envelope: e, Bytes: len(b)}, nil
 		}
 		if e.CommitLsn > want && e.GetBoundary().GetKind() == pb.UnitKind_UNIT_KIND_TRANSACTION {
 			return nil, nil // units are in commit order: it is not here

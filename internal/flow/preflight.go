@@ -15,6 +15,7 @@ import (
 // the exact fix when it did not.
 type Check struct {
 	Name   string `json:"name"`
+	Table  string `json:"table"` // schema.name for per-table checks; "" otherwise
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
@@ -49,7 +50,7 @@ func (r *PreflightReport) RenderText(w io.Writer) {
 // Preflight checks everything a run needs, read-only except that
 // createTables creates missing target tables from the source definitions.
 func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightReport {
-	r := &PreflightReport{Flow: f.Cfg.Flow, OK: true}
+	r := &PreflightReport{Flow: f.Cfg.Flow, OK: true, Checks: []Check{}}
 	add := func(c Check) {
 		r.Checks = append(r.Checks, c)
 		r.OK = r.OK && c.OK
@@ -144,7 +145,7 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 	}
 	for _, d := range defs {
 		// The same gate run applies before it creates a publication.
-		c := Check{Name: "source table", OK: true, Detail: fmt.Sprintf("%s: %s", d, d.IdentityText())}
+		c := Check{Name: "source table", Table: d.Schema + "." + d.Name, OK: true, Detail: fmt.Sprintf("%s: %s", d, d.IdentityText())}
 		if n := len(d.Partitions); n > 0 {
 			c.Detail += fmt.Sprintf("; partitioned (%d leaf partitions), copied and streamed through %s", n, d)
 		}
@@ -184,7 +185,7 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		add(Check{Name: "target tables", OK: true, Detail: fmt.Sprintf("%d tables match the source", len(defs))})
 	}
 	for _, m := range mism {
-		add(Check{Name: "target table", Detail: strings.TrimSuffix(m.String(), "; fix: "+m.Fix), Fix: m.Fix})
+		add(Check{Name: "target table", Table: m.Table, Detail: strings.TrimSuffix(m.String(), "; fix: "+m.Fix), Fix: m.Fix})
 	}
 	return r
 }

@@ -11,10 +11,19 @@ import (
 )
 
 // RepairStep is one thing to do, in order.
+// Problem, Fix and Then are prose; the other fields carry the same facts
+// for scripts: the table concerned, the SQLSTATE and commit LSN of a
+// quarantined transaction ("" when not applicable), and Command, the one
+// command to run after the fix.
 type RepairStep struct {
-	Problem string `json:"problem"`
-	Fix     string `json:"fix"`
-	Then    string `json:"then"`
+	Kind     string `json:"kind"` // quarantine, diverged, past_retention
+	Table    string `json:"table"`
+	SQLState string `json:"sqlstate"`
+	LSN      string `json:"lsn"`
+	Problem  string `json:"problem"`
+	Fix      string `json:"fix"`
+	Then     string `json:"then"`
+	Command  string `json:"command"`
 }
 
 // RepairPlan is `trellara repair-plan`: what is wrong with a flow and the
@@ -48,7 +57,7 @@ func sqlstateFix(state, relation, configPath string) string {
 	case state == "42703":
 		return fmt.Sprintf("add the missing column to %s on the target (the source gained it; see %s)", relation, shell.Trellara("preflight", configPath))
 	case strings.HasPrefix(state, "23"):
-		return fmt.Sprintf("the target's %s rejects the source's row (constraint %s): remove the conflicting target row or the target-only constraint", relation, state)
+		return fmt.Sprintf("the target's %s rejects the source's row (integrity constraint violation, SQLSTATE %s): a target row already holds the key or value (rows the flow did not write, e.g. left by an earlier run), or a constraint exists only on the target; remove the conflicting target row, or the target-only constraint", relation, state)
 	case strings.HasPrefix(state, "22"):
 		return fmt.Sprintf("a value does not fit %s's target column type (%s): align the target column type with the source", relation, state)
 	case state == "":
@@ -61,7 +70,8 @@ func sqlstateFix(state, relation, configPath string) string {
 // RepairPlan builds the plan.
 func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 	p := &RepairPlan{Flow: f.Cfg.Flow, Steps: []RepairStep{}, Notes: []string{}}
-	rerun := shell.Trellara("run", f.ConfigPath, "--local", "--verify") + "   (the applier retries the quarantined transaction first; it is marked replayed once it applies)"
+	rerunCmd := shell.Trellara("run", f.ConfigPath, "--local", "--verify")
+	rerun := rerunCmd + "   (the applier retries the quarantined transaction first; it is marked replayed once it applies)"
 	if f.Cfg.Target != nil {
 		tgt, err := f.ConnectTarget(ctx)
 		if err != nil {
@@ -73,10 +83,11 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			return nil, err
 		}
 		for _, q := range st.Quarantine {
-			p.Steps = append(p.Steps, RepairStep{
-				Problem: fmt.Sprintf("quarantined %s at commit %s on %s: %s (SQLSTATE %s, %d attempts)", q.Unit, lsnString(q.CommitLSN), q.Relation, q.Error, q.SQLState, q.Attempts),
+			p.Steps = append(p.Steps, RepairStep{Kind: "quarantine", Table: q.Relation, SQLState: q.SQLState, LSN: lsnString(q.CommitLSN),
+				Problem: fmt.Sprintf("quarantined %s at commit %s on %s: %s (%d attempts)", q.Unit, lsnString(q.CommitLSN), q.Relation, withSQLState(q.Error, q.SQLState), q.Attempts),
 				Fix:     sqlstateFix(q.SQLState, q.Relation, f.ConfigPath),
 				Then:    rerun,
+				Command: rerunCmd,
 			})
 		}
 	}
@@ -93,20 +104,28 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			if t.Verdict == "CONVERGED" {
 				continue
 			}
-			p.Steps = append(p.Steps, RepairStep{
+			lsn := ""
+			if w := st.LastVerify.Watermark; w != nil {
+				lsn = w.SourceLSN.String()
+			}
+			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: lsn,
 				Problem: fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
 				Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
 				Then:    shell.Trellara("verify", f.ConfigPath, "--table", t.Table),
+				Command: shell.Trellara("verify", f.ConfigPath, "--table", t.Table),
 			})
 		}
 	}
-	for _, c := range f.Log.Stats().Cursors {
-		if c.PastRetention {
-			p.Steps = append(p.Steps, RepairStep{
-				Problem: fmt.Sprintf("consumer %s is past the local log's retention", c.Name),
-				Fix:     shell.Resnapshot(f.ConfigPath),
-				Then:    shell.Trellara("verify", f.ConfigPath),
-			})
+	if err == nil {
+		for _, c := range st.Log.Cursors {
+			if c.PastRetention {
+				p.Steps = append(p.Steps, RepairStep{Kind: "past_retention",
+					Problem: fmt.Sprintf("consumer %s is past the local log's retention at offset %d", c.Name, c.Offset),
+					Fix:     shell.Resnapshot(f.ConfigPath),
+					Then:    shell.Trellara("verify", f.ConfigPath),
+					Command: shell.Trellara("verify", f.ConfigPath),
+				})
+			}
 		}
 	}
 	return p, nil

@@ -16,28 +16,46 @@ import (
 )
 
 // Progress is what a bounded run reports while it works.
+// Published counts this run's units; Applied is the flow's total (the
+// target checkpoint's count).
 type Progress struct {
 	Phase      string                  `json:"phase"` // snapshot, streaming, applying, verifying, done
 	Snapshot   *relay.SnapshotProgress `json:"snapshot,omitempty"`
-	Published  uint64                  `json:"published_units"`
-	Applied    int64                   `json:"transactions_applied"`
+	Published  uint64                  `json:"published_units_this_run"`
+	Applied    int64                   `json:"transactions_applied_total"`
 	Checkpoint string                  `json:"checkpoint_lsn"`
 	Target     string                  `json:"catch_up_lsn"`
 }
 
 // RunResult is the outcome of a bounded run.
+// ThisRun counts what this run did; Totals are the flow's counts since its
+// first run (the target checkpoint's).
 type RunResult struct {
 	Flow         string         `json:"flow"`
-	Transport    string         `json:"transport"`
+	Transport    RunTransport   `json:"transport"`
 	CatchUpLSN   string         `json:"catch_up_lsn"`
 	Checkpoint   string         `json:"checkpoint_lsn"`
-	Published    uint64         `json:"published_units"`
-	Applied      int64          `json:"transactions_applied"`
-	Skipped      int64          `json:"transactions_skipped"`
-	Rows         int64          `json:"rows_applied"`
+	ThisRun      RunCounts      `json:"this_run"`
+	Totals       RunCounts      `json:"totals"`
 	Duration     time.Duration  `json:"-"`
 	DurationSecs float64        `json:"duration_seconds"`
-	Verify       *verify.Result `json:"verify,omitempty"`
+	Verify       *verify.Result `json:"verify"`
+}
+
+// RunTransport names the transport a bounded run used.
+type RunTransport struct {
+	Kind  string `json:"kind"` // "local"
+	Dir   string `json:"dir"`
+	Fsync string `json:"fsync"`
+}
+
+// RunCounts are transaction and row counts. PublishedUnits is set for
+// this run only (the log does not keep a total).
+type RunCounts struct {
+	PublishedUnits      *uint64 `json:"published_units,omitempty"`
+	TransactionsApplied int64   `json:"transactions_applied"`
+	TransactionsSkipped int64   `json:"transactions_skipped"`
+	RowsApplied         int64   `json:"rows_applied"`
 }
 
 // RunLocal is `trellara run --local`: capture and apply concurrently until
@@ -140,7 +158,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		}
 		return nil, err
 	}
-	res := &RunResult{Flow: f.Cfg.Flow, Transport: "local segment log · fsync " + f.Cfg.Transport.Local.Fsync, CatchUpLSN: lsnString(fence)}
+	res := &RunResult{Flow: f.Cfg.Flow, Transport: RunTransport{Kind: "local", Dir: f.dir, Fsync: f.Cfg.Transport.Local.Fsync}, CatchUpLSN: lsnString(fence)}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for applier.Checkpoint().EndLSN < fence {
@@ -182,12 +200,14 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	cp := applier.Checkpoint()
 	st := applier.Stats()
 	res.Checkpoint = lsnString(cp.EndLSN)
-	res.Applied, res.Skipped, res.Rows = st.TxnsApplied, st.TxnsSkipped, st.RowsApplied
+	var published uint64
 	sessMu.Lock()
 	if session != nil {
-		res.Published = session.Stats().Published
+		published = session.Stats().Published
 	}
 	sessMu.Unlock()
+	res.ThisRun = RunCounts{PublishedUnits: &published, TransactionsApplied: st.TxnsApplied, TransactionsSkipped: st.TxnsSkipped, RowsApplied: st.RowsApplied}
+	res.Totals = RunCounts{TransactionsApplied: cp.TxnsApplied, TransactionsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
 	res.Duration = time.Since(start)
 	res.DurationSecs = res.Duration.Seconds()
 	report(Progress{Phase: "done"})

@@ -22,19 +22,21 @@ import (
 
 // Status is `trellara status`: what the source, the local log and the
 // target say about a flow. Parts that cannot be read become notes, never a
-// failure of the whole report.
+// failure of the whole report. Problems are what makes status exit 1
+// (StatusProblems documents the rules).
 type Status struct {
-	Flow       string                   `json:"flow"`
-	SourceID   string                   `json:"source_id"`
-	Slot       *SlotStatus              `json:"slot"`
-	Tables     []TableStatus            `json:"tables"`
-	Log        *LogStatus               `json:"log"`
-	Checkpoint *CheckpointState         `json:"checkpoint"`
-	Snapshots  []apply.SnapshotProgress `json:"snapshots,omitempty"`
-	Quarantine *QuarantineState         `json:"quarantine"`
-	Pins       map[string]string        `json:"schema_pins,omitempty"`
-	LastVerify *verify.Result           `json:"last_verify,omitempty"`
-	Notes      []string                 `json:"notes"`
+	Flow       string            `json:"flow"`
+	SourceID   string            `json:"source_id"`
+	Slot       *SlotStatus       `json:"slot"`
+	Tables     []TableStatus     `json:"tables"`
+	Log        *LogStatus        `json:"log"`
+	Checkpoint *CheckpointState  `json:"checkpoint"`
+	Snapshots  []SnapshotStatus  `json:"snapshots"`
+	Quarantine *QuarantineState  `json:"quarantine"`
+	Pins       map[string]string `json:"schema_pins,omitempty"`
+	LastVerify *verify.Result    `json:"last_verify"`
+	Problems   []StatusProblem   `json:"problems"`
+	Notes      []string          `json:"notes"`
 }
 
 // TableStatus is one configured source table and how the source
@@ -67,32 +69,114 @@ type SlotStatus struct {
 
 // LogStatus is the local segment log.
 type LogStatus struct {
-	Dir           string                   `json:"dir"`
-	RetainedBytes int64                    `json:"retained_bytes"`
-	Segments      int                      `json:"segments"`
-	FirstOffset   uint64                   `json:"first_offset"`
-	NextOffset    uint64                   `json:"next_offset"`
-	Cursors       []segmentlog.CursorStats `json:"cursors"`
+	Dir           string         `json:"dir"`
+	Exists        bool           `json:"exists"`
+	Held          bool           `json:"held"` // locked by the process running the flow: the figures are on its /metrics
+	RetainedBytes int64          `json:"retained_bytes"`
+	Segments      int            `json:"segments"`
+	FirstOffset   uint64         `json:"first_offset"`
+	NextOffset    uint64         `json:"next_offset"`
+	Cursors       []CursorStatus `json:"cursors"`
 }
 
-// CheckpointState is the target checkpoint.
+// CursorStatus is one consumer's position in the local log.
+type CursorStatus struct {
+	Name          string `json:"name"`
+	Offset        uint64 `json:"offset"`
+	LagEntries    uint64 `json:"lag_entries"`
+	LagBytes      int64  `json:"lag_bytes"`
+	PastRetention bool   `json:"past_retention"`
+}
+
+// CheckpointState is the target checkpoint. The counts are the flow's
+// totals since its first run. AppliedAt and SecondsSinceApply are nil
+// until the applier has applied a transaction.
 type CheckpointState struct {
-	CommitLSN   string    `json:"commit_lsn"`
-	EndLSN      string    `json:"end_lsn"`
-	AppliedAt   time.Time `json:"applied_at"`
-	LagSeconds  float64   `json:"seconds_since_last_apply"`
-	TxnsApplied int64     `json:"transactions_applied"`
-	TxnsSkipped int64     `json:"transactions_skipped"`
-	RowsApplied int64     `json:"rows_applied"`
+	CommitLSN         string     `json:"commit_lsn"`
+	EndLSN            string     `json:"end_lsn"`
+	AppliedAt         *time.Time `json:"applied_at"`
+	SecondsSinceApply *float64   `json:"seconds_since_last_apply"`
+	TxnsApplied       int64      `json:"transactions_applied_total"`
+	TxnsSkipped       int64      `json:"transactions_skipped_total"`
+	RowsApplied       int64      `json:"rows_applied_total"`
+}
+
+// SnapshotStatus is one table's initial copy.
+type SnapshotStatus struct {
+	Relation    string `json:"relation"`
+	NextBatch   uint32 `json:"next_batch"`
+	Done        bool   `json:"done"`
+	BoundaryLSN string `json:"boundary_lsn"`
+	Rows        int64  `json:"rows"`
+	Ready       bool   `json:"ready"`
 }
 
 // QuarantineState counts and lists quarantined units.
 type QuarantineState struct {
-	Open    int64                   `json:"open"`
-	Total   int64                   `json:"total"`
-	Entries []apply.QuarantineEntry `json:"entries"`
-	Show    string                  `json:"show_command"`
-	Replay  string                  `json:"replay_command"`
+	Open    int64             `json:"open"`
+	Total   int64             `json:"total"`
+	Entries []QuarantineEntry `json:"entries"`
+	Show    string            `json:"show_command"`
+	Replay  string            `json:"replay_command"`
+}
+
+// QuarantineEntry is one open quarantined unit.
+type QuarantineEntry struct {
+	ID            int64     `json:"id"`
+	Unit          string    `json:"unit"`
+	CommitLSN     string    `json:"commit_lsn"`
+	EndLSN        string    `json:"end_lsn"`
+	Offset        uint64    `json:"offset"`
+	Relation      string    `json:"relation"`
+	Error         string    `json:"error"`
+	SQLState      string    `json:"sqlstate"`
+	Attempts      int       `json:"attempts"`
+	QuarantinedAt time.Time `json:"quarantined_at"`
+}
+
+// StatusProblem is one reason status exits 1.
+type StatusProblem struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Fix     string `json:"fix"`
+}
+
+// Status problem codes.
+const (
+	ProblemQuarantineOpen      = "quarantine_open"
+	ProblemSlotRetainingWAL    = "slot_inactive_retaining_wal"
+	ProblemCursorPastRetention = "consumer_past_retention"
+)
+
+// StatusProblems judges one sample of the report. It is a problem when:
+// a quarantined unit is open; the slot exists, is inactive (no process
+// streams from it, so the flow is not running) and has WAL past its
+// confirmed position (lag_bytes > 0): the WAL it retains then grows with
+// every source write until the flow runs again (a slot confirmed up to the
+// current position retains only what the next start needs, and is no
+// problem); a consumer of the local log is past retention.
+func StatusProblems(st *Status, configPath string) []StatusProblem {
+	out := []StatusProblem{}
+	if q := st.Quarantine; q != nil && q.Open > 0 {
+		out = append(out, StatusProblem{Code: ProblemQuarantineOpen,
+			Message: Plural(int(q.Open), "quarantined transaction") + " open: the applier stops at the first until it applies",
+			Fix:     shell.Trellara("repair-plan", configPath)})
+	}
+	if s := st.Slot; s != nil && s.Exists && !s.Active && s.LagBytes > 0 {
+		out = append(out, StatusProblem{Code: ProblemSlotRetainingWAL,
+			Message: fmt.Sprintf("slot %s is inactive with %s of WAL not yet consumed (%s retained on the source), growing with every write until the flow runs", s.Name, bytesString(s.LagBytes), bytesString(s.RetainedWALBytes)),
+			Fix:     "start the flow: " + shell.Trellara("run", configPath) + " (or " + shell.Trellara("run", configPath, "--local") + "); to stop for good, " + shell.Trellara("run", configPath, "--cleanup")})
+	}
+	if l := st.Log; l != nil {
+		for _, c := range l.Cursors {
+			if c.PastRetention {
+				out = append(out, StatusProblem{Code: ProblemCursorPastRetention,
+					Message: fmt.Sprintf("consumer %s is past the local log's retention at offset %d", c.Name, c.Offset),
+					Fix:     shell.Resnapshot(configPath)})
+			}
+		}
+	}
+	return out
 }
 
 func (f *Flow) lastVerifyPath() string { return filepath.Join(f.dir, "last-verify.json") }
@@ -109,12 +193,19 @@ func (f *Flow) RecordVerify(r *verify.Result) error {
 // Status gathers the report. view selects detail: report, diagnostics
 // (adds schema pins) or quarantine (lists entries).
 func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
-	st := &Status{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Tables: []TableStatus{}, Notes: []string{}}
-	ls := f.Log.Stats()
-	st.Log = &LogStatus{Dir: f.dir, RetainedBytes: ls.RetainedBytes, Segments: ls.Segments, FirstOffset: ls.FirstOffset,
-		NextOffset: ls.NextOffset, Cursors: ls.Cursors}
-	if st.Log.Cursors == nil {
-		st.Log.Cursors = []segmentlog.CursorStats{}
+	st := &Status{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Tables: []TableStatus{}, Snapshots: []SnapshotStatus{}, Notes: []string{}}
+	st.Log = &LogStatus{Dir: f.dir, Cursors: []CursorStatus{}}
+	switch {
+	case f.logHeld:
+		st.Log.Exists, st.Log.Held = true, true
+		st.Notes = append(st.Notes, fmt.Sprintf("the local log at %s is held by the process running the flow: its figures are on that process's /metrics (trellara_log_*)", f.dir))
+	case f.Log == nil:
+		st.Notes = append(st.Notes, fmt.Sprintf("no local log at %s: the flow has not run here, or was cleaned up", f.dir))
+	default:
+		ls := f.Log.Stats()
+		st.Log.Exists = true
+		st.Log.RetainedBytes, st.Log.Segments, st.Log.FirstOffset, st.Log.NextOffset = ls.RetainedBytes, ls.Segments, ls.FirstOffset, ls.NextOffset
+		st.Log.Cursors = cursorStatuses(ls.Cursors)
 	}
 
 	if src, err := f.ConnectSource(ctx); err != nil {
@@ -167,14 +258,25 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 				st.Notes = append(st.Notes, "the applier has not run against this target yet")
 			default:
 				cp := as.Checkpoint
-				st.Checkpoint = &CheckpointState{CommitLSN: lsnString(cp.CommitLSN), EndLSN: lsnString(cp.EndLSN), AppliedAt: cp.AppliedAt,
-					LagSeconds: time.Since(cp.AppliedAt).Seconds(), TxnsApplied: cp.TxnsApplied, TxnsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
-				st.Snapshots = as.Snapshots
-				st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal,
+				st.Checkpoint = &CheckpointState{CommitLSN: lsnString(cp.CommitLSN), EndLSN: lsnString(cp.EndLSN),
+					TxnsApplied: cp.TxnsApplied, TxnsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
+				if !cp.AppliedAt.IsZero() {
+					at, since := cp.AppliedAt.UTC(), time.Since(cp.AppliedAt).Seconds()
+					st.Checkpoint.AppliedAt, st.Checkpoint.SecondsSinceApply = &at, &since
+				}
+				for _, sp := range as.Snapshots {
+					st.Snapshots = append(st.Snapshots, SnapshotStatus{Relation: sp.Relation, NextBatch: sp.NextBatch, Done: sp.Done,
+						BoundaryLSN: lsnString(sp.BoundaryLSN), Rows: sp.Rows, Ready: sp.Ready})
+				}
+				st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal, Entries: []QuarantineEntry{},
 					Show:   shell.Trellara("status", f.ConfigPath, "--view", "quarantine"),
 					Replay: shell.Trellara("repair-plan", f.ConfigPath)}
 				if view == "quarantine" {
-					st.Quarantine.Entries = as.Quarantine
+					for _, e := range as.Quarantine {
+						st.Quarantine.Entries = append(st.Quarantine.Entries, QuarantineEntry{ID: e.ID, Unit: e.Unit,
+							CommitLSN: lsnString(e.CommitLSN), EndLSN: lsnString(e.EndLSN), Offset: e.Offset, Relation: e.Relation,
+							Error: e.Error, SQLState: e.SQLState, Attempts: e.Attempts, QuarantinedAt: e.QuarantinedAt.UTC()})
+					}
 				}
 			}
 		}
@@ -191,7 +293,16 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 			st.LastVerify = &r
 		}
 	}
+	st.Problems = StatusProblems(st, f.ConfigPath)
 	return st, nil
+}
+
+func cursorStatuses(cs []segmentlog.CursorStats) []CursorStatus {
+	out := make([]CursorStatus, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, CursorStatus{Name: c.Name, Offset: c.Offset, LagEntries: c.LagOffsets, LagBytes: c.LagBytes, PastRetention: c.PastRetention})
+	}
+	return out
 }
 
 // RenderText prints the report for people.
@@ -218,18 +329,26 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		}
 	}
 	if l := st.Log; l != nil {
-		fmt.Fprintf(w, "local log     %s · %d segments · %s retained · offsets %d..%d\n", l.Dir, l.Segments, bytesString(l.RetainedBytes), l.FirstOffset, l.NextOffset)
+		if l.Held {
+			fmt.Fprintf(w, "local log     %s · held by the process running the flow\n", l.Dir)
+		} else if l.Exists {
+			fmt.Fprintf(w, "local log     %s · %s · %s retained · offsets %d..%d\n", l.Dir, Plural(l.Segments, "segment"), bytesString(l.RetainedBytes), l.FirstOffset, l.NextOffset)
+		}
 		for _, c := range l.Cursors {
 			extra := ""
 			if c.PastRetention {
 				extra = " · PAST RETENTION: the flow must start over (trellara repair-plan says how)"
 			}
-			fmt.Fprintf(w, "  cursor %-10s at %d · lag %d entries, %s%s\n", c.Name, c.Offset, c.LagOffsets, bytesString(c.LagBytes), extra)
+			fmt.Fprintf(w, "  cursor %-10s at %d · lag %d entries, %s%s\n", c.Name, c.Offset, c.LagEntries, bytesString(c.LagBytes), extra)
 		}
 	}
 	if c := st.Checkpoint; c != nil {
-		fmt.Fprintf(w, "checkpoint    commit %s · end %s · applied %s (%.0fs ago)\n", c.CommitLSN, c.EndLSN, c.AppliedAt.Format(time.RFC3339), c.LagSeconds)
-		fmt.Fprintf(w, "              %d transactions applied · %d redelivered and skipped · %d rows\n", c.TxnsApplied, c.TxnsSkipped, c.RowsApplied)
+		applied := "applied never"
+		if c.AppliedAt != nil && c.SecondsSinceApply != nil {
+			applied = fmt.Sprintf("applied %s (%.0fs ago)", c.AppliedAt.Format(time.RFC3339), *c.SecondsSinceApply)
+		}
+		fmt.Fprintf(w, "checkpoint    commit %s · end %s · %s\n", c.CommitLSN, c.EndLSN, applied)
+		fmt.Fprintf(w, "              totals: %s applied · %d redelivered and skipped · %s\n", Plural(int(c.TxnsApplied), "transaction"), c.TxnsSkipped, Plural(int(c.RowsApplied), "row"))
 	}
 	for _, s := range st.Snapshots {
 		state := "copying"
@@ -238,7 +357,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		} else if s.Done {
 			state = "copied, waiting for the stream to pass its boundary"
 		}
-		fmt.Fprintf(w, "snapshot      %s · %d rows · %s\n", s.Relation, s.Rows, state)
+		fmt.Fprintf(w, "snapshot      %s · %s · %s\n", s.Relation, Plural(int(s.Rows), "row"), state)
 	}
 	if q := st.Quarantine; q != nil {
 		fmt.Fprintf(w, "quarantine    %d open (%d total)", q.Open, q.Total)
@@ -247,7 +366,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		}
 		fmt.Fprintln(w)
 		for _, e := range q.Entries {
-			fmt.Fprintf(w, "  #%d %s commit %s %s: %s (SQLSTATE %s)\n", e.ID, e.Unit, lsnString(e.CommitLSN), e.Relation, e.Error, e.SQLState)
+			fmt.Fprintf(w, "  #%d %s commit %s %s: %s\n", e.ID, e.Unit, e.CommitLSN, e.Relation, withSQLState(e.Error, e.SQLState))
 		}
 	}
 	if len(st.Pins) > 0 {
@@ -264,10 +383,30 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 	if v := st.LastVerify; v != nil {
 		fmt.Fprintf(w, "last verify   %s at %s\n", v.Verdict, v.StartedAt.Format(time.RFC3339))
 	}
+	for _, p := range st.Problems {
+		fmt.Fprintf(w, "PROBLEM: %s\n  fix: %s\n", p.Message, p.Fix)
+	}
 	for _, n := range st.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	return nil
+}
+
+// Plural renders a count with its noun: "1 segment", "2 segments".
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// withSQLState appends "(SQLSTATE x)" to an error text unless the text
+// already carries it (pgx's errors do).
+func withSQLState(msg, state string) string {
+	if state == "" || strings.Contains(msg, "SQLSTATE "+state) {
+		return msg
+	}
+	return fmt.Sprintf("%s (SQLSTATE %s)", msg, state)
 }
 
 func bytesString(n int64) string {
