@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/relay"
 )
 
@@ -186,6 +189,25 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 	}
 	for _, m := range mism {
 		add(Check{Name: "target table", Table: m.Table, Detail: strings.TrimSuffix(m.String(), "; fix: "+m.Fix), Fix: m.Fix})
+	}
+	// Before the initial snapshot, a target table holding rows is the run's
+	// own refusal (refuseFilledTargets), reported here first.
+	if _, err := os.Stat(f.snapshotDonePath()); errors.Is(err, fs.ErrNotExist) {
+		ours, foreign, err := f.filledTargets(ctx, tgt)
+		switch {
+		case err != nil:
+			add(Check{Name: "target rows", Detail: err.Error()})
+		case len(foreign)+len(ours) > 0:
+			for _, t := range foreign {
+				one := []config.TableName{t}
+				add(Check{Name: "target rows", Table: t.String(), Detail: foreignRowsProblem(one), Fix: f.foreignRowsFix(one)})
+			}
+			for _, t := range ours {
+				add(Check{Name: "target rows", Table: t.String(), Detail: ourRowsProblem([]config.TableName{t}), Fix: f.ourRowsFix()})
+			}
+		default:
+			add(Check{Name: "target rows", OK: true, Detail: "the target tables are empty, ready for the initial snapshot"})
+		}
 	}
 	return r
 }

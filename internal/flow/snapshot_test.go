@@ -56,7 +56,12 @@ func TestSnapshotRefusesFilledTarget(t *testing.T) {
 		}
 	}
 
-	out, code := run("run", "--config", cfg, "--local")
+	// Preflight says so first, with the same fix the run gives.
+	out, code := run("preflight", "--config", cfg)
+	if code == 0 || !strings.Contains(out, "target rows") || !strings.Contains(out, `TRUNCATE "public"."Orders"`) {
+		t.Fatalf("preflight does not report the filled target table: exit %d\n%s", code, out)
+	}
+	out, code = run("run", "--config", cfg, "--local")
 	if code == 0 {
 		t.Fatalf("the snapshot started into a target table holding rows:\n%s", out)
 	}

@@ -119,22 +119,41 @@ func (f *Flow) refuseFilledTargets(ctx context.Context) error {
 		return err
 	}
 	defer tgt.Close(context.Background())
-	copied, err := f.copiedTables(ctx, tgt)
+	ours, foreign, err := f.filledTargets(ctx, tgt)
 	if err != nil {
 		return err
 	}
-	var ours, foreign []config.TableName
+	if len(foreign) > 0 {
+		return fmt.Errorf("flow %s: %s; nothing was created on the source. %s. Then run again",
+			f.Cfg.Flow, foreignRowsProblem(foreign), f.foreignRowsFix(foreign))
+	}
+	if len(ours) > 0 {
+		return fmt.Errorf("flow %s: %s; nothing was created on the source. Recover: %s",
+			f.Cfg.Flow, ourRowsProblem(ours), f.ourRowsFix())
+	}
+	return nil
+}
+
+// filledTargets lists the configured target tables that hold rows before
+// an initial snapshot: ours were copied by an earlier snapshot of this flow
+// (run --cleanup empties them), foreign were not (only the operator may
+// remove them). Preflight reports the same lists before anything runs.
+func (f *Flow) filledTargets(ctx context.Context, tgt *pgx.Conn) (ours, foreign []config.TableName, err error) {
+	copied, err := f.copiedTables(ctx, tgt)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, t := range f.Tables() {
 		exists, err := targetTableExists(ctx, tgt, t)
 		if err != nil {
-			return fmt.Errorf("flow %s: look up target table %s: %w", f.Cfg.Flow, t, err)
+			return nil, nil, fmt.Errorf("flow %s: look up target table %s: %w", f.Cfg.Flow, t, err)
 		}
 		if !exists {
 			continue
 		}
 		var filled bool
 		if err := tgt.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+t.Sanitize()+`)`).Scan(&filled); err != nil {
-			return fmt.Errorf("flow %s: read target table %s: %w", f.Cfg.Flow, t, err)
+			return nil, nil, fmt.Errorf("flow %s: read target table %s: %w", f.Cfg.Flow, t, err)
 		}
 		switch {
 		case !filled:
@@ -144,18 +163,26 @@ func (f *Flow) refuseFilledTargets(ctx context.Context) error {
 			foreign = append(foreign, t)
 		}
 	}
-	if len(foreign) > 0 {
-		return fmt.Errorf("flow %s: target table %s already holds rows this flow did not copy; the initial snapshot copies every source row, "+
-			"so they would be duplicated. Nothing was created on the source. If those rows may go, empty the table on the target: %s; "+
-			"or remove it from source.tables in %s. Then run again",
-			f.Cfg.Flow, strings.Join(tableStrings(foreign), ", "), truncateSQL(foreign), f.ConfigPath)
-	}
-	if len(ours) > 0 {
-		return fmt.Errorf("flow %s: target table %s holds rows an earlier snapshot of this flow copied, but the flow's slot and local state are gone; "+
-			"nothing was created on the source. Recover: %s (it empties exactly those tables), then run again",
-			f.Cfg.Flow, strings.Join(tableStrings(ours), ", "), shell.Trellara("run", f.ConfigPath, "--cleanup"))
-	}
-	return nil
+	return ours, foreign, nil
+}
+
+func foreignRowsProblem(tables []config.TableName) string {
+	return fmt.Sprintf("target table %s already holds rows this flow did not copy; the initial snapshot copies every source row, "+
+		"so they would be duplicated", strings.Join(tableStrings(tables), ", "))
+}
+
+func (f *Flow) foreignRowsFix(tables []config.TableName) string {
+	return fmt.Sprintf("If those rows may go, empty the table on the target: %s; or remove it from source.tables in %s",
+		truncateSQL(tables), shell.Quote(f.ConfigPath))
+}
+
+func ourRowsProblem(tables []config.TableName) string {
+	return fmt.Sprintf("target table %s holds rows an earlier snapshot of this flow copied, but the flow's slot and local state are gone",
+		strings.Join(tableStrings(tables), ", "))
+}
+
+func (f *Flow) ourRowsFix() string {
+	return shell.Trellara("run", f.ConfigPath, "--cleanup") + " (it empties exactly those tables), then run again"
 }
 
 func truncateSQL(tables []config.TableName) string { return "TRUNCATE " + sanitizedList(tables) }
