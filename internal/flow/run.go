@@ -251,15 +251,18 @@ func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, tables []
 		SourceLSN: func(ctx context.Context) (uint64, error) {
 			return relay.EmitFence(ctx, fenceConn, "verify")
 		},
-		TargetCheckpoint: func(ctx context.Context) (uint64, error) {
+		TargetCheckpoint: func(ctx context.Context) (verify.Position, error) {
+			var cp apply.Checkpoint
 			if running != nil {
-				return running.Checkpoint().EndLSN, nil
+				cp = running.Checkpoint()
+			} else {
+				st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+				if err != nil {
+					return verify.Position{}, err
+				}
+				cp = st.Checkpoint
 			}
-			st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
-			if err != nil {
-				return 0, err
-			}
-			return st.Checkpoint.EndLSN, nil
+			return verify.Position{EndLSN: cp.EndLSN, AppliedAt: cp.AppliedAt}, nil
 		},
 	}
 	res, err := verify.Verify(ctx, src, tgt, opts)
