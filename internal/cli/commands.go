@@ -66,12 +66,24 @@ func openFlow(c *cli.Context) (*flow.Flow, error) {
 // flowAction is an action on the flow named by --config, with the
 // validated --format; the flow's log is closed when it returns.
 func flowAction(fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
+	return openedAction(openFlow, fn)
+}
+
+// databaseAction is flowAction for a command that only talks to the
+// databases: the local log stays closed, so it runs beside the service.
+func databaseAction(fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
+	return openedAction(func(c *cli.Context) (*flow.Flow, error) {
+		return flow.OpenConfig(c.String("config"), logger(c))
+	}, fn)
+}
+
+func openedAction(open func(*cli.Context) (*flow.Flow, error), fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		format, err := outputFormat(c)
 		if err != nil {
 			return err
 		}
-		f, err := openFlow(c)
+		f, err := open(c)
 		if err != nil {
 			return failure(err)
 		}
@@ -315,7 +327,7 @@ func verifyCommand() *cli.Command {
 		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 2 error)",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"}},
-		Action: flowAction(func(c *cli.Context, f *flow.Flow, format string) error {
+		Action: databaseAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			ctx, stop := signalContext(c)
 			defer stop()
 			res, err := f.Verify(ctx, c.StringSlice("table"))

@@ -45,21 +45,12 @@ type Flow struct {
 
 // Open loads path, resolves its secrets and opens the local log.
 func Open(path string, logger *slog.Logger) (*Flow, error) {
-	cfg, err := config.Load(path)
+	f, err := OpenConfig(path, logger)
 	if err != nil {
 		return nil, err
 	}
-	sec, err := cfg.ResolveSecrets()
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Transport.Local == nil {
-		return nil, fmt.Errorf("flow %s: transport.kafka is available in trellara-full only; not implemented yet in this build", cfg.Flow)
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	f := &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}
+	cfg := f.Cfg
+	logger = f.Logger
 	if err := os.MkdirAll(f.dir, 0o700); err != nil { // the log, pins and checkpoints: the service user's only
 		return nil, fmt.Errorf("flow %s: create %s: %w", cfg.Flow, f.dir, err)
 	}
@@ -96,6 +87,27 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 	return f, nil
 }
 
+// OpenConfig loads path and resolves its secrets without opening the local
+// log (Log and Pins are nil), for commands that only talk to the databases:
+// verify runs beside a service, which holds the log's lock.
+func OpenConfig(path string, logger *slog.Logger) (*Flow, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	sec, err := cfg.ResolveSecrets()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Transport.Local == nil {
+		return nil, fmt.Errorf("flow %s: transport.kafka is available in trellara-full only; not implemented yet in this build", cfg.Flow)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}, nil
+}
+
 // ApplyRetention drops what the retention policy allows (never what a
 // registered cursor still needs, unless transport.local.expire_past_retention).
 func (f *Flow) ApplyRetention() {
@@ -108,7 +120,12 @@ func (f *Flow) ApplyRetention() {
 }
 
 // Close closes the log.
-func (f *Flow) Close() error { return f.Log.Close() }
+func (f *Flow) Close() error {
+	if f.Log == nil { // OpenConfig
+		return nil
+	}
+	return f.Log.Close()
+}
 
 // ConnectSource opens an ordinary connection to the source.
 func (f *Flow) ConnectSource(ctx context.Context) (*pgx.Conn, error) {
