@@ -263,8 +263,18 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 			}
 		}
 	}
-	if res.Verify != nil && res.Verify.Verdict != verify.Converged {
-		return cli.Exit("", ExitFindings)
+	if res.Verify != nil {
+		return verdictExit(res.Verify)
+	}
+	return nil
+}
+
+// verdictExit maps a verify result to the exit status: ExitOK for
+// CONVERGED, ExitFindings for DIVERGED, ExitBehind for BEHIND
+// (verify.ExitCode, whose numbers TestVerdictExitCodes holds to these).
+func verdictExit(r *verify.Result) error {
+	if code := verify.ExitCode(r, nil); code != ExitOK {
+		return cli.Exit("", code)
 	}
 	return nil
 }
@@ -324,13 +334,24 @@ func textProgress(w io.Writer) func(flow.Progress) {
 func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
-		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 2 error)",
+		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 3 BEHIND, 2 error)",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
-			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"}},
+			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"},
+			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the target to reach the watermark before answering BEHIND; 0 does not wait. " +
+				"Unset, a flow whose slot is not active (no pipeline running) is not waited for"}},
 		Action: databaseAction(func(c *cli.Context, f *flow.Flow, format string) error {
+			var wait time.Duration // flow.VerifyOptions' default
+			if c.IsSet("wait") {
+				switch wait = c.Duration("wait"); {
+				case wait < 0:
+					return cli.Exit(fmt.Sprintf("--wait %s: must not be negative, e.g. --wait 30s (0 does not wait)", wait), ExitError)
+				case wait == 0:
+					wait = verify.NoWait
+				}
+			}
 			ctx, stop := signalContext(c)
 			defer stop()
-			res, err := f.Verify(ctx, c.StringSlice("table"))
+			res, err := f.Verify(ctx, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait})
 			if err != nil {
 				return failure(err)
 			}
@@ -342,10 +363,7 @@ func verifyCommand() *cli.Command {
 			if err != nil {
 				return failure(err)
 			}
-			if res.Verdict != verify.Converged {
-				return cli.Exit("", ExitFindings)
-			}
-			return nil
+			return verdictExit(res)
 		}),
 	}
 }

@@ -262,7 +262,10 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		}
 	}
 	if v := st.LastVerify; v != nil {
-		fmt.Fprintf(w, "last verify   %s at %s\n", v.Verdict, v.StartedAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "last verify   %s (at %s)\n", v.Headline(), v.StartedAt.Format(time.RFC3339))
+		if v.Recovery != "" {
+			fmt.Fprintf(w, "              next: %s\n", v.Recovery)
+		}
 	}
 	for _, n := range st.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
