@@ -2,8 +2,11 @@
 # make demo: the public loop on a laptop. Starts a throwaway source and
 # target, creates a small commerce schema, runs a concurrent workload of
 # multi-table transactions, then:
-#   trellara-check → init → check → preflight → run --local → run --local --verify → verify → status
-# and ends on CONVERGED (exit 0) or says why not.
+#   trellara-check → init → check → preflight → run --local → run --local --verify
+#   → run (the service) with verify beside it → status
+# and ends on CONVERGED (exit 0) or says why not. A standalone verify needs
+# the pipeline running: the applier must apply the fence verify writes
+# (with the pipeline stopped the answer is BEHIND, exit 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -13,7 +16,9 @@ bin=$(pg_bin)
 [ -x "$bin/postgres" ] || { echo "demo: no PostgreSQL server binaries found (install postgresql-15 or set TRELLARA_PG_BIN)" >&2; exit 2; }
 work=$(mktemp -d /tmp/trellara-demo.XXXXXX)
 chmod 755 "$work"
+svc=
 cleanup() {
+	if [ -n "$svc" ]; then kill -TERM "$svc" 2>/dev/null; wait "$svc" 2>/dev/null; fi
 	stop_cluster "$work/source"; stop_cluster "$work/target"
 	rm -rf "$work"
 }
@@ -80,8 +85,15 @@ grep -E "number of transactions actually processed|tps" "$work/pgbench.log" || t
 step "trellara run --config trellara.yml --local --verify --format text   (workload finished)"
 "$T" run --config trellara.yml --local --verify --format text
 
-step "trellara verify --config trellara.yml"
-"$T" verify --config trellara.yml
+step "trellara run --config trellara.yml   (the service, in the background) and trellara verify --config trellara.yml --wait 60s beside it"
+rport=$(free_port); aport=$(free_port)
+while [ "$aport" = "$rport" ]; do aport=$(free_port); done
+sed -i -e "s/^    relay: .*/    relay: 127.0.0.1:$rport/" -e "s/^    applier: .*/    applier: 127.0.0.1:$aport/" trellara.yml
+"$T" run --config trellara.yml >"$work/service.log" 2>&1 &
+svc=$!
+"$T" verify --config trellara.yml --wait 60s || { rc=$?; echo "demo: verify beside the service exited $rc; service log:"; cat "$work/service.log"; exit 1; }
+kill -TERM "$svc"; wait "$svc" || { echo "demo: the service did not stop cleanly:"; cat "$work/service.log"; exit 1; }
+svc=
 
 step "trellara status --config trellara.yml --view report --format text"
 # status exits 1 when it reports a problem (docs/CLI.md): verify's fence is WAL the stopped

@@ -20,6 +20,7 @@ const (
 	ExitOK       = 0 // success; CONVERGED; grade A/B
 	ExitFindings = 1 // DIVERGED; grade C/D/F; validation failed
 	ExitError    = 2 // could not run: bad input, unreachable server, not implemented
+	ExitBehind   = 3 // BEHIND: the target had not reached the verify watermark
 )
 
 // App returns the trellara command tree.

@@ -72,16 +72,28 @@ func failure(err error) error {
 // read-only action (status, repair-plan) opens the flow without creating
 // anything (flow.OpenReadOnly).
 func flowAction(readOnly bool, fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
+	open := flow.Open
+	if readOnly {
+		open = flow.OpenReadOnly
+	}
+	return openedAction(func(c *cli.Context) (*flow.Flow, error) { return open(c.String("config"), logger(c)) }, fn)
+}
+
+// databaseAction is flowAction for a command that only talks to the
+// databases: the local log stays closed, so it runs beside the service.
+func databaseAction(fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
+	return openedAction(func(c *cli.Context) (*flow.Flow, error) {
+		return flow.OpenConfig(c.String("config"), logger(c))
+	}, fn)
+}
+
+func openedAction(open func(*cli.Context) (*flow.Flow, error), fn func(c *cli.Context, f *flow.Flow, format string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		format, err := outputFormat(c)
 		if err != nil {
 			return err
 		}
-		open := flow.Open
-		if readOnly {
-			open = flow.OpenReadOnly
-		}
-		f, err := open(c.String("config"), logger(c))
+		f, err := open(c)
 		if err != nil {
 			return failure(err)
 		}
@@ -342,8 +354,18 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 			}
 		}
 	}
-	if !converged {
-		return cli.Exit("", ExitFindings)
+	if res.Verify != nil {
+		return verdictExit(res.Verify)
+	}
+	return nil
+}
+
+// verdictExit maps a verify result to the exit status: ExitOK for
+// CONVERGED, ExitFindings for DIVERGED, ExitBehind for BEHIND
+// (verify.ExitCode, whose numbers TestVerdictExitCodes holds to these).
+func verdictExit(r *verify.Result) error {
+	if code := verify.ExitCode(r, nil); code != ExitOK {
+		return cli.Exit("", code)
 	}
 	return nil
 }
@@ -378,13 +400,24 @@ func serve(c *cli.Context, ctx context.Context) error {
 func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
-		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 2 error)",
+		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 3 BEHIND, 2 error)",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
-			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"}},
-		Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
+			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"},
+			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the target to reach the watermark before answering BEHIND; 0 does not wait. " +
+				"Unset, a flow whose slot is not active (no pipeline running) is not waited for"}},
+		Action: databaseAction(func(c *cli.Context, f *flow.Flow, format string) error {
+			var wait time.Duration // flow.VerifyOptions' default
+			if c.IsSet("wait") {
+				switch wait = c.Duration("wait"); {
+				case wait < 0:
+					return cli.Exit(fmt.Sprintf("--wait %s: must not be negative, e.g. --wait 30s (0 does not wait)", wait), ExitError)
+				case wait == 0:
+					wait = verify.NoWait
+				}
+			}
 			ctx, stop := signalContext(c)
 			defer stop()
-			res, err := f.Verify(ctx, c.StringSlice("table"))
+			res, err := f.Verify(ctx, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait})
 			if err != nil {
 				return failure(err)
 			}
@@ -396,10 +429,7 @@ func verifyCommand() *cli.Command {
 			if err != nil {
 				return failure(err)
 			}
-			if res.Verdict != verify.Converged {
-				return cli.Exit("", ExitFindings)
-			}
-			return nil
+			return verdictExit(res)
 		}),
 	}
 }

@@ -53,7 +53,7 @@ target:
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, _ := run(t, "verify", "--config", cfg, "--verbose")
+	_, stderr, _ := run(t, "run", "--config", cfg, "--local", "--verbose")
 	found := false
 	for _, line := range strings.Split(stderr, "\n") {
 		if !strings.Contains(line, "rebuilding index") {

@@ -152,23 +152,28 @@ func TestQuotedNamesEndToEnd(t *testing.T) {
 		}
 	}
 
-	// A divergence: repair-plan's verify command names the table so that
-	// it parses back to it, and running that command checks that table.
+	// A divergence: verify's fix for the table names it so that it parses
+	// back to it, and a verify of that --table checks that table alone
+	// (BEHIND, exit 3: the pipeline is stopped, so nothing applies the
+	// verify's fence).
 	dst.Exec(t, `DELETE FROM "Sch.ema ""Ü""; x"."Sa.les ""T""; ü" WHERE "Id" = 2`)
-	if out, code := run("run", "--config", cfg, "--local", "--verify"); code != 1 || !strings.Contains(out, "DIVERGED") {
+	out, code = run("run", "--config", cfg, "--local", "--verify")
+	if code != 1 || !strings.Contains(out, "DIVERGED") {
 		t.Fatalf("verify after a target delete: exit %d\n%s", code, out)
 	}
-	plan, _ := run("repair-plan", "--config", cfg)
-	m := regexp.MustCompile(`trellara verify --config \S+ --table (.+)`).FindStringSubmatch(plan)
+	m := regexp.MustCompile(`fix +trellara repair-plan --config \S+ --table (.+)`).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("repair-plan names no verify command:\n%s", plan)
+		t.Fatalf("verify names no repair-plan command for the table:\n%s", out)
 	}
 	arg := unshell(t, strings.TrimSpace(m[1]))
 	if got, err := config.ParseTableName(arg); err != nil || got != odd {
-		t.Fatalf("repair-plan's --table %q parses to %v (%v), want %v\n%s", arg, got, err, odd, plan)
+		t.Fatalf("verify's --table %q parses to %v (%v), want %v\n%s", arg, got, err, odd, out)
 	}
-	if out, code := run("verify", "--config", cfg, "--table", arg); code != 1 || !strings.Contains(out, "DIVERGED") {
+	if out, code := run("verify", "--config", cfg, "--table", arg); code != 3 || !strings.Contains(out, "1 of 1 tables differ meanwhile ("+odd.String()+")") {
 		t.Fatalf("verify --table %s: exit %d\n%s", arg, code, out)
+	}
+	if plan, code := run("repair-plan", "--config", cfg, "--table", arg); code != 1 || !strings.Contains(plan, odd.String()) {
+		t.Fatalf("repair-plan --table %s: exit %d\n%s", arg, code, plan)
 	}
 	dst.Exec(t, `INSERT INTO "Sch.ema ""Ü""; x"."Sa.les ""T""; ü" VALUES (2, 'v2', 'ñ2', 2)`)
 
@@ -185,7 +190,7 @@ func TestQuotedNamesEndToEnd(t *testing.T) {
 	if !strings.Contains(out, odd.String()+": ") {
 		t.Fatalf("status --view quarantine does not name %s:\n%s", odd, out)
 	}
-	plan, _ = run("repair-plan", "--config", cfg)
+	plan, _ := run("repair-plan", "--config", cfg)
 	if !strings.Contains(plan, "on "+odd.String()+":") {
 		t.Fatalf("repair-plan does not name %s:\n%s", odd, plan)
 	}

@@ -147,7 +147,7 @@ func (f *Flow) partitionRepairSteps(ctx context.Context) ([]RepairStep, error) {
 		steps = append(steps, RepairStep{
 			Problem: c.String() + "; ATTACH and DETACH PARTITION are not replicated",
 			Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
-			Then:    shell.Trellara("verify", f.ConfigPath, "--table", c.Table),
+			Then:    verifyAfterRun(f.ConfigPath),
 		})
 	}
 	return steps, nil

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/internal/verify"
 )
 
 // RepairStep is one thing to do, in order.
@@ -100,9 +102,12 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 	p.Steps = append(partSteps, p.Steps...)
 	st, err := f.Status(ctx, "report")
 	if err == nil && st.LastVerify != nil {
+		if s, ok := behindStep(st.LastVerify, f.ConfigPath); ok {
+			p.Steps = append(p.Steps, s)
+		}
 		for _, t := range st.LastVerify.Tables {
-			if t.Verdict == "CONVERGED" {
-				continue
+			if t.Verdict != verify.Diverged {
+				continue // a BEHIND table is not a divergence: behindStep covers it
 			}
 			lsn := ""
 			if w := st.LastVerify.Watermark; w != nil {
@@ -111,8 +116,8 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: lsn,
 				Problem: fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
 				Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
-				Then:    shell.Trellara("verify", f.ConfigPath, "--table", t.Table),
-				Command: shell.Trellara("verify", f.ConfigPath, "--table", t.Table),
+				Then:    verifyAfterRun(f.ConfigPath),
+				Command: verify.CatchUpCommand(f.ConfigPath),
 			})
 		}
 	}
@@ -122,11 +127,38 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 				p.Steps = append(p.Steps, RepairStep{Kind: "past_retention",
 					Problem: fmt.Sprintf("consumer %s is past the local log's retention at offset %d", c.Name, c.Offset),
 					Fix:     shell.Resnapshot(f.ConfigPath),
-					Then:    shell.Trellara("verify", f.ConfigPath),
-					Command: shell.Trellara("verify", f.ConfigPath),
+					Then:    verifyAfterRun(f.ConfigPath),
+					Command: verify.CatchUpCommand(f.ConfigPath),
 				})
 			}
 		}
 	}
 	return p, nil
+}
+
+// verifyAfterRun is the check after a recovery that ends in a bounded run:
+// a standalone verify of a stopped pipeline answers BEHIND, since nothing
+// applies its fence, so the run verifies while its applier still runs.
+func verifyAfterRun(configPath string) string {
+	return verify.CatchUpCommand(configPath) + "   (verifies at a common watermark; expect CONVERGED, exit 0)"
+}
+
+// behindStep is the one step for a last verify that found the target short
+// of its watermark: catch up, never re-copy, since nothing was shown to
+// differ at a common watermark.
+func behindStep(r *verify.Result, configPath string) (RepairStep, bool) {
+	if r.Verdict != verify.Behind {
+		return RepairStep{}, false
+	}
+	lsn := ""
+	if w := r.Watermark; w != nil {
+		lsn = w.SourceLSN.String()
+	}
+	return RepairStep{Kind: "behind", LSN: lsn, Command: verify.CatchUpCommand(configPath),
+		Problem: fmt.Sprintf("the last verify (%s) found the target behind, not diverged: %s",
+			r.StartedAt.Format(time.RFC3339), strings.TrimPrefix(r.Headline(), "BEHIND: ")),
+		Fix: verify.CatchUpAdvice(configPath),
+		Then: "the run ends with its own verify: expect CONVERGED (exit 0); DIVERGED there is a difference at a common watermark, and " +
+			shell.Trellara("repair-plan", configPath) + " plans its repair",
+	}, true
 }

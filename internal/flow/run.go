@@ -180,7 +180,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 
 	if doVerify {
 		report(Progress{Phase: "verifying"})
-		vr, err := f.verifyWith(ctx, applier, nil)
+		vr, err := f.verifyWith(ctx, applier, VerifyOptions{})
 		if err != nil {
 			cancel()
 			wg.Wait()
@@ -236,14 +236,29 @@ func (f *Flow) createTargetTables(ctx context.Context, tgt *pgx.Conn) error {
 	return apply.CreateTables(ctx, tgt, defs)
 }
 
-// Verify compares source and target. With an applier running in this
-// process its checkpoint is the watermark; otherwise the checkpoint row on
-// the target is read.
-func (f *Flow) Verify(ctx context.Context, tables []string) (*verify.Result, error) {
-	return f.verifyWith(ctx, nil, tables)
+// VerifyOptions narrows `trellara verify`.
+type VerifyOptions struct {
+	// Tables to compare; empty means every table of the flow.
+	Tables []string
+	// Wait bounds the time spent waiting for the target to reach the
+	// watermark; a target still short of it is BEHIND. verify.NoWait does
+	// not wait. 0 means verify's default (30 s), except that a standalone
+	// verify of a pgoutput flow whose slot is not active does not wait:
+	// no process is decoding the source, so nothing can bring the verify's
+	// fence to the target.
+	Wait time.Duration
 }
 
-func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, tables []string) (*verify.Result, error) {
+// Verify compares source and target. With an applier running in this
+// process its checkpoint is the watermark; otherwise the checkpoint row on
+// the target is read, so a standalone verify reaches a common watermark
+// only while the pipeline runs (the service) and applies the verify's
+// fence; with the pipeline stopped the answer is BEHIND.
+func (f *Flow) Verify(ctx context.Context, o VerifyOptions) (*verify.Result, error) {
+	return f.verifyWith(ctx, nil, o)
+}
+
+func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, o VerifyOptions) (*verify.Result, error) {
 	src, err := f.ConnectSource(ctx)
 	if err != nil {
 		return nil, err
@@ -259,30 +274,58 @@ func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, tables []
 		return nil, err
 	}
 	defer tgt.Close(context.Background())
+	tables := o.Tables
 	if len(tables) == 0 {
 		tables = tableStrings(f.Tables())
 	}
+	idle := ""
+	if running == nil && o.Wait == 0 && f.Cfg.Source.Capture != config.CaptureExtension {
+		// The extension's decoder holds its slot whether or not a sidecar
+		// runs, so only a pgoutput slot says whether a pipeline captures.
+		si, err := relay.LookupSlot(ctx, fenceConn, f.Cfg.Source.Slot)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !si.Exists:
+			idle = "does not exist"
+		case !si.Active:
+			idle = "is not active"
+		}
+		if idle != "" {
+			o.Wait = verify.NoWait
+		}
+	}
 	opts := verify.Options{
-		Tables:     tables,
-		ConfigPath: f.ConfigPath,
+		Tables:       tables,
+		ConfigPath:   f.ConfigPath,
+		WaitCaughtUp: o.Wait,
 		// The watermark is a fence written after the source snapshot: once
 		// the target has applied it, the target has everything the
 		// snapshot saw.
 		SourceLSN: func(ctx context.Context) (uint64, error) {
 			return relay.EmitFence(ctx, fenceConn, "verify")
 		},
-		TargetCheckpoint: func(ctx context.Context) (uint64, error) {
+		TargetCheckpoint: func(ctx context.Context) (verify.Position, error) {
+			var cp apply.Checkpoint
 			if running != nil {
-				return running.Checkpoint().EndLSN, nil
+				cp = running.Checkpoint()
+			} else {
+				st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+				if err != nil {
+					return verify.Position{}, err
+				}
+				cp = st.Checkpoint
 			}
-			st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
-			if err != nil {
-				return 0, err
-			}
-			return st.Checkpoint.EndLSN, nil
+			return verify.Position{EndLSN: cp.EndLSN, AppliedAt: cp.AppliedAt}, nil
 		},
 	}
 	res, err := verify.Verify(ctx, src, tgt, opts)
+	if err == nil && idle != "" && res.Verdict == verify.Behind {
+		res.Notes = append(res.Notes, fmt.Sprintf("slot %s %s: no pipeline is capturing flow %s, so nothing applies the fence verify wrote, and verify did not wait for it; "+
+			"%s verifies at a common watermark (for a service that is starting, verify again or pass --wait)",
+			f.Cfg.Source.Slot, idle, f.Cfg.Flow, verify.CatchUpCommand(f.ConfigPath)))
+	}
 	if err == nil {
 		if rerr := f.RecordVerify(res); rerr != nil {
 			f.Logger.Warn("could not record the verify result for status", "err", rerr)

@@ -381,7 +381,10 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		}
 	}
 	if v := st.LastVerify; v != nil {
-		fmt.Fprintf(w, "last verify   %s at %s\n", v.Verdict, v.StartedAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "last verify   %s (at %s)\n", v.Headline(), v.StartedAt.Format(time.RFC3339))
+		if v.Recovery != "" {
+			fmt.Fprintf(w, "              next: %s\n", v.Recovery)
+		}
 	}
 	for _, p := range st.Problems {
 		fmt.Fprintf(w, "PROBLEM: %s\n  fix: %s\n", p.Message, p.Fix)

@@ -76,53 +76,64 @@
 // # Watermark
 //
 // A target applies the source's changes some time after they commit, so a
-// comparison is only meaningful at a watermark: the target checkpoint must
-// have passed the source LSN observed when the comparison started. Verify:
+// comparison is only meaningful at a watermark: the target snapshot must be
+// taken after the target checkpoint passed the source LSN observed when the
+// source snapshot was taken. Verify, in rounds, each with one fresh pair of
+// snapshots:
 //
-//  1. opens the source snapshot, then reads the source LSN L0
-//     (Options.SourceLSN, default pg_current_wal_insert_lsn()); every
-//     transaction the snapshot sees committed before L0;
-//  2. opens the target snapshot and compares every table;
-//  3. when a table differs, and when Options.TargetCheckpoint is given,
-//     re-checks: a fresh source snapshot and LSN L, a wait (polling with
-//     backoff, within Options.WaitCaughtUp over all rounds) until the
-//     target checkpoint passes L, a fresh target snapshot, and a new
-//     comparison of every table (one that was split into buckets the round
-//     before is split again straight away, its totals summed from the
-//     buckets). Rounds stop when nothing differs, when a round sees exactly
-//     what the previous one saw, when the wait budget is spent, or after
-//     Options.RechecksMax rounds;
-//  4. reads the target checkpoint once more and reports the last round's
-//     source LSN L (L0 without re-checks) and caught_up as checkpoint >= L.
+//  1. opens the source snapshot, then reads the source LSN L, the
+//     watermark (Options.SourceLSN, default pg_current_wal_insert_lsn());
+//     every transaction the snapshot sees committed before L;
+//  2. with Options.TargetCheckpoint, waits (polling with backoff, within
+//     Options.WaitCaughtUp over all rounds) until the target checkpoint
+//     passes L, keeping the last position read;
+//  3. opens the target snapshot and compares every table;
+//  4. when a table differs and the round reached its watermark, starts
+//     another round (a table split into buckets the round before is split
+//     again straight away, its totals summed from the buckets): the target
+//     snapshot may hold changes the source snapshot did not see, and such a
+//     difference moves between rounds. Rounds stop when nothing differs,
+//     when a round sees exactly what the previous one saw, when a round's
+//     wait ran out, or after Options.RechecksMax re-checks.
 //
-// The verdict, counts, checksums, example keys and watermark all come from
-// the last round's one pair of snapshots; nothing is carried over from an
-// earlier round, so a bucket or table that matched then and differs now is
-// reported. Differences seen while the target was behind are reported only
-// if they are still there after it caught up, or if it never did (then
-// caught_up is false). When the first comparison matches, no re-check runs
-// and every table is CONVERGED even if the target checkpoint lags, since
-// their rows are equal.
+// The watermark reported is the last round's L, the checkpoint read just
+// before its target snapshot, and caught_up as checkpoint >= L. The verdict,
+// counts, checksums, example keys and watermark all come from that one pair
+// of snapshots; nothing is carried over from an earlier round, so a bucket
+// or table that matched then and differs now is reported.
+//
+// decide makes every verdict, per table and for the whole result: a target
+// short of the watermark is BEHIND whether its rows differ or not (a
+// difference may be a change still on its way; a match proves nothing yet),
+// so CONVERGED never stands beside "not caught up" and DIVERGED always
+// means a difference at a common watermark. A BEHIND result carries the lag
+// (Watermark.LagBytes, Watermark.LagAge); its example keys come with a note
+// that they may only be waiting to be applied. Without a
+// TargetCheckpoint hook there is no watermark: rows are compared as found,
+// never re-checked, and the verdict is CONVERGED or DIVERGED.
 //
 // The applier only ever reaches positions it is sent, so either the
 // checkpoint must advance past idle stretches of the source (a
 // keepalive-confirmed position) or SourceLSN must return a position the
 // applier will pass, such as a logical message written for the purpose;
 // otherwise a source with no writes to the flow's tables never counts as
-// caught up.
+// caught up. The flow writes such a fence, so a standalone verify of a
+// stopped pipeline is always BEHIND: its fence has nobody to apply it.
 //
 // # Output
 //
 // Result is the answer; its JSON form is documented on Result, its text
 // form is RenderText. ExitCode maps it to the CLI's exit status: 0
-// CONVERGED, 1 DIVERGED, 2 error. A DIVERGED table carries the command that
-// plans its repair: `trellara repair-plan --config <file> --table <t>`.
+// CONVERGED, 1 DIVERGED, 3 BEHIND, 2 error. A DIVERGED table carries the
+// command that plans its repair: `trellara repair-plan --config <file>
+// --table <t>`; a BEHIND result carries CatchUpCommand.
 //
 // # Cost
 //
 // One sequential scan per side per table; a table whose totals differ gets
 // one more to split it, plus one scan per table per re-check round and one
-// filtered scan per drill-down level. Both sides run concurrently. On one core a side hashes
+// filtered scan per drill-down level. Both sides run concurrently. The
+// source snapshot stays open while Verify waits for the target. On one core a side hashes
 // about 1.7 million rows of a five-column table per second (see
 // BenchmarkVerify); Options.ParallelWorkers lets PostgreSQL's parallel query
 // share the work across cores. Snapshots hold back vacuum on both servers

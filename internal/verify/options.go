@@ -42,15 +42,17 @@ type Options struct {
 
 	// TargetCheckpoint reads how far the applier has applied: the source
 	// end LSN up to which every source transaction is committed on the
-	// target. Verify calls it before taking each target snapshot, and never
-	// while it holds a transaction on the target, so the hook may use the
-	// same connection. Nil means there is no flow to wait for: no watermark
-	// is reported and differing buckets are not re-checked.
-	TargetCheckpoint func(ctx context.Context) (uint64, error)
+	// target, and when it last applied one. Verify calls it before taking
+	// each target snapshot, and never while it holds a transaction on the
+	// target, so the hook may use the same connection. Nil means there is
+	// no flow to wait for: no watermark is reported, differing buckets are
+	// not re-checked, and the verdict is never BEHIND.
+	TargetCheckpoint func(ctx context.Context) (Position, error)
 
 	// WaitCaughtUp bounds the total time spent waiting for the target
-	// checkpoint to pass a source LSN, over all re-check rounds. 0 means
-	// defaultWaitCaughtUp.
+	// checkpoint to pass a source LSN, over all rounds; a target still
+	// short of it is BEHIND. 0 means defaultWaitCaughtUp; NoWait reads the
+	// checkpoint once per round and does not wait.
 	WaitCaughtUp time.Duration
 
 	// RechecksMax bounds the re-check rounds for differing buckets. 0 means
@@ -76,6 +78,10 @@ type Options struct {
 	textHashing bool
 }
 
+// NoWait, as Options.WaitCaughtUp, compares without waiting for the
+// target: for a target nothing is applying to, where waiting cannot help.
+const NoWait time.Duration = -1
+
 const (
 	bucketsAuto      = 64
 	bucketsMax       = 65536
@@ -91,6 +97,18 @@ const (
 	parallelWorkersMax   = 64
 	defaultConfigPath    = "trellara.yml"
 )
+
+// Position is the applier's checkpoint as the TargetCheckpoint hook reads
+// it.
+type Position struct {
+	// EndLSN: every source transaction that ended at or before it is
+	// committed on the target.
+	EndLSN uint64
+	// AppliedAt is when the target last applied a transaction (the
+	// target's clock); zero when unknown. It only dates the lag of a target
+	// that is BEHIND.
+	AppliedAt time.Time
+}
 
 // tableSpec is one source table and the target table holding its copy.
 type tableSpec struct {
@@ -116,8 +134,8 @@ func (o Options) normalize() (Options, []tableSpec, error) {
 			return o, nil, fmt.Errorf("%w: %s is %d, allowed %d..%d", ErrOptions, c.name, c.val, c.min, c.hi)
 		}
 	}
-	if o.WaitCaughtUp < 0 {
-		return o, nil, fmt.Errorf("%w: WaitCaughtUp is negative (%s)", ErrOptions, o.WaitCaughtUp)
+	if o.WaitCaughtUp < 0 && o.WaitCaughtUp != NoWait {
+		return o, nil, fmt.Errorf("%w: WaitCaughtUp is negative (%s); NoWait is the one negative value allowed", ErrOptions, o.WaitCaughtUp)
 	}
 	if len(o.Tables) == 0 {
 		return o, nil, fmt.Errorf("%w: no tables to compare; name at least one schema.table", ErrOptions)

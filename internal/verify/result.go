@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,19 +9,72 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/trellara/trellara/internal/shell"
 )
 
-// Verdict is the whole answer. There is no third one: anything that keeps
-// Verify from deciding is an error.
+// Verdict is the whole answer, one of three. Anything that keeps Verify
+// from deciding is an error, never a verdict. decide is the only place one
+// is made.
 type Verdict string
 
 const (
-	// Converged: every compared table has the same rows on both sides.
+	// Converged: every compared table has the same rows on both sides, and
+	// the target had applied everything the compared source snapshot saw
+	// (or no applier checkpoint was given).
 	Converged Verdict = "CONVERGED"
-	// Diverged: at least one table differs, is missing, or has another
-	// shape at the target.
+	// Diverged: at a common watermark (the target had applied everything
+	// the compared source snapshot saw), at least one table differs, is
+	// missing, or has another shape at the target.
 	Diverged Verdict = "DIVERGED"
+	// Behind: the target had not applied everything the compared source
+	// snapshot saw, within the wait. Rows that differ may only be waiting
+	// to be applied and rows that match prove nothing yet, so neither
+	// CONVERGED nor DIVERGED can be claimed. The fix is to start or catch
+	// up the pipeline and verify again (CatchUpCommand).
+	Behind Verdict = "BEHIND"
 )
+
+// decide makes every verdict, for each table and for the whole result, from
+// the watermark and whether the compared snapshots differ. A target behind
+// the watermark is BEHIND whatever the rows say, so CONVERGED can never
+// stand beside "not caught up", and DIVERGED only ever describes a
+// difference at a common watermark. Without a watermark (no applier
+// checkpoint given) the rows are compared as found.
+//
+//	watermark   rows differ   verdict
+//	none        no            CONVERGED
+//	none        yes           DIVERGED
+//	caught up   no            CONVERGED
+//	caught up   yes           DIVERGED
+//	behind      either        BEHIND
+func decide(wm *Watermark, differ bool) Verdict {
+	switch {
+	case wm != nil && !wm.CaughtUp():
+		return Behind
+	case differ:
+		return Diverged
+	default:
+		return Converged
+	}
+}
+
+// CatchUpCommand is the command that brings a stopped flow's target up to
+// the source and verifies it at a common watermark: a bounded run applies
+// everything the source committed before it started, then verifies while
+// its applier still runs, so the verify's own fence is applied too.
+func CatchUpCommand(configPath string) string {
+	return shell.Trellara("run", configPath, "--local", "--verify")
+}
+
+// CatchUpAdvice is the one sentence, shared by verify and repair-plan, that
+// says how to clear BEHIND.
+func CatchUpAdvice(configPath string) string {
+	return "start or catch up the pipeline: " + CatchUpCommand(configPath) +
+		" (applies what the target is missing, then verifies while still running); where the flow runs as the service (" +
+		shell.Trellara("run", configPath) + "), let it catch up (" + shell.Trellara("status", configPath) +
+		" shows its lag) and run " + shell.Trellara("verify", configPath) + " again"
+}
 
 // KeyBasis says which columns identify a row for bucketing and for naming
 // example keys.
@@ -55,24 +109,31 @@ const FormatVersion = 1
 //
 //	{
 //	  "format_version": 1,
-//	  "verdict": "CONVERGED" | "DIVERGED",
+//	  "verdict": "CONVERGED" | "DIVERGED" | "BEHIND",
 //	  "started_at": RFC 3339 time,
 //	  "duration_ms": int,
 //	  "source_rows_per_second": float,   // rows hashed per second of source scan time
 //	  "target_rows_per_second": float,
 //	  "row_hash": "typed" | "text",       // how rows were hashed (see Hashing)
+//	  "watermark_lsn": null | "X/X",      // = watermark.source_lsn
+//	  "target_checkpoint_lsn": null | "X/X", // = watermark.target_checkpoint
+//	  "lag_bytes": null | int,            // watermark_lsn - target_checkpoint_lsn; 0 when caught up
+//	  "lag_age_ms": null | int,           // when BEHIND: how long before the check the target last applied a transaction
+//	  "recovery": string,                 // command to run: repair-plan when DIVERGED, CatchUpCommand when BEHIND, "" when CONVERGED
 //	  "watermark": null | {
 //	    "source_lsn": "X/X",              // source WAL position of the compared snapshot (the last round's)
-//	    "target_checkpoint": "X/X",       // applier checkpoint read at the end
+//	    "target_checkpoint": "X/X",       // applier checkpoint read before the compared target snapshot
 //	    "caught_up": bool,                // target_checkpoint >= source_lsn
-//	    "waited_ms": int                  // time spent waiting for the target
+//	    "waited_ms": int,                 // time spent waiting for the target
+//	    "checked_at": RFC 3339 time,      // when target_checkpoint was read (this host's clock)
+//	    "target_applied_at": null | RFC 3339 time // the target's last apply (its clock), when known
 //	  },
 //	  "notes": [string],
 //	  "tables": [{
 //	    "table": "schema.name",           // source
 //	    "target_table": "schema.name",
-//	    "verdict": "CONVERGED" | "DIVERGED",
-//	    "reasons": [string],              // why it diverged, in words
+//	    "verdict": "CONVERGED" | "DIVERGED" | "BEHIND", // BEHIND for every table when the result is
+//	    "reasons": [string],              // why it differs, in words
 //	    "key_basis": "primary_key" | "replica_identity" | "whole_row",
 //	    "key_columns": [string],
 //	    "source_rows": int, "target_rows": int,
@@ -90,10 +151,12 @@ const FormatVersion = 1
 // A checksum is the low 64 bits of the sum of the 64-bit hashes of the
 // table's rows (two's complement, big-endian hex); equal tables have equal
 // checksums and counts. Lists are never null. mismatching_buckets lists at
-// most bucketsListedMax buckets; the count is exact.
+// most bucketsListedMax buckets; the count is exact. The lag fields are
+// null without a watermark; they are computed from it, so they cannot
+// disagree with it.
 //
 // The CLI maps the answer to its exit status with ExitCode: 0 CONVERGED,
-// 1 DIVERGED, 2 error.
+// 1 DIVERGED, 3 BEHIND, 2 error.
 type Result struct {
 	FormatVersion       int           `json:"format_version"`
 	Verdict             Verdict       `json:"verdict"`
@@ -105,17 +168,55 @@ type Result struct {
 	RowHash             Hashing       `json:"row_hash"`
 	Notes               []string      `json:"notes"`
 	Tables              []TableResult `json:"tables"`
+	// Recovery is the command to run next: repair-plan when DIVERGED,
+	// CatchUpCommand when BEHIND, "" when CONVERGED.
+	Recovery string `json:"recovery"`
+	// advice is the sentence around Recovery for the text form
+	// (CatchUpAdvice when BEHIND); a result read back from JSON has none
+	// and shows Recovery alone.
+	advice string
 }
 
 // Watermark records where the comparison stood in the replication stream:
 // SourceLSN is the position of the source snapshot the verdict comes from
-// (the last re-check round's), TargetCheckpoint the applier's checkpoint
-// read after the comparison, CaughtUp whether it had passed SourceLSN.
+// (the last re-check round's, the "watermark"), TargetCheckpoint the
+// applier's checkpoint read just before that round's target snapshot was
+// taken. The target snapshot therefore holds everything up to at least
+// TargetCheckpoint, and CaughtUp says whether that covers SourceLSN.
 type Watermark struct {
 	SourceLSN        pglogrepl.LSN
 	TargetCheckpoint pglogrepl.LSN
-	CaughtUp         bool
 	Waited           time.Duration
+	// CheckedAt is when TargetCheckpoint was read, on this host's clock.
+	CheckedAt time.Time
+	// TargetAppliedAt is when the target last applied a transaction, on
+	// the target's clock; zero when unknown.
+	TargetAppliedAt time.Time
+}
+
+// CaughtUp says whether the target had applied everything the compared
+// source snapshot saw. It is computed, never stored, so it cannot disagree
+// with the LSNs.
+func (w *Watermark) CaughtUp() bool { return w.TargetCheckpoint >= w.SourceLSN }
+
+// LagBytes is how far the target checkpoint was behind the watermark, in
+// bytes of source WAL; 0 when caught up.
+func (w *Watermark) LagBytes() uint64 {
+	if w.CaughtUp() {
+		return 0
+	}
+	return uint64(w.SourceLSN - w.TargetCheckpoint)
+}
+
+// LagAge is, for a target behind the watermark, how long before the check
+// it last applied a transaction: how stale its rows may be at most. ok is
+// false when caught up or when either time is unknown. The two clocks are
+// different hosts'; a negative difference (skew) counts as zero.
+func (w *Watermark) LagAge() (age time.Duration, ok bool) {
+	if w.CaughtUp() || w.TargetAppliedAt.IsZero() || w.CheckedAt.IsZero() {
+		return 0, false
+	}
+	return max(0, w.CheckedAt.Sub(w.TargetAppliedAt)), true
 }
 
 // TableResult is the answer for one table.
@@ -158,14 +259,17 @@ type SampleKey struct {
 // when a whole table is missing its rows.
 const bucketsListedMax = 20
 
-// ExitCode maps Verify's return values to the CLI exit status:
-// 0 CONVERGED, 1 DIVERGED, 2 error (including a nil Result).
+// ExitCode maps Verify's return values to the CLI exit status (docs/CLI.md):
+// 0 CONVERGED, 1 DIVERGED, 3 BEHIND, 2 error (including a nil Result). A
+// verdict this version does not know counts as DIVERGED: never success.
 func ExitCode(r *Result, err error) int {
 	switch {
 	case err != nil || r == nil:
 		return 2
 	case r.Verdict == Converged:
 		return 0
+	case r.Verdict == Behind:
+		return 3
 	default:
 		return 1
 	}
@@ -185,10 +289,23 @@ func (r *Result) MarshalJSON() ([]byte, error) {
 		t.SampleKeys = nonNil(t.SampleKeys)
 		c.Tables[i] = t
 	}
-	return json.Marshal(struct {
+	out := struct {
 		*plain
-		DurationMS int64 `json:"duration_ms"`
-	}{(*plain)(&c), r.Duration.Milliseconds()})
+		DurationMS          int64   `json:"duration_ms"`
+		WatermarkLSN        *string `json:"watermark_lsn"`
+		TargetCheckpointLSN *string `json:"target_checkpoint_lsn"`
+		LagBytes            *uint64 `json:"lag_bytes"`
+		LagAgeMS            *int64  `json:"lag_age_ms"`
+	}{plain: (*plain)(&c), DurationMS: r.Duration.Milliseconds()}
+	if wm := r.Watermark; wm != nil {
+		w, t, lag := wm.SourceLSN.String(), wm.TargetCheckpoint.String(), wm.LagBytes()
+		out.WatermarkLSN, out.TargetCheckpointLSN, out.LagBytes = &w, &t, &lag
+		if age, ok := wm.LagAge(); ok {
+			ms := age.Milliseconds()
+			out.LagAgeMS = &ms
+		}
+	}
+	return json.Marshal(out)
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote, so a stored result (the
@@ -209,19 +326,22 @@ func (r *Result) UnmarshalJSON(b []byte) error {
 
 // watermarkJSON is Watermark's JSON form: LSNs in PostgreSQL's X/X notation.
 type watermarkJSON struct {
-	SourceLSN        string `json:"source_lsn"`
-	TargetCheckpoint string `json:"target_checkpoint"`
-	CaughtUp         bool   `json:"caught_up"`
-	WaitedMS         int64  `json:"waited_ms"`
+	SourceLSN        string     `json:"source_lsn"`
+	TargetCheckpoint string     `json:"target_checkpoint"`
+	CaughtUp         bool       `json:"caught_up"`
+	WaitedMS         int64      `json:"waited_ms"`
+	CheckedAt        *time.Time `json:"checked_at"`
+	TargetAppliedAt  *time.Time `json:"target_applied_at"`
 }
 
-// MarshalJSON renders LSNs as "X/X".
+// MarshalJSON renders LSNs as "X/X" and unknown times as null.
 func (w Watermark) MarshalJSON() ([]byte, error) {
-	return json.Marshal(watermarkJSON{w.SourceLSN.String(), w.TargetCheckpoint.String(), w.CaughtUp, w.Waited.Milliseconds()})
+	return json.Marshal(watermarkJSON{w.SourceLSN.String(), w.TargetCheckpoint.String(), w.CaughtUp(), w.Waited.Milliseconds(),
+		timeOrNil(w.CheckedAt), timeOrNil(w.TargetAppliedAt)})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote, so a stored result can be
-// shown again.
+// shown again. caught_up is recomputed from the LSNs.
 func (w *Watermark) UnmarshalJSON(b []byte) error {
 	var j watermarkJSON
 	if err := json.Unmarshal(b, &j); err != nil {
@@ -235,8 +355,22 @@ func (w *Watermark) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("verify: watermark target_checkpoint: %w", err)
 	}
-	*w = Watermark{SourceLSN: src, TargetCheckpoint: dst, CaughtUp: j.CaughtUp, Waited: time.Duration(j.WaitedMS) * time.Millisecond}
+	*w = Watermark{SourceLSN: src, TargetCheckpoint: dst, Waited: time.Duration(j.WaitedMS) * time.Millisecond}
+	if j.CheckedAt != nil {
+		w.CheckedAt = *j.CheckedAt
+	}
+	if j.TargetAppliedAt != nil {
+		w.TargetAppliedAt = *j.TargetAppliedAt
+	}
 	return nil
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }
 
 func nonNil[T any](s []T) []T {
@@ -246,28 +380,24 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// RenderText writes the human form: the verdict first, then the watermark
-// and speed, then one block per table. A DIVERGED table ends with the
-// command that plans its repair.
+// RenderText writes the human form: the verdict first (for BEHIND, the lag
+// and the fix), then the watermark and speed, then one block per table. A
+// DIVERGED table ends with the command that plans its repair.
 func (r *Result) RenderText(w io.Writer) error {
 	var b strings.Builder
-	var diverged []string
-	for _, t := range r.Tables {
-		if t.Verdict == Diverged {
-			diverged = append(diverged, t.Table)
+	b.WriteString(r.Headline())
+	b.WriteString("\n")
+	if r.Verdict == Behind {
+		if fix := cmp.Or(r.advice, r.Recovery); fix != "" {
+			fmt.Fprintf(&b, "fix: %s\n", fix)
 		}
-	}
-	if r.Verdict == Converged {
-		fmt.Fprintf(&b, "CONVERGED: %d of %d tables match\n", len(r.Tables), len(r.Tables))
-	} else {
-		fmt.Fprintf(&b, "DIVERGED: %d of %d tables differ (%s)\n", len(diverged), len(r.Tables), strings.Join(diverged, ", "))
 	}
 	if wm := r.Watermark; wm != nil {
 		state := "caught up"
-		if !wm.CaughtUp {
+		if !wm.CaughtUp() {
 			state = "NOT caught up: the target had not applied everything the compared source snapshot had committed"
 		}
-		fmt.Fprintf(&b, "watermark: source LSN %s compared, target checkpoint %s at end; %s", wm.SourceLSN, wm.TargetCheckpoint, state)
+		fmt.Fprintf(&b, "watermark: source LSN %s compared, target checkpoint %s before the target snapshot; %s", wm.SourceLSN, wm.TargetCheckpoint, state)
 		if wm.Waited > 0 {
 			fmt.Fprintf(&b, " (waited %s)", wm.Waited.Round(time.Millisecond))
 		}
@@ -286,6 +416,50 @@ func (r *Result) RenderText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Headline is the verdict in one line, as the text form starts and as
+// `trellara status` shows the last verify: which tables differ, or for
+// BEHIND how far the target was behind the watermark.
+func (r *Result) Headline() string {
+	var differ []string
+	for _, t := range r.Tables {
+		if len(t.Reasons) > 0 {
+			differ = append(differ, t.Table)
+		}
+	}
+	switch r.Verdict {
+	case Converged:
+		return fmt.Sprintf("CONVERGED: %d of %d tables match", len(r.Tables), len(r.Tables))
+	case Behind:
+		s := "BEHIND: the target has not reached the watermark"
+		if wm := r.Watermark; wm != nil {
+			s = fmt.Sprintf("BEHIND: target checkpoint %s has not reached the watermark %s: %s behind", wm.TargetCheckpoint, wm.SourceLSN, bytesText(wm.LagBytes()))
+			if age, ok := wm.LagAge(); ok {
+				s += fmt.Sprintf(", last applied %s before the check", age.Round(time.Second))
+			}
+		}
+		if len(differ) > 0 {
+			s += fmt.Sprintf("; %d of %d tables differ meanwhile (%s)", len(differ), len(r.Tables), strings.Join(differ, ", "))
+		}
+		return s
+	default:
+		return fmt.Sprintf("%s: %d of %d tables differ (%s)", r.Verdict, len(differ), len(r.Tables), strings.Join(differ, ", "))
+	}
+}
+
+// bytesText renders a WAL distance: "4,352 bytes (4.3 KiB)".
+func bytesText(n uint64) string {
+	s := grouped(int64(n)) + " bytes"
+	switch {
+	case n >= 1<<30:
+		s += fmt.Sprintf(" (%.1f GiB)", float64(n)/(1<<30))
+	case n >= 1<<20:
+		s += fmt.Sprintf(" (%.1f MiB)", float64(n)/(1<<20))
+	case n >= 1<<10:
+		s += fmt.Sprintf(" (%.1f KiB)", float64(n)/(1<<10))
+	}
+	return s
 }
 
 func renderTable(b *strings.Builder, t *TableResult) {

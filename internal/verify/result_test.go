@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/trellara/trellara/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
@@ -46,7 +48,8 @@ func sampleResult() *Result {
 		SourceRowsPerSecond: 1_250_000.4,
 		TargetRowsPerSecond: 1_190_000,
 		RowHash:             HashingTyped,
-		Watermark:           &Watermark{SourceLSN: 0x1_6B374D48, TargetCheckpoint: 0x1_6B374E00, CaughtUp: true, Waited: 250 * time.Millisecond},
+		Watermark:           &Watermark{SourceLSN: 0x1_6B374D48, TargetCheckpoint: 0x1_6B374E00, Waited: 250 * time.Millisecond},
+		Recovery:            "trellara repair-plan --config trellara.yml",
 		Tables: []TableResult{
 			{
 				Table: "public.customers", TargetTable: "public.customers", Verdict: Converged,
@@ -82,6 +85,23 @@ func sampleResult() *Result {
 	}
 }
 
+// behindResult is a target short of the watermark, one table differing
+// meanwhile: the lag, the age and the fix, no divergence.
+func behindResult() *Result {
+	checked := time.Date(2026, 3, 1, 12, 0, 31, 0, time.UTC)
+	r := sampleResult()
+	r.Verdict = Behind
+	r.Watermark = &Watermark{SourceLSN: 0x1_6B374D48, TargetCheckpoint: 0x1_6B2F0000, Waited: 30 * time.Second,
+		CheckedAt: checked, TargetAppliedAt: checked.Add(-4*time.Minute - 12*time.Second)}
+	r.Recovery, r.advice = CatchUpCommand("trellara.yml"), CatchUpAdvice("trellara.yml")
+	r.Tables = r.Tables[:2]
+	for i := range r.Tables {
+		r.Tables[i].Verdict, r.Tables[i].Recovery = Behind, ""
+	}
+	r.Tables[1].Notes = []string{"the target is behind the watermark: these keys may only be waiting to be applied"}
+	return r
+}
+
 func TestRenderTextGolden(t *testing.T) {
 	var b bytes.Buffer
 	if err := sampleResult().RenderText(&b); err != nil {
@@ -96,6 +116,12 @@ func TestRenderTextGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "converged.txt", b.Bytes())
+
+	b.Reset()
+	if err := behindResult().RenderText(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "behind.txt", b.Bytes())
 }
 
 func TestJSONGolden(t *testing.T) {
@@ -104,13 +130,18 @@ func TestJSONGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "diverged.json", append(js, '\n'))
+	js, err = json.MarshalIndent(behindResult(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "behind.json", append(js, '\n'))
 
 	// A result without a watermark or lists still has every field.
 	js, err = json.Marshal(&Result{FormatVersion: FormatVersion, Verdict: Converged, Tables: []TableResult{{Table: "public.a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{`"watermark":null`, `"notes":[]`, `"sample_keys":[]`, `"mismatching_buckets":[]`, `"reasons":[]`, `"duration_ms":0`} {
+	for _, field := range []string{`"watermark":null`, `"watermark_lsn":null`, `"target_checkpoint_lsn":null`, `"lag_bytes":null`, `"lag_age_ms":null`, `"notes":[]`, `"sample_keys":[]`, `"mismatching_buckets":[]`, `"reasons":[]`, `"duration_ms":0`} {
 		if !strings.Contains(string(js), field) {
 			t.Errorf("JSON lacks %s: %s", field, js)
 		}
@@ -142,12 +173,22 @@ func TestWatermarkJSONRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"source_lsn":"2/10","target_checkpoint":"1/FFFFFFFF","caught_up":false,"waited_ms":1500}`; string(js) != want {
+	if want := `{"source_lsn":"2/10","target_checkpoint":"1/FFFFFFFF","caught_up":false,"waited_ms":1500,"checked_at":null,"target_applied_at":null}`; string(js) != want {
 		t.Errorf("got %s, want %s", js, want)
 	}
 	var out Watermark
 	if err := json.Unmarshal(js, &out); err != nil || out != in {
 		t.Errorf("round trip %+v, %v; want %+v", out, err, in)
+	}
+	in.CheckedAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	in.TargetAppliedAt = in.CheckedAt.Add(-time.Minute)
+	js, _ = json.Marshal(in)
+	if err := json.Unmarshal(js, &out); err != nil || out != in {
+		t.Errorf("round trip %+v, %v; want %+v", out, err, in)
+	}
+	// caught_up is computed from the LSNs, whatever a stored file says.
+	if err := json.Unmarshal([]byte(`{"source_lsn":"2/10","target_checkpoint":"1/0","caught_up":true}`), &out); err != nil || out.CaughtUp() {
+		t.Errorf("stored caught_up:true beside a checkpoint short of the watermark read as caught up (%v)", err)
 	}
 	if err := json.Unmarshal([]byte(`{"source_lsn":"nope"}`), &out); err == nil {
 		t.Error("bad LSN accepted")
@@ -162,6 +203,9 @@ func TestExitCode(t *testing.T) {
 	}{
 		{&Result{Verdict: Converged}, nil, 0},
 		{&Result{Verdict: Diverged}, nil, 1},
+		{&Result{Verdict: Behind}, nil, 3},
+		{&Result{Verdict: "SOMETHING NEW"}, nil, 1},
+		{&Result{Verdict: Behind}, errors.New("boom"), 2},
 		{nil, errors.New("boom"), 2},
 		{&Result{Verdict: Converged}, errors.New("boom"), 2},
 		{nil, nil, 2},
@@ -191,6 +235,11 @@ func TestOptionsNormalize(t *testing.T) {
 		{"wait", Options{Tables: []string{"public.a"}, WaitCaughtUp: -time.Second}, "WaitCaughtUp"},
 	} {
 		o, specs, err := tc.o.normalize()
+		if tc.name == "ok" {
+			if o2, _, err2 := (Options{Tables: []string{"public.a"}, WaitCaughtUp: NoWait}).normalize(); err2 != nil || o2.WaitCaughtUp != NoWait {
+				t.Errorf("NoWait: %v, wait %s", err2, o2.WaitCaughtUp)
+			}
+		}
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
@@ -379,6 +428,132 @@ func TestBothReportsTheRealFailure(t *testing.T) {
 	} {
 		if got := both(context.Background(), tc.a, tc.b); !errors.Is(got, tc.want) || (tc.want == nil) != (got == nil) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestVerdictTable walks decide's table, then the same cases through the
+// result a real run assembles: every table's verdict and the result's come
+// from decide, CONVERGED never stands beside a target short of the
+// watermark, and DIVERGED only ever at a common one.
+func TestVerdictTable(t *testing.T) {
+	var (
+		none   *Watermark
+		at     = &Watermark{SourceLSN: 0x1_00000100, TargetCheckpoint: 0x1_00000100}
+		ahead  = &Watermark{SourceLSN: 0x1_00000100, TargetCheckpoint: 0x2_00000000}
+		behind = &Watermark{SourceLSN: 0x1_00000100, TargetCheckpoint: 0x1_000000FF}
+	)
+	for _, tc := range []struct {
+		name   string
+		wm     *Watermark
+		differ bool
+		want   Verdict
+	}{
+		{"no watermark, equal", none, false, Converged},
+		{"no watermark, differ", none, true, Diverged},
+		{"at the watermark, equal", at, false, Converged},
+		{"at the watermark, differ", at, true, Diverged},
+		{"past the watermark, equal", ahead, false, Converged},
+		{"past the watermark, differ", ahead, true, Diverged},
+		{"behind by one byte, equal", behind, false, Behind},
+		{"behind by one byte, differ", behind, true, Behind},
+		{"behind from zero, equal", &Watermark{SourceLSN: 0x1_00000100}, false, Behind},
+	} {
+		if got := decide(tc.wm, tc.differ); got != tc.want {
+			t.Errorf("%s: decide = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+
+	table := func(name string, differ string) *tableState {
+		tn := config.TableName{Schema: "public", Name: name}
+		ts := &tableState{
+			spec:       tableSpec{src: tn, dst: tn},
+			srcShape:   &shape{exists: true, relkind: "r", basis: BasisPrimaryKey, key: []string{"id"}},
+			comparable: true,
+			srcTotal:   bucketStat{rows: 10, sum: big.NewInt(55)},
+			dstTotal:   bucketStat{rows: 10, sum: big.NewInt(55)},
+		}
+		switch differ {
+		case "rows":
+			ts.dstTotal = bucketStat{rows: 9, sum: big.NewInt(45)}
+			ts.split, ts.buckets, ts.mismatched = true, 64, []int64{3}
+			ts.src = map[int64]bucketStat{3: {rows: 1, sum: big.NewInt(10)}}
+			ts.dst = map[int64]bucketStat{}
+		case "shape":
+			ts.comparable, ts.reasons = false, []string{"target table public." + name + " does not exist"}
+		}
+		return ts
+	}
+	for _, wm := range []*Watermark{none, at, ahead, behind} {
+		for _, set := range [][]string{{""}, {"", "rows"}, {"", "shape"}, {"rows", "shape"}} {
+			v := &verifier{o: Options{ConfigPath: "flow.yml"}, src: &side{}, dst: &side{}}
+			differ := false
+			for i, d := range set {
+				v.tables = append(v.tables, table(fmt.Sprintf("t%d", i), d))
+				differ = differ || d != ""
+			}
+			r := v.result(time.Now(), wm)
+			name := fmt.Sprintf("watermark %+v, tables %q", wm, set)
+			want := decide(wm, differ)
+			if r.Verdict != want {
+				t.Errorf("%s: verdict %s, want %s", name, r.Verdict, want)
+			}
+			for i, tr := range r.Tables {
+				if w := decide(wm, set[i] != ""); tr.Verdict != w {
+					t.Errorf("%s: %s verdict %s, want %s", name, tr.Table, tr.Verdict, w)
+				}
+				if (tr.Recovery != "") != (tr.Verdict == Diverged) {
+					t.Errorf("%s: %s verdict %s with recovery %q", name, tr.Table, tr.Verdict, tr.Recovery)
+				}
+			}
+			wantRecovery := map[Verdict]string{Converged: "", Diverged: "trellara repair-plan --config flow.yml", Behind: "trellara run --config flow.yml --local --verify"}[want]
+			if r.Recovery != wantRecovery {
+				t.Errorf("%s: recovery %q, want %q", name, r.Recovery, wantRecovery)
+			}
+			if code, wantCode := ExitCode(r, nil), map[Verdict]int{Converged: 0, Diverged: 1, Behind: 3}[want]; code != wantCode {
+				t.Errorf("%s: exit code %d, want %d", name, code, wantCode)
+			}
+			var b strings.Builder
+			if err := r.RenderText(&b); err != nil {
+				t.Fatal(err)
+			}
+			text := b.String()
+			caughtUp := wm == nil || wm.CaughtUp()
+			if !caughtUp && (strings.Contains(text, "CONVERGED") || strings.Contains(text, "DIVERGED")) {
+				t.Errorf("%s: a target behind the watermark is called converged or diverged:\n%s", name, text)
+			}
+			if strings.Contains(text, "CONVERGED") && strings.Contains(text, "NOT caught up") {
+				t.Errorf("%s: CONVERGED beside NOT caught up:\n%s", name, text)
+			}
+			if !caughtUp && !strings.Contains(text, "fix: start or catch up the pipeline: trellara run --config flow.yml --local --verify") {
+				t.Errorf("%s: BEHIND without the catch-up command:\n%s", name, text)
+			}
+			if !strings.HasPrefix(text, string(want)+":") {
+				t.Errorf("%s: text does not start with %s:\n%s", name, want, text)
+			}
+		}
+	}
+}
+
+// TestWatermarkLag: the lag in bytes and its age, and nothing of either
+// when caught up.
+func TestWatermarkLag(t *testing.T) {
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		w       Watermark
+		bytes   uint64
+		age     time.Duration
+		ageKnow bool
+	}{
+		{Watermark{SourceLSN: 0x2_00000010, TargetCheckpoint: 0x1_FFFFFFF0}, 0x20, 0, false},
+		{Watermark{SourceLSN: 0x2_00000010, TargetCheckpoint: 0x1_FFFFFFF0, CheckedAt: at, TargetAppliedAt: at.Add(-90 * time.Second)}, 0x20, 90 * time.Second, true},
+		{Watermark{SourceLSN: 0x10, TargetCheckpoint: 0x8, CheckedAt: at, TargetAppliedAt: at.Add(time.Second)}, 8, 0, true}, // clock skew
+		{Watermark{SourceLSN: 0x10, TargetCheckpoint: 0x10, CheckedAt: at, TargetAppliedAt: at.Add(-time.Hour)}, 0, 0, false},
+		{Watermark{SourceLSN: 0x10, TargetCheckpoint: 0x20}, 0, 0, false},
+	} {
+		age, ok := tc.w.LagAge()
+		if got := tc.w.LagBytes(); got != tc.bytes || age != tc.age || ok != tc.ageKnow {
+			t.Errorf("%+v: lag %d bytes, age %s %v; want %d, %s %v", tc.w, got, age, ok, tc.bytes, tc.age, tc.ageKnow)
 		}
 	}
 }

@@ -39,7 +39,8 @@ const (
 
 // Verify compares opts.Tables between src and dst and says whether the
 // target converged. See the package documentation for the method and the
-// watermark rule. A divergence is a Result with Verdict Diverged, never an
+// watermark rule. A divergence is a Result with Verdict Diverged (Behind
+// while the target has not reached the watermark), never an
 // error; an error means no verdict could be reached (see errors.go).
 func Verify(ctx context.Context, src, dst DB, opts Options) (*Result, error) {
 	o, specs, err := opts.normalize()
@@ -63,6 +64,8 @@ type verifier struct {
 	src, dst  *side
 	tables    []*tableState
 	sourceLSN uint64        // of the latest source snapshot: the one the verdict comes from
+	target    Position      // checkpoint read before the latest target snapshot
+	checkedAt time.Time     // when target was read
 	waited    time.Duration // spent waiting for the target, all rounds
 	hashing   Hashing
 	notes     []string
@@ -126,25 +129,16 @@ func (a bucketStat) equal(b bucketStat) bool {
 
 func (v *verifier) run(ctx context.Context) (*Result, error) {
 	started := time.Now()
-	lsn, err := v.beginSource(ctx)
-	if err != nil {
-		return nil, err
-	}
-	v.sourceLSN = lsn
-	if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
-		return nil, err
-	}
-	if err := v.compareServers(); err != nil {
-		return nil, err
-	}
-	if err := v.compare(ctx, v.tables, false); err != nil {
+	if err := v.round(ctx, false); err != nil {
 		return nil, err
 	}
 	if err := v.recheck(ctx); err != nil {
 		return nil, err
 	}
 	// Examples come from the snapshots of the last comparison, so they
-	// agree with the buckets reported.
+	// agree with the buckets reported. A BEHIND table gets them too: they
+	// show where the target stands (a stuck applier's missing row), and
+	// the table says they may only be waiting to be applied.
 	for _, t := range v.tables {
 		if t.comparable && len(t.mismatched) > 0 {
 			if err := v.drill(ctx, t); err != nil {
@@ -152,32 +146,62 @@ func (v *verifier) run(ctx context.Context) (*Result, error) {
 			}
 		}
 	}
-	// The hook may use the target connection: release it first.
 	v.endSnapshots(ctx)
-	var wm *Watermark
-	if v.o.TargetCheckpoint != nil {
-		cp, err := v.o.TargetCheckpoint(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrTargetCheckpoint, err)
-		}
-		wm = &Watermark{
-			SourceLSN:        pglogrepl.LSN(v.sourceLSN),
-			TargetCheckpoint: pglogrepl.LSN(cp),
-			CaughtUp:         cp >= v.sourceLSN,
-			Waited:           v.waited,
-		}
-	}
-	return v.result(started, wm), nil
+	return v.result(started, v.watermark()), nil
 }
 
-// recheck compares again while something differs, each round in fresh
-// snapshots taken once the target has applied everything the new source
-// snapshot sees: source snapshot first, then its WAL position L, then wait
-// until the target checkpoint passes L, then the target snapshot. A
-// difference that was only replication lag disappears; one that survives a
-// round with the target caught up, unchanged, is real. Without a
-// TargetCheckpoint hook there is nothing to wait for, so nothing is
-// re-checked.
+// round takes a fresh pair of snapshots and compares every table in them:
+// the source snapshot, then its WAL position L (the watermark), then, with
+// a TargetCheckpoint hook, a wait until the target checkpoint passes L
+// (within what is left of WaitCaughtUp), then the target snapshot. When
+// the wait succeeds the pair is at a common watermark: the target snapshot
+// holds everything the source snapshot saw.
+func (v *verifier) round(ctx context.Context, recheck bool) error {
+	v.endSnapshots(ctx)
+	lsn, err := v.beginSource(ctx)
+	if err != nil {
+		return err
+	}
+	v.sourceLSN = lsn
+	if v.o.TargetCheckpoint != nil {
+		if err := v.waitTarget(ctx, lsn); err != nil {
+			return err
+		}
+	}
+	if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
+		return err
+	}
+	if !recheck {
+		if err := v.compareServers(); err != nil {
+			return err
+		}
+	}
+	return v.compare(ctx, v.tables, recheck)
+}
+
+// watermark describes the last round's pair of snapshots; nil without a
+// TargetCheckpoint hook.
+func (v *verifier) watermark() *Watermark {
+	if v.o.TargetCheckpoint == nil {
+		return nil
+	}
+	return &Watermark{
+		SourceLSN:        pglogrepl.LSN(v.sourceLSN),
+		TargetCheckpoint: pglogrepl.LSN(v.target.EndLSN),
+		Waited:           v.waited,
+		CheckedAt:        v.checkedAt.UTC(),
+		TargetAppliedAt:  v.target.AppliedAt,
+	}
+}
+
+// recheck compares again while something differs at a common watermark,
+// each round in a fresh pair of snapshots (round). The target snapshot of
+// a caught-up round may already hold changes the source snapshot did not
+// see, so a difference can be the target being ahead; one that survives a
+// round unchanged is real. A round that did not reach its watermark ends
+// the checks: the wait budget is spent, and another round would compare
+// against the same stale target. Without a TargetCheckpoint hook there is
+// nothing to wait for, so nothing is re-checked.
 //
 // Every round compares every table and every bucket anew: the verdict and
 // the watermark come from the last round's one pair of snapshots. Keeping
@@ -188,33 +212,18 @@ func (v *verifier) recheck(ctx context.Context) error {
 		return nil
 	}
 	for round := 0; round < v.o.RechecksMax; round++ {
-		if !v.differs() {
+		if !v.differs() || v.target.EndLSN < v.sourceLSN {
 			return nil
 		}
 		before := fingerprint(v.tables)
-		v.endSnapshots(ctx)
-		lsn, err := v.beginSource(ctx)
-		if err != nil {
-			return err
-		}
-		v.sourceLSN = lsn
-		reached, err := v.waitTarget(ctx, lsn)
-		if err != nil {
-			return err
-		}
-		if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
-			return err
-		}
-		if err := v.compare(ctx, v.tables, true); err != nil {
+		if err := v.round(ctx, true); err != nil {
 			return err
 		}
 		for _, t := range v.tables {
 			t.rechecks++
 		}
-		// Out of waiting budget, another round would compare against the
-		// same stale target; an identical picture will not change either.
-		if !reached || fingerprint(v.tables) == before {
-			return nil
+		if fingerprint(v.tables) == before {
+			return nil // an identical picture will not change either
 		}
 	}
 	return nil
@@ -269,27 +278,29 @@ func (v *verifier) beginSource(ctx context.Context) (uint64, error) {
 }
 
 // waitTarget polls the target checkpoint with backoff until it reaches lsn
-// or the WaitCaughtUp budget (shared by all rounds) is spent.
-func (v *verifier) waitTarget(ctx context.Context, lsn uint64) (bool, error) {
+// or the WaitCaughtUp budget (shared by all rounds) is spent, and keeps the
+// last position read: the one the round's target snapshot is taken after.
+func (v *verifier) waitTarget(ctx context.Context, lsn uint64) error {
 	delay := pollFirst
 	for {
-		cp, err := v.o.TargetCheckpoint(ctx)
+		pos, err := v.o.TargetCheckpoint(ctx)
 		if err != nil {
-			return false, fmt.Errorf("%w: %w", ErrTargetCheckpoint, err)
+			return fmt.Errorf("%w: %w", ErrTargetCheckpoint, err)
 		}
-		if cp >= lsn {
-			return true, nil
+		v.target, v.checkedAt = pos, time.Now()
+		if pos.EndLSN >= lsn {
+			return nil
 		}
 		left := v.o.WaitCaughtUp - v.waited
 		if left <= 0 {
-			return false, nil
+			return nil
 		}
 		d := min(delay, left)
 		timer := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return false, ctx.Err()
+			return ctx.Err()
 		case <-timer.C:
 		}
 		v.waited += d
@@ -607,11 +618,11 @@ func both(ctx context.Context, a, b func(context.Context) error) error {
 	}
 }
 
-// result assembles the answer.
+// result assembles the answer. Every verdict, the tables' and the
+// result's, comes from decide over the one watermark.
 func (v *verifier) result(started time.Time, wm *Watermark) *Result {
 	r := &Result{
 		FormatVersion: FormatVersion,
-		Verdict:       Converged,
 		StartedAt:     started.UTC(),
 		Duration:      time.Since(started),
 		Watermark:     wm,
@@ -624,21 +635,28 @@ func (v *verifier) result(started time.Time, wm *Watermark) *Result {
 	if s := v.dst.scanTime.Seconds(); s > 0 {
 		r.TargetRowsPerSecond = float64(v.dst.scanRows) / s
 	}
+	differ := false
 	for _, t := range v.tables {
-		tr := t.result(v.o.ConfigPath)
-		if tr.Verdict == Diverged {
-			r.Verdict = Diverged
-		}
+		tr := t.result(wm, v.o.ConfigPath)
+		differ = differ || len(tr.Reasons) > 0
 		r.Tables = append(r.Tables, tr)
+	}
+	r.Verdict = decide(wm, differ)
+	switch r.Verdict {
+	case Diverged:
+		r.Recovery = shell.Trellara("repair-plan", v.o.ConfigPath)
+	case Behind:
+		r.Recovery, r.advice = CatchUpCommand(v.o.ConfigPath), CatchUpAdvice(v.o.ConfigPath)
 	}
 	return r
 }
 
-func (t *tableState) result(configPath string) TableResult {
+// result is one table's answer: Reasons says whether and how it differs,
+// decide says what that means at the watermark.
+func (t *tableState) result(wm *Watermark, configPath string) TableResult {
 	tr := TableResult{
 		Table:       t.spec.src.String(),
 		TargetTable: t.spec.dst.String(),
-		Verdict:     Converged,
 		KeyBasis:    t.srcShape.basis,
 		KeyColumns:  t.srcShape.key,
 		Rechecks:    t.rechecks,
@@ -651,7 +669,6 @@ func (t *tableState) result(configPath string) TableResult {
 	tr.SourceRows, tr.TargetRows = t.srcTotal.rows, t.dstTotal.rows
 	switch {
 	case !t.comparable:
-		tr.Verdict = Diverged
 		tr.Reasons = t.reasons
 	default:
 		tr.SourceChecksum, tr.TargetChecksum = checksum(t.srcTotal.sum), checksum(t.dstTotal.sum)
@@ -667,9 +684,12 @@ func (t *tableState) result(configPath string) TableResult {
 			tr.MismatchingBuckets = append(tr.MismatchingBuckets, BucketDiff{Bucket: id, SourceRows: t.src[id].rows, TargetRows: t.dst[id].rows})
 		}
 		if len(t.mismatched) > 0 {
-			tr.Verdict = Diverged
 			tr.Reasons = []string{fmt.Sprintf("rows differ in %d of %d buckets", len(t.mismatched), t.buckets)}
 		}
+	}
+	tr.Verdict = decide(wm, len(tr.Reasons) > 0)
+	if tr.Verdict == Behind && len(tr.SampleKeys) > 0 {
+		tr.Notes = append(tr.Notes, "the target is behind the watermark: these keys may only be waiting to be applied")
 	}
 	if tr.Verdict == Diverged {
 		tr.Recovery = shell.Trellara("repair-plan", configPath, "--table", tr.Table)

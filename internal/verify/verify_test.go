@@ -541,9 +541,10 @@ func testParallel(t *testing.T, p *pair) {
 }
 
 // fakeApplier stands in for the applier's checkpoint on the target.
-// polled is closed on the first read: Verify reads the checkpoint only once
-// its first comparison is done.
+// polled is closed on the first read: Verify reads the checkpoint once its
+// first source snapshot is taken, before its first target snapshot.
 type fakeApplier struct {
+	applied    time.Time // reported as the target's last apply
 	checkpoint atomic.Uint64
 	once       sync.Once
 	polled     chan struct{}
@@ -555,9 +556,9 @@ func newFakeApplier(checkpoint uint64) *fakeApplier {
 	return f
 }
 
-func (f *fakeApplier) read(context.Context) (uint64, error) {
+func (f *fakeApplier) read(context.Context) (Position, error) {
 	f.once.Do(func() { close(f.polled) })
-	return f.checkpoint.Load(), nil
+	return Position{EndLSN: f.checkpoint.Load(), AppliedAt: f.applied}, nil
 }
 
 // currentLSN reads the source's insert position on a connection of its own.
@@ -607,31 +608,74 @@ func testWatermarkCatchesUp(t *testing.T, p *pair) {
 	r := p.verify(t, Options{Tables: []string{"public.items"}, TargetCheckpoint: fa.read, WaitCaughtUp: 20 * time.Second})
 	<-done
 	wantVerdict(t, r, Converged)
-	if r.Watermark == nil || !r.Watermark.CaughtUp || r.Watermark.Waited <= 0 {
+	if r.Watermark == nil || !r.Watermark.CaughtUp() || r.Watermark.Waited <= 0 {
 		t.Fatalf("watermark %+v, want caught up after a wait", r.Watermark)
 	}
-	if tr := table(t, r, "public.items"); tr.Rechecks != 1 || tr.SourceRows != 1001 || tr.TargetRows != 1001 {
-		t.Errorf("rechecks %d rows %d/%d, want 1 and 1001/1001", tr.Rechecks, tr.SourceRows, tr.TargetRows)
+	// The wait came before the first target snapshot, so one comparison
+	// at a common watermark settled it.
+	if tr := table(t, r, "public.items"); tr.Rechecks != 0 || tr.SourceRows != 1001 || tr.TargetRows != 1001 {
+		t.Errorf("rechecks %d rows %d/%d, want 0 and 1001/1001", tr.Rechecks, tr.SourceRows, tr.TargetRows)
 	}
 }
 
+// testWatermarkNeverCatchesUp: a target that never reaches the watermark
+// is BEHIND, with the lag, whether or not its rows differ meanwhile. A row
+// the applier has not delivered yet is not a divergence, and equal rows
+// prove nothing while the checkpoint is short: neither DIVERGED nor
+// CONVERGED (which once stood beside "NOT caught up").
 func testWatermarkNeverCatchesUp(t *testing.T, p *pair) {
 	p.both(t, itemsDDL, itemsFill)
+	equal := p.verify(t, Options{Tables: []string{"public.items"}, TargetCheckpoint: newFakeApplier(0x1000000).read, WaitCaughtUp: 100 * time.Millisecond})
+	wantVerdict(t, equal, Behind)
+	if tr := table(t, equal, "public.items"); tr.Verdict != Behind || len(tr.Reasons) != 0 {
+		t.Errorf("equal table: verdict %s reasons %q, want BEHIND and none", tr.Verdict, tr.Reasons)
+	}
+
 	p.source(t, `UPDATE public.items SET qty = -1 WHERE id = 12`)
 	fa := newFakeApplier(0x1000000)
+	fa.applied = time.Now().Add(-time.Hour)
 	start := time.Now()
-	r := p.verify(t, Options{Tables: []string{"public.items"}, TargetCheckpoint: fa.read, WaitCaughtUp: 300 * time.Millisecond})
-	wantVerdict(t, r, Diverged)
-	if r.Watermark == nil || r.Watermark.CaughtUp || r.Watermark.TargetCheckpoint != 0x1000000 {
-		t.Fatalf("watermark %+v, want not caught up at 0/1000000", r.Watermark)
+	r := p.verify(t, Options{Tables: []string{"public.items"}, TargetCheckpoint: fa.read, WaitCaughtUp: 300 * time.Millisecond, ConfigPath: "flow.yml"})
+	wantVerdict(t, r, Behind)
+	wm := r.Watermark
+	if wm == nil || wm.CaughtUp() || wm.TargetCheckpoint != 0x1000000 {
+		t.Fatalf("watermark %+v, want not caught up at 0/1000000", wm)
 	}
-	if w := r.Watermark.Waited; w < 300*time.Millisecond || time.Since(start) > 20*time.Second {
+	if lag := wm.LagBytes(); lag == 0 || lag != uint64(wm.SourceLSN)-0x1000000 {
+		t.Errorf("lag %d bytes, want watermark %s - checkpoint 0/1000000", lag, wm.SourceLSN)
+	}
+	if age, ok := wm.LagAge(); !ok || age < time.Hour {
+		t.Errorf("lag age %s %v, want at least the hour since the target last applied", age, ok)
+	}
+	if w := wm.Waited; w < 300*time.Millisecond || time.Since(start) > 20*time.Second {
 		t.Errorf("waited %s (total %s), want the whole 300ms budget and no more", w, time.Since(start))
 	}
 	tr := table(t, r, "public.items")
+	if tr.Verdict != Behind || tr.MismatchingBucketCount != 1 || tr.Recovery != "" {
+		t.Errorf("table verdict %s, %d buckets differ, recovery %q; want BEHIND, 1, none", tr.Verdict, tr.MismatchingBucketCount, tr.Recovery)
+	}
+	// The example keys show where the target stands, with the caveat.
 	wantSamples(t, tr, SampleKey{Key: "12", Kind: KindChanged})
-	if tr.Rechecks != 1 {
-		t.Errorf("rechecks %d, want 1", tr.Rechecks)
+	if !slices.ContainsFunc(tr.Notes, func(n string) bool { return strings.Contains(n, "may only be waiting to be applied") }) {
+		t.Errorf("notes %q lack the caveat on the example keys of a target behind", tr.Notes)
+	}
+	if tr.Rechecks != 0 {
+		t.Errorf("rechecks %d, want 0 (the wait budget is spent: a re-check would see the same stale target)", tr.Rechecks)
+	}
+	if r.Recovery != "trellara run --config flow.yml --local --verify" || ExitCode(r, nil) != 3 {
+		t.Errorf("recovery %q exit %d, want the catch-up command and 3", r.Recovery, ExitCode(r, nil))
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j map[string]any
+	if err := json.Unmarshal(js, &j); err != nil {
+		t.Fatal(err)
+	}
+	if j["verdict"] != "BEHIND" || j["watermark_lsn"] != wm.SourceLSN.String() || j["target_checkpoint_lsn"] != "0/1000000" ||
+		j["lag_bytes"] != float64(wm.LagBytes()) || j["lag_age_ms"] == nil {
+		t.Errorf("JSON %s lacks the verdict and lag", js)
 	}
 }
 
@@ -660,28 +704,31 @@ func testRecheckComparesEverything(t *testing.T, p *pair) {
 		lsns = append(lsns, uint64(len(lsns)+1)<<24)
 		return lsns[len(lsns)-1], nil
 	}
-	var once sync.Once
-	checkpoint := func(ctx context.Context) (uint64, error) {
-		// First read: between round 1 and round 2's target snapshot.
+	var reads int
+	checkpoint := func(ctx context.Context) (Position, error) {
+		// The first read comes before round 1's target snapshot, the
+		// second before round 2's: change the target in between.
 		var err error
-		once.Do(func() {
-			conn, cerr := pgx.Connect(ctx, p.c.URL(p.dstDB))
-			if cerr != nil {
-				err = cerr
-				return
-			}
-			defer conn.Close(context.Background())
-			for _, s := range []string{
-				`INSERT INTO public.items VALUES (1001, 'late', 1, 2.00)`,
-				fmt.Sprintf(`UPDATE public.items SET qty = qty + 1 WHERE id = %d`, other),
-				`DELETE FROM public.notes WHERE id = 9`,
-			} {
-				if _, err = conn.Exec(ctx, s); err != nil {
+		if reads++; reads == 2 {
+			func() {
+				conn, cerr := pgx.Connect(ctx, p.c.URL(p.dstDB))
+				if cerr != nil {
+					err = cerr
 					return
 				}
-			}
-		})
-		return 1 << 40, err // always past the source: caught up
+				defer conn.Close(context.Background())
+				for _, s := range []string{
+					`INSERT INTO public.items VALUES (1001, 'late', 1, 2.00)`,
+					fmt.Sprintf(`UPDATE public.items SET qty = qty + 1 WHERE id = %d`, other),
+					`DELETE FROM public.notes WHERE id = 9`,
+				} {
+					if _, err = conn.Exec(ctx, s); err != nil {
+						return
+					}
+				}
+			}()
+		}
+		return Position{EndLSN: 1 << 40}, err // always past the source: caught up
 	}
 	r := p.verify(t, Options{Tables: []string{"public.items", "public.notes"}, Buckets: 64, SourceLSN: sourceLSN, TargetCheckpoint: checkpoint})
 	wantVerdict(t, r, Diverged)
@@ -690,7 +737,7 @@ func testRecheckComparesEverything(t *testing.T, p *pair) {
 	if len(lsns) < 2 {
 		t.Fatalf("%d source snapshots, want a re-check", len(lsns))
 	}
-	if r.Watermark == nil || uint64(r.Watermark.SourceLSN) != lsns[len(lsns)-1] || !r.Watermark.CaughtUp {
+	if r.Watermark == nil || uint64(r.Watermark.SourceLSN) != lsns[len(lsns)-1] || !r.Watermark.CaughtUp() {
 		t.Errorf("watermark %+v, want the last round's source LSN %s (of %d rounds), caught up", r.Watermark, pglogrepl.LSN(lsns[len(lsns)-1]), len(lsns))
 	}
 	for _, tr := range r.Tables {
@@ -736,7 +783,7 @@ func TestTwoClusters(t *testing.T) {
 	wantVerdict(t, r, Diverged)
 	wantSamples(t, table(t, r, "public.items"), SampleKey{Key: "333", Kind: KindChanged})
 	wantSamples(t, table(t, r, "public.kinds"), SampleKey{Key: "250", Kind: KindMissing})
-	if !r.Watermark.CaughtUp {
+	if !r.Watermark.CaughtUp() {
 		t.Errorf("watermark %+v, want caught up", r.Watermark)
 	}
 	for _, tr := range r.Tables {
