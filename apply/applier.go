@@ -140,6 +140,9 @@ type Applier struct {
 	// cursorAt is the last offset committed to the Cursor (cursorSet).
 	cursorAt  uint64
 	cursorSet bool
+	// flush holds the commits of an asynchronously committing target
+	// that the cursor waits to see flushed (durable.go).
+	flush flushCursor
 
 	// Step's source and the unit it read but left for the next Step.
 	stepSrc  PollSource
@@ -167,6 +170,9 @@ func New(conn *pgx.Conn, cfg Config) (*Applier, error) {
 	pg := newPGTarget(conn, cfg)
 	a := newEngine(pg, cfg)
 	a.pg = pg
+	if cfg.SynchronousCommit == SyncCommitOff {
+		a.flush.fr = pg
+	}
 	return a, nil
 }
 
@@ -177,7 +183,11 @@ func NewWithTarget(t Target, cfg Config) (*Applier, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return newEngine(t, cfg.withDefaults()), nil
+	a := newEngine(t, cfg.withDefaults())
+	if fr, ok := t.(FlushReporter); ok {
+		a.flush.fr = fr
+	}
+	return a, nil
 }
 
 func newEngine(t Target, cfg Config) *Applier {
@@ -258,15 +268,18 @@ func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Che
 		<-rd.done
 	}()
 	for {
+		if err := a.settleIdle(ctx, rd, cur); err != nil {
+			return err
+		}
 		batch, err := nextBatch(ctx, rd, a.cfg)
 		if err != nil {
-			return err
+			return a.settleExit(ctx, cur, err)
 		}
 		if err := a.process(ctx, rd, batch, cur); err != nil {
-			return err
+			return a.settleExit(ctx, cur, err)
 		}
 		if stop != nil && stop(a.Checkpoint()) {
-			return nil
+			return a.settleExit(ctx, cur, nil)
 		}
 	}
 }
@@ -365,6 +378,9 @@ func (a *Applier) Step(ctx context.Context, src PollSource, cur Cursor) (bool, e
 	a.stepSrc, a.stepHeld = src, nil
 	batch, err := nextBatch(ctx, f, a.cfg)
 	if errors.Is(err, errIdle) {
+		if len(a.flush.pending) > 0 {
+			return false, a.pollFlushed(ctx, cur)
+		}
 		return false, nil
 	}
 	if err != nil {
@@ -526,6 +542,25 @@ func (r *reader) ready() (item, bool) {
 }
 
 func (r *reader) unread(it item) { r.held = &it }
+
+// wait reports whether an item is available within d (or ctx is done,
+// for the next call of one to report); the item stays queued.
+func (r *reader) wait(ctx context.Context, d time.Duration) bool {
+	if r.held != nil {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case it := <-r.ch:
+		r.held = &it
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return true
+	}
+}
 
 // next returns the next batch (nextBatch).
 func (r *reader) next(ctx context.Context, cfg Config) ([]*unit, error) {

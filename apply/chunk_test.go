@@ -362,7 +362,9 @@ func TestCursorOnlyForward(t *testing.T) {
 	x := chunks(t, bigTxn(300, 100, 20), 5)
 	src := &offSource{offsets: []uint64{5, 6, 7, 8, 9, 10, 11, 2, 7}, payloads: [][]byte{a, b, x[0], x[1], x[2], x[3], x[4], a, x[0]}}
 	cur := &recCursor{}
-	ap := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns = 1 })
+	// Synchronous commits: the cursor follows every target commit, so the
+	// sequence of its moves is exact.
+	ap := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns, c.SynchronousCommit = 1, SyncCommitOn })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := ap.Run(ctx, src, cur, nil); !errors.Is(err, errDrained) {

@@ -52,7 +52,12 @@ type txnCommit struct {
 //  5. Last the cursor. Moved before COMMIT, a crash in between would leave
 //     the cursor past units the target never got: a gap
 //     (mutation.CursorBeforeCommit). Moved after, the same crash only
-//     redelivers units the checkpoint recognises and skips.
+//     redelivers units the checkpoint recognises and skips. When the
+//     target commits asynchronously (FlushReporter), COMMIT returning
+//     is not yet durable: the cursor moves over the units once the
+//     target has flushed the commit (advance, durable.go). Moved at
+//     COMMIT, a target crash would lose units the cursor had passed
+//     (mutation.CursorBeforeFlush).
 //
 // It returns a failure when the target refused the data (nothing is
 // committed; the caller isolates or quarantines the unit and rolls tx
@@ -119,7 +124,7 @@ func (a *Applier) commit(ctx context.Context, tx TargetTx, c txnCommit, cur Curs
 	if len(times) > 0 {
 		a.cfg.Applied(times)
 	}
-	return nil, a.commitCursor(cur, last.offset)
+	return nil, a.advance(ctx, cur, last.offset)
 }
 
 // commitFailure classifies a failed COMMIT. A deferred constraint is refused

@@ -46,7 +46,20 @@ type Config struct {
 	// microseconds (redeliveries skipped are not in it). It runs on the
 	// applying goroutine, so it must be quick: latency metrics.
 	Applied func(commitTimesUnixMicros []int64)
+	// SynchronousCommit is how the PostgreSQL target commits the
+	// applier's transactions (config `target.synchronous_commit`): "off"
+	// (default) commits them asynchronously and moves the transport
+	// cursor only over those the target has flushed (durable.go); "on"
+	// waits for the flush at every COMMIT, as a session whose own
+	// setting is stronger (replica acknowledgement) keeps doing.
+	SynchronousCommit string
 }
+
+// SynchronousCommit values (Config.SynchronousCommit).
+const (
+	SyncCommitOn  = "on"
+	SyncCommitOff = "off"
+)
 
 // Target modes (Config.Mode).
 const (
@@ -88,6 +101,9 @@ func (c Config) withDefaults() Config {
 	if c.Mode == "" {
 		c.Mode = ModeStrict
 	}
+	if c.SynchronousCommit == "" {
+		c.SynchronousCommit = SyncCommitOff
+	}
 	if c.ConfigPath == "" {
 		c.ConfigPath = "trellara.yml"
 	}
@@ -112,6 +128,9 @@ func (c Config) Validate() error {
 		{"MaxBatchTxns", c.MaxBatchTxns >= 1 && c.MaxBatchTxns <= maxBatchTxnsMax, fmt.Sprintf("1..%d", maxBatchTxnsMax), c.MaxBatchTxns},
 		{"MaxBatchRows", c.MaxBatchRows >= 1 && c.MaxBatchRows <= maxBatchRowsMax, fmt.Sprintf("1..%d", maxBatchRowsMax), c.MaxBatchRows},
 		{"MaxBatchBytes", c.MaxBatchBytes >= 1<<10 && c.MaxBatchBytes <= maxBatchBytesMax, fmt.Sprintf("%d..%d", 1<<10, maxBatchBytesMax), c.MaxBatchBytes},
+	}
+	if c.SynchronousCommit != SyncCommitOn && c.SynchronousCommit != SyncCommitOff {
+		return fmt.Errorf("%w: SynchronousCommit must be %q or %q (got %q)", ErrInvalidConfig, SyncCommitOn, SyncCommitOff, c.SynchronousCommit)
 	}
 	switch c.Mode {
 	case ModeStrict:

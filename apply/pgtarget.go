@@ -68,10 +68,12 @@ func (t *pgTarget) Start(ctx context.Context) (State, error) {
 		return State{}, &finalError{fmt.Errorf("%w (flow %q, source %q, schema %q): stop the other `trellara run` for this flow first",
 			ErrBusy, t.cfg.Flow, t.cfg.SourceID, t.cfg.Schema)}
 	}
-	// The cursor moves once COMMIT returns, so COMMIT must mean durable: with
-	// synchronous_commit off a target crash could lose a transaction the
-	// transport no longer redelivers. 'local' keeps whatever stronger
-	// setting (replica acknowledgement) the target already has.
+	// The session's own commits (quarantine records, Sync) are durable:
+	// synchronous_commit off is raised to 'local', which keeps whatever
+	// stronger setting (replica acknowledgement) the target already has.
+	// The applying transactions set it off for themselves when
+	// Config.SynchronousCommit is off (Begin), and the applier then moves
+	// the cursor only over what the target has flushed (durable.go).
 	if _, err := t.conn.Exec(ctx, `SELECT set_config('synchronous_commit', 'local', false)
 		WHERE current_setting('synchronous_commit') = 'off'`); err != nil {
 		t.Stop(ctx)
@@ -195,13 +197,47 @@ func (t *pgTarget) Begin(ctx context.Context) (TargetTx, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
+	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed, sqlAsyncCommit} {
 		if err := t.prepare(ctx, q); err != nil {
 			_ = tx.Rollback(ctx)
 			return nil, err
 		}
 	}
-	return &pgTx{t: t, tx: tx}, nil
+	x := &pgTx{t: t, tx: tx}
+	if t.cfg.SynchronousCommit == SyncCommitOff {
+		// Sent with the transaction's first round trip.
+		if err := x.queue(ctx, stmtMeta{unit: -1}, sqlAsyncCommit); err != nil {
+			_ = tx.Rollback(ctx)
+			return nil, err
+		}
+	}
+	return x, nil
+}
+
+// sqlAsyncCommit makes the current target transaction commit
+// asynchronously (SET LOCAL synchronous_commit = off, as a statement
+// that can be prepared and pipelined).
+const sqlAsyncCommit = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
+
+// sqlWALPositions reads the target's WAL insert and flush positions.
+const sqlWALPositions = `SELECT (pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8,
+	(pg_catalog.pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::int8`
+
+// WALPositions implements FlushReporter.
+func (t *pgTarget) WALPositions(ctx context.Context) (insert, flushed uint64, err error) {
+	var i, f int64
+	if err := t.conn.QueryRow(ctx, sqlWALPositions).Scan(&i, &f); err != nil {
+		return 0, 0, err
+	}
+	return uint64(i), uint64(f), nil
+}
+
+// Sync implements FlushReporter: one synchronous write (adding nothing to
+// the checkpoint's skipped count) in the session, whose commits are
+// durable, flushes the WAL up to its commit record and so every commit
+// before it.
+func (t *pgTarget) Sync(ctx context.Context) error {
+	return t.CountSkipped(ctx, 0)
 }
 
 // prepare makes sql a named prepared statement on first use. Preparing

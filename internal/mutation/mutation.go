@@ -23,6 +23,12 @@ const (
 	SplitChunks
 	// DropRefused passes over a refused unit instead of quarantining it.
 	DropRefused
+	// CursorBeforeFlush moves the transport cursor as soon as an
+	// asynchronous target commit returns, before the target has flushed
+	// it (apply's flush-aware cursor). Only a target that commits
+	// asynchronously (the PostgreSQL one with synchronous_commit off) can
+	// show it; the apply package's target-crash tests do.
+	CursorBeforeFlush
 )
 
 // Has reports whether s removes the protection m.
