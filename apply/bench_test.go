@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
 )
@@ -18,8 +20,39 @@ import (
 // source transactions and rows per second, and source transactions per
 // target transaction (the batching achieved).
 func BenchmarkApply(b *testing.B) {
+	const n = 5000
+	conn, payloads := tpcb(b, n)
+	for _, batch := range []int{1, 16, 256} {
+		b.Run(fmt.Sprintf("txns=%d/batch=%d", n, batch), func(b *testing.B) {
+			benchApply(b, conn, payloads, func(c *Config) { c.MaxBatchTxns = batch })
+		})
+	}
+}
+
+// BenchmarkApplySyncCommit compares synchronous and asynchronous target
+// commits (Config.SynchronousCommit) on the TPC-B workload, with small
+// and with the default batches, each in ABBA order (on, off, off, on) so that a machine
+// getting slower or faster during the run does not favour either.
+func BenchmarkApplySyncCommit(b *testing.B) {
+	const n = 20000
+	conn, payloads := tpcb(b, n)
+	// batch=16 is a stream arriving a few transactions at a time, where
+	// every target commit counts; 1024 is a backlog drained in large
+	// target transactions.
+	for _, batch := range []int{16, defaultMaxBatchTxns} {
+		for i, mode := range []string{SyncCommitOn, SyncCommitOff, SyncCommitOff, SyncCommitOn} {
+			b.Run(fmt.Sprintf("batch=%d/%d/txns=%d/synchronous_commit=%s", batch, i+1, n, mode), func(b *testing.B) {
+				benchApply(b, conn, payloads, func(c *Config) { c.MaxBatchTxns, c.SynchronousCommit = batch, mode })
+			})
+		}
+	}
+}
+
+// tpcb starts a target holding pgbench's tables (scale 1) and returns n
+// source transactions of pgbench's TPC-B script.
+func tpcb(b *testing.B, n int) (*pgx.Conn, [][]byte) {
 	_, conn := target(b, pgtest.Options{})
-	const accounts, tellers, branches, n = 100000, 100, 10, 5000
+	const accounts, tellers, branches = 100000, 100, 10
 	exec(b, conn,
 		"CREATE TABLE accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84))",
 		"CREATE TABLE tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84))",
@@ -55,27 +88,35 @@ func BenchmarkApply(b *testing.B) {
 			insert(his, vals(s(tid), s(bid), s(aid), s(delta), "2026-11-30 12:00:00", "")...).encode(b)
 	}
 
-	for _, batch := range []int{1, 16, 256} {
-		b.Run(fmt.Sprintf("txns=%d/batch=%d", n, batch), func(b *testing.B) {
-			var elapsed time.Duration
-			var targetTxns int64
-			for range b.N {
-				b.StopTimer()
-				exec(b, conn, "DELETE FROM trellara.checkpoints WHERE flow = '"+testFlow+"'", "TRUNCATE history")
-				a := newApplier(b, conn, func(c *Config) { c.MaxBatchTxns = batch })
-				b.StartTimer()
-				start := time.Now()
-				if err := drain(b, a, nil, 0, payloads); err != nil {
-					b.Fatal(err)
-				}
-				elapsed += time.Since(start)
-				targetTxns += a.Stats().TargetTxns
-			}
-			secs := elapsed.Seconds()
-			b.ReportMetric(float64(n*b.N)/secs, "txns/s")
-			b.ReportMetric(float64(4*n*b.N)/secs, "rows/s")
-			b.ReportMetric(float64(n*b.N)/float64(targetTxns), "txns/target-txn")
-			b.ReportMetric(0, "ns/op")
-		})
+	return conn, payloads
+}
+
+// benchApply applies payloads from an empty checkpoint b.N times. A run
+// ends once the cursor is at the last unit: with asynchronous commits that
+// includes the flush of the last ones.
+func benchApply(b *testing.B, conn *pgx.Conn, payloads [][]byte, mod func(*Config)) {
+	n := len(payloads)
+	var elapsed time.Duration
+	var targetTxns int64
+	for range b.N {
+		b.StopTimer()
+		exec(b, conn, "DELETE FROM trellara.checkpoints WHERE flow = '"+testFlow+"'", "TRUNCATE history", "CHECKPOINT")
+		a := newApplier(b, conn, mod)
+		cur := &recCursor{}
+		b.StartTimer()
+		start := time.Now()
+		if err := drain(b, a, cur, 0, payloads); err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+		if last, ok := cur.last(); !ok || last != uint64(n-1) {
+			b.Fatalf("cursor ended at %d (%v), want %d", last, ok, n-1)
+		}
+		targetTxns += a.Stats().TargetTxns
 	}
+	secs := elapsed.Seconds()
+	b.ReportMetric(float64(n*b.N)/secs, "txns/s")
+	b.ReportMetric(float64(4*n*b.N)/secs, "rows/s")
+	b.ReportMetric(float64(n*b.N)/float64(targetTxns), "txns/target-txn")
+	b.ReportMetric(0, "ns/op")
 }

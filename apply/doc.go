@@ -101,9 +101,10 @@
 //
 // EnsureSchema creates them (schema.go holds the DDL). A session advisory
 // lock keyed by schema, flow and source keeps a second applier out. The
-// applier's session never commits asynchronously (synchronous_commit off is
-// raised to local): the cursor moves as soon as COMMIT returns, so COMMIT
-// has to mean durable.
+// applier's session commits durably (synchronous_commit off is raised to
+// local); with Config.SynchronousCommit off (the default) each applying
+// transaction commits asynchronously, and the cursor moves only over
+// those the target reports flushed (durable.go).
 //
 // # Batching and the Source
 //

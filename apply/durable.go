@@ -183,7 +183,3 @@ func (a *Applier) settleExit(ctx context.Context, cur Cursor, err error) error {
 
 // settleExitTimeout bounds settleExit's Sync.
 const settleExitTimeout = 5 * time.Second
-
-// pendingFlush returns the number of commits whose flush the cursor waits
-// for (tests).
-func (a *Applier) pendingFlush() int { return len(a.flush.pending) }

@@ -206,7 +206,17 @@ type Target struct {
 	Mode         Mode      // mode
 	Schema       string    // schema: Trellara-owned schema (checkpoints, quarantine)
 	CreateTables bool      // create_tables: create missing target tables from source definitions
+	// SynchronousCommit (synchronous_commit: on | off) is how the applier's
+	// target transactions commit; off commits asynchronously and moves the
+	// log cursor only over what the target has flushed.
+	SynchronousCommit string
 }
+
+// Target.SynchronousCommit values.
+const (
+	SynchronousCommitOn  = "on"
+	SynchronousCommitOff = "off"
+)
 
 // SchemaPolicy governs schema changes seen in the stream.
 type SchemaPolicy struct {
@@ -266,7 +276,7 @@ func DefaultKafka() *Kafka {
 
 // DefaultTarget returns a target with every default but DatabaseURL.
 func DefaultTarget() *Target {
-	return &Target{Mode: ModeStrict, Schema: DefaultTargetSchema}
+	return &Target{Mode: ModeStrict, Schema: DefaultTargetSchema, SynchronousCommit: SynchronousCommitOff}
 }
 
 // applyDerivedDefaults fills names derived from the flow name. It runs after

@@ -70,7 +70,8 @@ func TestParseValid(t *testing.T) {
 		l.Retention.MaxBytes != 50*GiB || l.Retention.MaxAge != 7*24*time.Hour || l.ExpirePastRetention {
 		t.Errorf("local defaults: %+v", l)
 	}
-	if c.Target == nil || c.Target.Mode != ModeStrict || c.Target.Schema != "trellara" || c.Target.CreateTables {
+	if c.Target == nil || c.Target.Mode != ModeStrict || c.Target.Schema != "trellara" || c.Target.CreateTables ||
+		c.Target.SynchronousCommit != SynchronousCommitOff {
 		t.Errorf("target defaults: %+v", c.Target)
 	}
 	if c.Run.Listen.Relay != "127.0.0.1:9401" || c.Run.Listen.Applier != "127.0.0.1:9402" || c.Run.Evaluate {
@@ -275,6 +276,7 @@ func TestErrorClasses(t *testing.T) {
 		{"target database_url", edit(t, local, "  database_url: {env: TRELLARA_TARGET_URL}\n", ""), "target.database_url", 12, "required"},
 		{"target mode", edit(t, local, "mode: strict", "mode: eventual"), "target.mode", 14, "must be strict or partitioned"},
 		{"target schema", edit(t, local, "  mode: strict\n", "  mode: strict\n  schema: Trellara-Meta\n"), "target.schema", 15, "not a valid schema name"},
+		{"target synchronous_commit", edit(t, local, "  mode: strict\n", "  mode: strict\n  synchronous_commit: local\n"), "target.synchronous_commit", 15, "must be on or off"},
 		{"unknown table policy", edit(t, local, "unknown_table_policy: block", "unknown_table_policy: allow"), "schema.unknown_table_policy", 16, "must be block or allow_compatible"},
 		{"listen invalid", local + "run: {listen: {relay: 9401}}\n", "run.listen.relay", 17, "not host:port"},
 		{"listen same", local + "run: {listen: {relay: ':9500', applier: ':9500'}}\n", "run.listen.applier", 17, "same address"},

@@ -539,6 +539,7 @@ func (d *decoder) target(t *Target) keyFn {
 			{"mode", d.str((*string)(&t.Mode))},
 			{"schema", d.str(&t.Schema)},
 			{"create_tables", d.boolean(&t.CreateTables)},
+			{"synchronous_commit", d.str(&t.SynchronousCommit)},
 		})
 	}
 }

@@ -108,6 +108,7 @@ func Marshal(c *Config) ([]byte, error) {
 		put(tn, "mode", strNode(string(t.Mode)), "strict | partitioned")
 		put(tn, "schema", strNode(t.Schema), "Trellara-owned schema on the target (checkpoints, quarantine)")
 		put(tn, "create_tables", boolNode(t.CreateTables), "true: create missing target tables from the source definitions")
+		put(tn, "synchronous_commit", strNode(t.SynchronousCommit), "off | on: off commits asynchronously; the log cursor waits for the target's flush")
 		putSection(root, "target", tn, "The Postgres database changes are applied to.")
 	}
 

@@ -371,6 +371,12 @@ func (v *validator) target(t *Target, prod bool) {
 	default:
 		v.add("target.mode", "set mode to strict (the default) or partitioned", "must be strict or partitioned, not %s", quoteValue(string(t.Mode)))
 	}
+	switch t.SynchronousCommit {
+	case SynchronousCommitOn, SynchronousCommitOff:
+	default:
+		v.add("target.synchronous_commit", "set synchronous_commit to off (the default) or on",
+			"must be on or off, not %s", quoteValue(t.SynchronousCommit))
+	}
 	switch {
 	case t.Schema == "":
 		v.add("target.schema", "remove the key to use trellara, or name a schema", "required")

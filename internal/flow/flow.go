@@ -392,7 +392,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 // (apply.Config.Applied).
 func (f *Flow) Applier(conn *pgx.Conn, applied func(commitTimesUnixMicros []int64)) (*apply.Applier, error) {
 	return apply.New(conn, apply.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: f.Cfg.Target.Schema,
-		Mode: string(f.Cfg.Target.Mode), ConfigPath: f.ConfigPath, Logger: f.Logger, Applied: applied})
+		Mode: string(f.Cfg.Target.Mode), ConfigPath: f.ConfigPath, Logger: f.Logger, Applied: applied,
+		SynchronousCommit: f.Cfg.Target.SynchronousCommit})
 }
 
 // Apply applies from the log's applier cursor until ctx ends or stop.
