@@ -136,7 +136,11 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 		END IF; END $$`)
 	pg.ExecDB(t, "shop", `INSERT INTO public.users VALUES (51, 'late', NULL)`)
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local")
-	v.jsonRun(t, ExitOK, "verify", "--config", cfg)
+	// With the pipeline stopped, a standalone verify's fence is never
+	// applied: BEHIND (exit 3), validated like the rest.
+	if vr := v.jsonRun(t, ExitBehind, "verify", "--config", cfg); vr["verdict"] != "BEHIND" {
+		t.Errorf("standalone verify with the pipeline stopped: verdict %v, want BEHIND", vr["verdict"])
+	}
 	st := v.jsonRun(t, ExitFindings, "status", "--config", cfg) // the slot is inactive and retains WAL between runs
 	if probs, _ := st["problems"].([]any); len(probs) == 0 {
 		t.Errorf("status between runs reports no problem: %v", st["problems"])
@@ -160,7 +164,9 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 		t.Errorf("repair-plan repeats the SQLSTATE or calls it a constraint:\nproblem: %s\nfix: %s", p, f)
 	}
 	pg.ExecDB(t, "shop_target", `DELETE FROM public.users WHERE id = 52`)
-	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local")
+	// With --verify the last verify is CONVERGED, replacing the BEHIND one
+	// above, so nothing is left to repair.
+	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local", "--verify")
 	v.jsonRun(t, ExitOK, "repair-plan", "--config", cfg)
 
 	loc := v.jsonRun(t, ExitOK, "stream", "locate-local", "--config", cfg, "--offset", "0")

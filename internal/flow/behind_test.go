@@ -136,7 +136,7 @@ run:
 
 	out, code = run("status", "--config", cfg)
 	t.Logf("status:\n%s", out)
-	if code != 0 || !strings.Contains(out, "last verify   BEHIND: target checkpoint") || !strings.Contains(out, "next: "+wantCatchUp) {
+	if code != 1 || !strings.Contains(out, "last verify   BEHIND: target checkpoint") || !strings.Contains(out, "is inactive with") || !strings.Contains(out, "next: "+wantCatchUp) {
 		t.Errorf("status after a BEHIND verify: exit %d\n%s", code, out)
 	}
 
