@@ -183,6 +183,10 @@ type Kafka struct {
 	MinInsyncReplicas int          // min_insync_replicas
 	Acks              Acks         // acks
 	Idempotent        bool         // idempotent producer
+	// AutoCommit lets the consumer commit group offsets on its own timer
+	// (auto_commit). Off, the group offset is committed only after the
+	// target commit; the target checkpoint is the position either way.
+	AutoCommit bool
 }
 
 // TLS configures broker TLS. Present (even empty) means TLS is on, verified

@@ -397,6 +397,7 @@ func TestProductionGate(t *testing.T) {
 		{"min insync", edit(t, prod, "min_insync_replicas: 2", "min_insync_replicas: 1"), "transport.kafka.min_insync_replicas", "below 2 (production contract)"},
 		{"acks", edit(t, prod, "acks: all", "acks: leader"), "transport.kafka.acks", "must be all (production contract)"},
 		{"idempotent", edit(t, prod, "idempotent: true", "idempotent: false"), "transport.kafka.idempotent", "must be true (production contract)"},
+		{"auto commit", edit(t, prod, "idempotent: true", "idempotent: true\n    auto_commit: true"), "transport.kafka.auto_commit", "must be false (production contract)"},
 		{"evaluate", prod + "run: {evaluate: true}\n", "run.evaluate", "refuses evaluate: true"},
 	}
 	for _, tc := range tests {
@@ -434,6 +435,54 @@ func TestProductionGate(t *testing.T) {
 		if err != nil || s.Reveal() != inlineURL {
 			t.Errorf("%s: inline resolve = %v, %v", env, s, err)
 		}
+	}
+}
+
+// TestKafkaProductionProfile: profile production holds a Kafka section to
+// the contract in any environment, one named error per clause, inline
+// credentials included.
+func TestKafkaProductionProfile(t *testing.T) {
+	prod := edit(t, readTestdata(t, "kafka-production.yml"), "environment: production", "environment: development")
+	if _, err := Parse([]byte(prod)); err != nil {
+		t.Fatalf("baseline: %v", err)
+	}
+	tests := []struct {
+		name, in, path, want string
+	}{
+		{"inline kafka password", edit(t, prod, "password: {env: TRELLARA_KAFKA_PASSWORD}", "password: Hunter2Secret"), "transport.kafka.sasl.password", "inline credential refused: the Kafka profile is production"},
+		{"no tls", edit(t, prod, "    tls:\n      ca_file: /etc/trellara/kafka/ca.pem\n", ""), "transport.kafka.tls", "TLS is required"},
+		{"no client auth", edit(t, prod, "    sasl:\n      mechanism: SCRAM-SHA-512\n      username: trellara\n      password: {env: TRELLARA_KAFKA_PASSWORD}\n", ""), "transport.kafka", "client authentication is required"},
+		{"sasl plain", edit(t, prod, "SCRAM-SHA-512", "PLAIN"), "transport.kafka.sasl.mechanism", "PLAIN is not accepted"},
+		{"replication factor", edit(t, prod, "replication_factor: 3", "replication_factor: 2"), "transport.kafka.replication_factor", "below 3 (production contract)"},
+		{"min insync", edit(t, prod, "min_insync_replicas: 2", "min_insync_replicas: 1"), "transport.kafka.min_insync_replicas", "below 2 (production contract)"},
+		{"min insync above rf", edit(t, prod, "min_insync_replicas: 2", "min_insync_replicas: 4"), "transport.kafka.min_insync_replicas", "above replication_factor 3"},
+		{"acks", edit(t, prod, "acks: all", "acks: none"), "transport.kafka.acks", "must be all (production contract)"},
+		{"idempotent", edit(t, prod, "idempotent: true", "idempotent: false"), "transport.kafka.idempotent", "must be true (production contract)"},
+		{"auto commit", edit(t, prod, "idempotent: true", "idempotent: true\n    auto_commit: true"), "transport.kafka.auto_commit", "must be false (production contract)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			errs := validationErrors(t, err)
+			n := 0
+			for _, fe := range errs {
+				if fe.Path == tc.path && strings.Contains(fe.Message, tc.want) && fe.Fix != "" && fe.Line != 0 {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("want one error at %s containing %q with fix and line; got:\n%v", tc.path, tc.want, err)
+			}
+			if strings.Contains(err.Error(), "Hunter2Secret") {
+				t.Errorf("error echoes the credential: %v", err)
+			}
+		})
+	}
+	// The development profile accepts what the contract refuses.
+	dev := edit(t, prod, "profile: production", "profile: development", "password: {env: TRELLARA_KAFKA_PASSWORD}", "password: Hunter2Secret",
+		"idempotent: true", "idempotent: true\n    auto_commit: true")
+	if _, err := Parse([]byte(dev)); err != nil {
+		t.Fatalf("development profile: %v", err)
 	}
 }
 

@@ -528,6 +528,7 @@ func (d *decoder) kafka(k *Kafka) keyFn {
 			{"min_insync_replicas", d.integer(&k.MinInsyncReplicas)},
 			{"acks", d.str((*string)(&k.Acks))},
 			{"idempotent", d.boolean(&k.Idempotent)},
+			{"auto_commit", d.boolean(&k.AutoCommit)},
 		})
 	}
 }

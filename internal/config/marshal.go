@@ -98,6 +98,7 @@ func Marshal(c *Config) ([]byte, error) {
 		put(kn, "min_insync_replicas", intNode(k.MinInsyncReplicas), "")
 		put(kn, "acks", strNode(string(k.Acks)), "all | leader | none")
 		put(kn, "idempotent", boolNode(k.Idempotent), "")
+		put(kn, "auto_commit", boolNode(k.AutoCommit), "false: the consumer-group offset is committed only after the target commit")
 		put(tr, "kafka", kn, "")
 	}
 	putSection(root, "transport", tr, "Where envelopes are made durable before the source is acknowledged.")

@@ -103,7 +103,7 @@ func (v *validator) source(s *Source, prod bool) {
 		v.add("source.id", "use up to 63 lower-case letters, digits, _ and -, starting with a letter or digit",
 			"%s is not a valid source id (it is stored in checkpoints and used as a metric label)", quoteValue(s.ID))
 	}
-	v.secretRef("source.database_url", s.DatabaseURL, prod)
+	v.secretRef("source.database_url", s.DatabaseURL, inlineRefusal(prod))
 
 	switch s.Capture {
 	case CapturePgoutput:
@@ -179,7 +179,9 @@ func (v *validator) identifier(path, value, what string) {
 
 // secretRef checks a credential reference. An env name or file path of the
 // wrong shape is reported without its value (SecretRef.shapeError).
-func (v *validator) secretRef(path string, r SecretRef, prod bool) {
+// refuse names why an inline value is refused ("environment is production");
+// empty accepts it.
+func (v *validator) secretRef(path string, r SecretRef, refuse string) {
 	exampleEnv, exampleFile := refExamples(path)
 	fix := fmt.Sprintf("write %s: {env: %s} or {file: %s}", lastSegment(path), exampleEnv, exampleFile)
 	switch {
@@ -192,12 +194,21 @@ func (v *validator) secretRef(path string, r SecretRef, prod bool) {
 			v.add(path+"."+sub, fix, "%s", msg)
 		}
 	case r.IsInline():
-		if prod {
+		if refuse != "" {
 			// The value itself is never echoed: it is the credential.
 			v.add(path, "move the value into an environment variable or a file readable only by the service user, and "+fix,
-				"inline credential refused: environment is production, where credentials must be {env: ...} or {file: ...} references")
+				"inline credential refused: %s, where credentials must be {env: ...} or {file: ...} references", refuse)
 		}
 	}
+}
+
+// inlineRefusal is why an inline credential is refused in this
+// environment, or "" where it is accepted.
+func inlineRefusal(prod bool) string {
+	if prod {
+		return "environment is production"
+	}
+	return ""
 }
 
 func lastSegment(path string) string {
@@ -316,7 +327,13 @@ func (v *validator) kafka(k *Kafka, prod bool) {
 		if s.Username == "" {
 			v.add(p+".sasl.username", "set the SASL user name", "required")
 		}
-		v.secretRef(p+".sasl.password", s.Password, prod)
+		// Under the production profile credentials are references only,
+		// whatever the environment.
+		refuse := inlineRefusal(prod)
+		if refuse == "" && k.Profile == ProfileProduction {
+			refuse = "the Kafka profile is production"
+		}
+		v.secretRef(p+".sasl.password", s.Password, refuse)
 	}
 
 	if prod && k.Profile != ProfileProduction {
@@ -362,10 +379,14 @@ func (v *validator) kafkaContract(k *Kafka) {
 	if !k.Idempotent {
 		v.add(p+".idempotent", "set idempotent: true", "must be true%s", why)
 	}
+	if k.AutoCommit {
+		v.add(p+".auto_commit", "set auto_commit: false (or remove the key)",
+			"must be false%s: the consumer-group offset is committed only after the target commit", why)
+	}
 }
 
 func (v *validator) target(t *Target, prod bool) {
-	v.secretRef("target.database_url", t.DatabaseURL, prod)
+	v.secretRef("target.database_url", t.DatabaseURL, inlineRefusal(prod))
 	switch t.Mode {
 	case ModeStrict, ModePartitioned:
 	default:
