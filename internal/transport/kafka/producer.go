@@ -211,11 +211,12 @@ func readAt(ctx context.Context, c Config, offset int64) (*kgo.Record, error) {
 
 // fetchErr returns the first error of a poll, naming its partition.
 func fetchErr(fs kgo.Fetches) error {
-	for _, fe := range fs.Errors() {
-		if fe.Topic == "" {
-			return fe.Err
-		}
-		return fmt.Errorf("fetch topic %q partition %d: %w", fe.Topic, fe.Partition, fe.Err)
+	errs := fs.Errors()
+	switch {
+	case len(errs) == 0:
+		return nil
+	case errs[0].Topic == "":
+		return errs[0].Err
 	}
-	return nil
+	return fmt.Errorf("fetch topic %q partition %d: %w", errs[0].Topic, errs[0].Partition, errs[0].Err)
 }
