@@ -31,8 +31,8 @@ func App() *cli.App {
 		Version: VersionString(),
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
-			"Evidence tooling (chaos, stream) and commands not implemented yet (fleet, lake, semantics,\n" +
-			"schema, reseed, pilot-scorecard, pilot-package) are hidden from this list; see docs/CLI.md.",
+			"Evidence tooling (chaos, stream, pilot-scorecard, pilot-package) and commands not implemented\n" +
+			"yet (fleet, lake, semantics, schema, reseed) are hidden from this list; see docs/CLI.md.",
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			initCommand(),
@@ -51,9 +51,8 @@ func App() *cli.App {
 			notImplemented("schema", "schema contracts and DDL plans (ddl-plan)", true, configFlag(), formatFlag()),
 			notImplemented("reseed", "re-snapshot a consumer past retention with a visibility boundary", true, configFlag(), formatFlag()),
 			streamCommand(),
-			notImplemented("pilot-scorecard", "pilot scorecard: convergence, drills, contract tests", true, configFlag(), formatFlag()),
-			notImplemented("pilot-package", "exportable evidence package", true, configFlag(), formatFlag(),
-				&cli.StringFlag{Name: "output", Usage: "directory to write the package into"}),
+			pilotScorecardCommand(),
+			pilotPackageCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // Main decides the exit code
 	}

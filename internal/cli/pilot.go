@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/trellara/trellara/internal/pilot"
+)
+
+// pilotPackageCommand is `trellara pilot-package`: the flow's evidence in
+// one tarball (internal/pilot).
+func pilotPackageCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "pilot-package",
+		Usage:  "exportable evidence package: redacted config, versions, SBOM, check, status, last verify, failure matrix",
+		Hidden: true,
+		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
+			&cli.StringFlag{Name: "output", Usage: "the .tar.gz file to write", Value: "evidence.tar.gz"},
+			&cli.DurationFlag{Name: "chaos-budget", Usage: "how long the failure-matrix catalogue may run; unfinished, it is listed as not run", Value: 5 * time.Minute},
+		},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext(c)
+			defer stop()
+			p, err := pilot.Build(ctx, pilotOptions(c))
+			if err != nil {
+				return failure(err)
+			}
+			var buf bytes.Buffer
+			if err := p.Write(&buf); err != nil {
+				return failure(fmt.Errorf("pilot-package: encode: %w", err))
+			}
+			out := c.String("output")
+			if err := os.WriteFile(out, buf.Bytes(), 0o600); err != nil {
+				return failure(fmt.Errorf("pilot-package: write %s: %w", out, err))
+			}
+			if format == "json" {
+				return writeJSON(c, true, map[string]any{"output": out, "manifest": p.Manifest})
+			}
+			w := c.App.Writer
+			fmt.Fprintf(w, "wrote %s: %d files for flow %s\n", out, len(p.Manifest.Files), p.Manifest.Flow)
+			for _, f := range p.Manifest.Files {
+				fmt.Fprintf(w, "  %-22s %s  %s\n", f.Path, f.SHA256[:16], f.Description)
+			}
+			for _, n := range p.Manifest.NotRun {
+				fmt.Fprintf(w, "  not run: %s: %s\n", n.Item, n.Reason)
+			}
+			return nil
+		},
+	}
+}
+
+func pilotOptions(c *cli.Context) pilot.Options {
+	return pilot.Options{ConfigPath: c.String("config"), ChaosBudget: c.Duration("chaos-budget"), Logger: logger(c),
+		Progress: func(line string) { fmt.Fprintln(c.App.ErrWriter, "pilot: "+line) }}
+}
+
+// pilotScorecardCommand is `trellara pilot-scorecard`: the product's four
+// claims scored from an evidence package, or from one built in memory.
+func pilotScorecardCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "pilot-scorecard",
+		Usage:  "the four claims, each pass, fail or not run, with the package file that proves it",
+		Hidden: true,
+		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
+			&cli.StringFlag{Name: "package", Usage: "score this evidence package (pilot-package's output) instead of building one"},
+			&cli.DurationFlag{Name: "chaos-budget", Usage: "without --package: how long the failure-matrix catalogue may run", Value: 5 * time.Minute},
+		},
+		Action: func(c *cli.Context) error {
+			format, err := outputFormat(c)
+			if err != nil {
+				return err
+			}
+			var p *pilot.Package
+			source := "built in memory from " + c.String("config")
+			if path := c.String("package"); path != "" {
+				f, err := os.Open(path)
+				if err != nil {
+					return failure(fmt.Errorf("pilot-scorecard: open the package: %w", err))
+				}
+				p, err = pilot.Read(f)
+				f.Close()
+				if err != nil {
+					return failure(fmt.Errorf("%w (package %s)", err, path))
+				}
+				source = path
+			} else {
+				ctx, stop := signalContext(c)
+				defer stop()
+				if p, err = pilot.Build(ctx, pilotOptions(c)); err != nil {
+					return failure(err)
+				}
+			}
+			sc := pilot.Score(p, source)
+			if format == "json" {
+				err = writeJSON(c, !sc.Failed(), sc)
+			} else {
+				err = sc.RenderText(c.App.Writer)
+			}
+			if err != nil {
+				return failure(err)
+			}
+			if sc.Failed() {
+				return cli.Exit("", ExitFindings)
+			}
+			return nil
+		},
+	}
+}
