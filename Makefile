@@ -100,6 +100,28 @@ clean:
 packages: build
 	VERSION='$(VERSION)' packaging/packages.sh
 
+# release: make packages, plus the three binaries in dist/, the build
+# provenance (dist/provenance.intoto.json), SHA256SUMS over all of them and
+# its ed25519 signature (dist/SHA256SUMS.sig) with the operator's key, and
+# the public key to publish (dist/trellara-release.pub). packaging/README.md
+# says how to verify a release.
+#   make release RELEASE_KEY=/path/to/ed25519.pem
+.PHONY: release
+release:
+	@if [ -z "$(RELEASE_KEY)" ]; then echo "release: no signing key: run make release RELEASE_KEY=/path/to/ed25519.pem (create one with: openssl genpkey -algorithm ed25519 -out release.pem; keep it off this tree)" >&2; exit 1; fi
+	@if [ ! -r "$(RELEASE_KEY)" ]; then echo "release: RELEASE_KEY=$(RELEASE_KEY) is not a readable file" >&2; exit 1; fi
+	$(MAKE) --no-print-directory packages
+	@mkdir -p .cache/build/bin
+	$(GO) build -o .cache/build/bin/ ./packaging/cmd/release
+	cp bin/trellara bin/trellara-check bin/trellara-full dist/
+	cd dist && ../.cache/build/bin/release provenance -o provenance.intoto.json -go-sum ../go.sum \
+		-version '$(VERSION)' -commit "$$(git rev-parse HEAD)" $$(git diff --quiet HEAD -- 2>/dev/null || echo -dirty) \
+		-time "$$(git log -1 --format=%ct)" -command 'make release' \
+		trellara trellara-check trellara-full *.deb *.rpm *.cdx.json
+	cd dist && sha256sum -- trellara trellara-check trellara-full *.deb *.rpm *.cdx.json provenance.intoto.json >SHA256SUMS
+	.cache/build/bin/release sign -key '$(RELEASE_KEY)' -o dist/SHA256SUMS.sig -pub dist/trellara-release.pub dist/SHA256SUMS
+	.cache/build/bin/release verify -pub dist/trellara-release.pub dist/SHA256SUMS
+
 # Installs dist/'s .debs on this machine, checks units, binaries and the
 # extension in a throwaway PostgreSQL 15 cluster, purges, checks leftovers;
 # inspects the .rpms. Needs root.
