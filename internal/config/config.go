@@ -4,8 +4,10 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -114,7 +116,11 @@ type Config struct {
 	Flow        string      // flow
 	Source      Source      // source
 	Transport   Transport   // transport
-	Target      *Target     // target; nil for a capture-only flow
+	Target      *Target     // target: the single-target form; nil with sinks or for a capture-only flow
+	// Sinks are the flow's appliers, in file order: the named sinks of a
+	// sinks section, or the single target as the sink named "default".
+	// Empty for a capture-only flow. See SinkList.
+	Sinks []Sink // sinks
 	Schema      SchemaPolicy
 	Run         Run
 
@@ -222,6 +228,53 @@ const (
 	SynchronousCommitOff = "off"
 )
 
+// DefaultSinkName names the sink a single `target:` section makes. Its
+// cursor is ApplierCursorName, so a flow written with `target:` keeps its
+// log position when rewritten as `sinks: {default: ...}`.
+const DefaultSinkName = "default"
+
+// ApplierCursorName is the segment-log cursor of the default sink.
+const ApplierCursorName = "applier"
+
+// Sink is one Postgres target the flow applies to, with its own applier,
+// log cursor, checkpoint (on its target), quarantine and verify.
+type Sink struct {
+	Name   string  // the key under sinks, or "default" for a target section
+	Target *Target // target: database, mode and the Trellara schema on it
+	// Listen is the applier's health and metrics address (sinks.NAME.listen);
+	// by default the port of run.listen.applier plus the sink's index in
+	// the file.
+	Listen string
+}
+
+// Cursor is the sink's segment-log consumer name: "applier" for the
+// default sink, "applier.NAME" otherwise.
+func (s Sink) Cursor() string {
+	if s.Name == DefaultSinkName {
+		return ApplierCursorName
+	}
+	return ApplierCursorName + "." + s.Name
+}
+
+// Sink returns the sink named name.
+func (c *Config) Sink(name string) (Sink, bool) {
+	for _, s := range c.Sinks {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Sink{}, false
+}
+
+// SinkNames lists the sinks in file order.
+func (c *Config) SinkNames() []string {
+	names := make([]string, len(c.Sinks))
+	for i, s := range c.Sinks {
+		names[i] = s.Name
+	}
+	return names
+}
+
 // SchemaPolicy governs schema changes seen in the stream.
 type SchemaPolicy struct {
 	UnknownTablePolicy UnknownTablePolicy // unknown_table_policy
@@ -286,6 +339,7 @@ func DefaultTarget() *Target {
 // applyDerivedDefaults fills names derived from the flow name. It runs after
 // decoding, because YAML keys may come in any order.
 func (c *Config) applyDerivedDefaults() {
+	c.deriveSinks()
 	if !flowRE.MatchString(c.Flow) {
 		return // Validate reports the flow; derived names would only add noise
 	}
@@ -303,6 +357,34 @@ func (c *Config) applyDerivedDefaults() {
 			k.ConsumerGroup = "trellara." + c.Flow
 		}
 	}
+}
+
+// deriveSinks makes a single target section the sink named default and
+// gives each sink without listen its default address. Validate calls it
+// too, for a Config built in code.
+func (c *Config) deriveSinks() {
+	if c.Target != nil && len(c.Sinks) == 0 {
+		c.Sinks = []Sink{{Name: DefaultSinkName, Target: c.Target}}
+	}
+	for i := range c.Sinks {
+		if c.Sinks[i].Listen == "" {
+			c.Sinks[i].Listen = offsetPort(c.Run.Listen.Applier, i)
+		}
+	}
+}
+
+// offsetPort returns addr with its port raised by n; addr unchanged when
+// it does not parse (validation reports it).
+func offsetPort(addr string, n int) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || n == 0 {
+		return addr
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+n))
 }
 
 func (c *Config) file() string {

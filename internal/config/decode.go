@@ -60,6 +60,7 @@ func decode(data []byte) (c *Config, errs []FieldError) {
 			c.Target = DefaultTarget()
 			d.target(c.Target)(p, n)
 		}},
+		{"sinks", d.sinks(&c.Sinks)},
 		{"schema", func(p string, n *yaml.Node) {
 			d.mapping(p, n, []key{{"unknown_table_policy", d.str((*string)(&c.Schema.UnknownTablePolicy))}})
 		}},
@@ -542,6 +543,59 @@ func (d *decoder) target(t *Target) keyFn {
 			{"create_tables", d.boolean(&t.CreateTables)},
 			{"synchronous_commit", d.str(&t.SynchronousCommit)},
 		})
+	}
+}
+
+// sinkNameRE: a sink name becomes part of a log cursor's file name
+// (applier.NAME) and a metric label.
+var sinkNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// sinks decodes `sinks:`, a mapping from sink name to {target, listen}.
+// The names are the user's, so they are checked here rather than matched
+// against known keys.
+func (d *decoder) sinks(dst *[]Sink) keyFn {
+	return func(path string, n *yaml.Node) {
+		if isNull(n) {
+			d.fail(path, n, "name at least one sink, e.g. sinks: {reporting: {target: {database_url: {env: REPORTING_URL}}}}", "is empty")
+			return
+		}
+		if n.Kind != yaml.MappingNode {
+			d.fail(path, n, "write it as a mapping from sink name to its settings, e.g. reporting: {target: {...}}", "must be a mapping, not %s", describe(n))
+			return
+		}
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.ShortTag() == "!!merge" {
+				d.fail(path, k, "name each sink with a plain name such as reporting", "a sink name must be a plain name, not %s", describe(k))
+				continue
+			}
+			p := joinPath(path, scrubScalar(k.Value))
+			d.m.lines[p] = k.Line
+			if first, dup := seen[k.Value]; dup {
+				d.fail(p, k, "give each sink its own name", "duplicate sink (first named on line %d)", first)
+				continue
+			}
+			seen[k.Value] = k.Line
+			if !sinkNameRE.MatchString(k.Value) {
+				d.fail(p, k, "use up to 32 lower-case letters, digits, _ and -, starting with a letter, e.g. reporting",
+					"%s is not a valid sink name (it becomes part of the sink's log cursor, applier.NAME, and a metric label)", quoteValue(k.Value))
+				continue
+			}
+			if v.Kind == yaml.AliasNode {
+				d.fail(p, v, "write the value out in full", "YAML aliases (*name) are not supported")
+				continue
+			}
+			s := Sink{Name: k.Value}
+			d.mapping(p, v, []key{
+				{"target", func(p string, n *yaml.Node) {
+					s.Target = DefaultTarget()
+					d.target(s.Target)(p, n)
+				}},
+				{"listen", d.str(&s.Listen)},
+			})
+			*dst = append(*dst, s)
+		}
 	}
 }
 

@@ -103,14 +103,26 @@ func Marshal(c *Config) ([]byte, error) {
 	}
 	putSection(root, "transport", tr, "Where envelopes are made durable before the source is acknowledged.")
 
-	if t := c.Target; t != nil {
+	targetNode := func(t *Target) *yaml.Node {
 		tn := mapping(false)
 		put(tn, "database_url", refNode(t.DatabaseURL), "")
 		put(tn, "mode", strNode(string(t.Mode)), "strict | partitioned")
 		put(tn, "schema", strNode(t.Schema), "Trellara-owned schema on the target (checkpoints, quarantine)")
 		put(tn, "create_tables", boolNode(t.CreateTables), "true: create missing target tables from the source definitions")
 		put(tn, "synchronous_commit", strNode(t.SynchronousCommit), "off | on: off commits asynchronously; the log cursor waits for the target's flush")
-		putSection(root, "target", tn, "The Postgres database changes are applied to.")
+		return tn
+	}
+	if t := c.Target; t != nil {
+		putSection(root, "target", targetNode(t), "The Postgres database changes are applied to.")
+	} else if len(c.Sinks) > 0 {
+		sn := mapping(false)
+		for _, s := range c.Sinks {
+			one := mapping(false)
+			put(one, "target", targetNode(s.Target), "")
+			put(one, "listen", strNode(s.Listen), "this sink's applier: /livez /readyz /healthz /metrics")
+			put(sn, s.Name, one, "")
+		}
+		putSection(root, "sinks", sn, "The Postgres databases changes are applied to, each by its own applier.")
 	}
 
 	sp := mapping(false)

@@ -147,6 +147,13 @@ func refExamples(path string) (env, file string) {
 		return "TRELLARA_SOURCE_URL", "/etc/trellara/source-url"
 	case "target.database_url":
 		return "TRELLARA_TARGET_URL", "/etc/trellara/target-url"
+	}
+	if name, ok := strings.CutPrefix(path, "sinks."); ok {
+		name, _, _ = strings.Cut(name, ".")
+		up := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		return "TRELLARA_" + up + "_URL", "/etc/trellara/" + name + "-url"
+	}
+	switch path {
 	case "transport.kafka.sasl.password":
 		return "TRELLARA_KAFKA_PASSWORD", "/etc/trellara/kafka-password"
 	}
@@ -312,7 +319,9 @@ func errReason(err error) string {
 // Secrets holds every credential of a configuration, resolved.
 type Secrets struct {
 	SourceDatabaseURL Secret
-	TargetDatabaseURL Secret // zero when the flow has no target
+	TargetDatabaseURL Secret // the first sink's; zero when the flow has no target
+	// SinkDatabaseURLs holds each sink's target database_url by sink name.
+	SinkDatabaseURLs map[string]Secret
 	KafkaSASLPassword Secret // zero unless transport.kafka.sasl is set
 }
 
@@ -340,8 +349,19 @@ func (c *Config) ResolveSecretsWith(res Resolver) (Secrets, error) {
 		*dst = s
 	}
 	one("source.database_url", c.Source.DatabaseURL, &out.SourceDatabaseURL)
-	if c.Target != nil {
-		one("target.database_url", c.Target.DatabaseURL, &out.TargetDatabaseURL)
+	for i, s := range c.Sinks {
+		if s.Target == nil {
+			continue
+		}
+		var sec Secret
+		one(c.targetPath(s)+".database_url", s.Target.DatabaseURL, &sec)
+		if out.SinkDatabaseURLs == nil {
+			out.SinkDatabaseURLs = map[string]Secret{}
+		}
+		out.SinkDatabaseURLs[s.Name] = sec
+		if i == 0 {
+			out.TargetDatabaseURL = sec
+		}
 	}
 	if k := c.Transport.Kafka; k != nil && k.SASL != nil {
 		one("transport.kafka.sasl.password", k.SASL.Password, &out.KafkaSASLPassword)

@@ -60,6 +60,7 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) validate() []FieldError {
+	c.deriveSinks()
 	v := &validator{c: c, flowOK: flowRE.MatchString(c.Flow)}
 	prod := c.Environment == Production
 
@@ -82,9 +83,7 @@ func (c *Config) validate() []FieldError {
 
 	v.source(&c.Source, prod)
 	v.transport(&c.Transport, prod)
-	if c.Target != nil {
-		v.target(c.Target, prod)
-	}
+	v.sinks(c, prod)
 	switch c.Schema.UnknownTablePolicy {
 	case PolicyBlock, PolicyAllowCompatible:
 	default:
@@ -385,24 +384,93 @@ func (v *validator) kafkaContract(k *Kafka) {
 	}
 }
 
-func (v *validator) target(t *Target, prod bool) {
-	v.secretRef("target.database_url", t.DatabaseURL, inlineRefusal(prod))
+// SinkPath is the key path of sink s's settings: "target" for the
+// single-target form, "sinks.NAME" otherwise (its target under
+// SinkPath+".target").
+func (c *Config) SinkPath(s Sink) string {
+	if c.Target != nil && s.Target == c.Target {
+		return ""
+	}
+	return "sinks." + s.Name
+}
+
+// targetPath is the key path of sink s's target section.
+func (c *Config) targetPath(s Sink) string {
+	if p := c.SinkPath(s); p != "" {
+		return p + ".target"
+	}
+	return "target"
+}
+
+func (v *validator) sinks(c *Config, prod bool) {
+	if c.Target != nil && c.Sinks != nil && (len(c.Sinks) != 1 || c.Sinks[0].Target != c.Target) {
+		v.add("sinks", "keep one of them: a single target: section, or that target as one of the named sinks",
+			"cannot be combined with target: (line %d); a flow states its targets one way", c.line("target"))
+		return
+	}
+	type where struct{ name, key string }
+	databases := map[string]where{}
+	type addr struct{ key, addr string }
+	addrs := []addr{{"run.listen.relay", c.Run.Listen.Relay}}
+	for _, s := range c.Sinks {
+		p := v.c.SinkPath(s)
+		tp := v.c.targetPath(s)
+		if s.Target == nil {
+			v.add(tp, "add target: {database_url: {env: VARIABLE}} under the sink", "required: every sink is a Postgres target")
+			continue
+		}
+		v.target(tp, s.Target, prod)
+		// Two sinks on one database would write the same tables and fight
+		// over one checkpoint row: refuse the same reference twice.
+		if ref := s.Target.DatabaseURL; !ref.IsZero() {
+			key := ref.Env + "\x00" + ref.File + "\x00" + ref.inline.Reveal()
+			if prev, dup := databases[key]; dup {
+				v.add(tp+".database_url", "point each sink at its own database",
+					"is the same database as sink %s (%s); each sink applies to a database of its own", prev.name, prev.key)
+			} else {
+				databases[key] = where{s.Name, tp + ".database_url"}
+			}
+		}
+		lp := "run.listen.applier"
+		if p != "" {
+			lp = p + ".listen"
+		}
+		if err := checkHostPort(s.Listen, true); err != nil {
+			v.add(lp, "write [host]:port, e.g. 127.0.0.1:9403", "%s %v", quoteValue(s.Listen), err)
+			continue
+		}
+		for _, a := range addrs {
+			if a.addr == s.Listen {
+				fix := "give each sink's applier its own port with sinks.NAME.listen"
+				if p == "" {
+					fix = "give the applier its own port, e.g. :9402"
+				}
+				v.add(lp, fix, "%s is the same address as %s; each service listens on its own port (they may run in one process)",
+					quoteValue(s.Listen), a.key)
+			}
+		}
+		addrs = append(addrs, addr{"sink " + s.Name + "'s applier (" + lp + ")", s.Listen})
+	}
+}
+
+func (v *validator) target(path string, t *Target, prod bool) {
+	v.secretRef(path+".database_url", t.DatabaseURL, inlineRefusal(prod))
 	switch t.Mode {
 	case ModeStrict, ModePartitioned:
 	default:
-		v.add("target.mode", "set mode to strict (the default) or partitioned", "must be strict or partitioned, not %s", quoteValue(string(t.Mode)))
+		v.add(path+".mode", "set mode to strict (the default) or partitioned", "must be strict or partitioned, not %s", quoteValue(string(t.Mode)))
 	}
 	switch t.SynchronousCommit {
 	case SynchronousCommitOn, SynchronousCommitOff:
 	default:
-		v.add("target.synchronous_commit", "set synchronous_commit to off (the default) or on",
+		v.add(path+".synchronous_commit", "set synchronous_commit to off (the default) or on",
 			"must be on or off, not %s", quoteValue(t.SynchronousCommit))
 	}
 	switch {
 	case t.Schema == "":
-		v.add("target.schema", "remove the key to use trellara, or name a schema", "required")
+		v.add(path+".schema", "remove the key to use trellara, or name a schema", "required")
 	case !slotRE.MatchString(t.Schema):
-		v.add("target.schema", "use up to 63 lower-case letters, digits and underscores, e.g. trellara",
+		v.add(path+".schema", "use up to 63 lower-case letters, digits and underscores, e.g. trellara",
 			"%s is not a valid schema name", quoteValue(t.Schema))
 	}
 }
@@ -416,10 +484,6 @@ func (v *validator) run(r *Run, prod bool) {
 		if err := checkHostPort(l.val, true); err != nil {
 			v.add("run.listen."+l.key, "write [host]:port, e.g. :9401 or 127.0.0.1:9401", "%s %v", quoteValue(l.val), err)
 		}
-	}
-	if r.Listen.Relay != "" && r.Listen.Relay == r.Listen.Applier {
-		v.add("run.listen.applier", "give the applier its own port, e.g. :9402",
-			"is the same address as run.listen.relay; both services may run in one process")
 	}
 }
 
