@@ -281,7 +281,8 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "capture, publish, apply: a bounded run with --local, else the long-running service",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
-			&cli.StringFlag{Name: "role", Usage: "service role: all (capture and applier in one process), relay (pgoutput capture only) or sidecar (native extension capture only)", Value: "all"},
+			&cli.StringFlag{Name: "role", Usage: "service role: all (capture and every sink's applier in one process), relay (pgoutput capture only), applier (the sinks' appliers, reading the relay's log read-only: every sink, or the one named by --sink) or sidecar (native extension capture only)", Value: "all"},
+			&cli.StringFlag{Name: "sink", Usage: "with --role applier: apply to this sink only (one process per sink)"},
 			&cli.BoolFlag{Name: "local", Usage: "bounded run on the local segment log: snapshot, relay and apply until caught up with the source, then exit"},
 			&cli.BoolFlag{Name: "verify", Usage: "after a bounded run, verify convergence; exit 0 only on CONVERGED"},
 			&cli.BoolFlag{Name: "cleanup", Usage: "drop the slot and publication Trellara created, empty the target tables the flow copied into, and remove the flow's state (owns_slot flows only)"},
@@ -346,16 +347,34 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		fmt.Fprintf(w, "flow totals   %s applied · %d skipped · %s\n", flow.Plural(int(res.Totals.TransactionsApplied), "transaction"),
 			res.Totals.TransactionsSkipped, flow.Plural(int(res.Totals.RowsApplied), "row"))
 		fmt.Fprintf(w, "checkpoint    %s (caught up with %s)\n", res.Checkpoint, res.CatchUpLSN)
+		if len(res.Sinks) > 1 {
+			for _, s := range res.Sinks {
+				fmt.Fprintf(w, "sink %-8s %s applied this run · checkpoint %s\n", s.Sink,
+					flow.Plural(int(s.ThisRun.TransactionsApplied), "transaction"), s.Checkpoint)
+			}
+		}
 		fmt.Fprintf(w, "duration      %.1fs\n", res.DurationSecs)
-		if res.Verify != nil {
+		for _, s := range res.Sinks {
+			if s.Verify == nil {
+				continue
+			}
 			fmt.Fprintln(w)
-			if err := res.Verify.RenderText(w); err != nil {
+			if len(res.Sinks) > 1 {
+				fmt.Fprintf(w, "sink %s\n", s.Sink)
+			}
+			if err := s.Verify.RenderText(w); err != nil {
 				return failure(err)
 			}
 		}
 	}
-	if res.Verify != nil {
-		return verdictExit(res.Verify)
+	// The exit status is the first sink's verdict that is not CONVERGED.
+	for _, s := range res.Sinks {
+		if s.Verify == nil {
+			continue
+		}
+		if err := verdictExit(s.Verify); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -383,7 +402,7 @@ func serve(c *cli.Context, ctx context.Context) error {
 		}
 	}()
 	log := obs.NewLogger(c.App.ErrWriter, slog.LevelInfo)
-	err := flow.Serve(ctx, flow.ServiceOptions{ConfigPath: c.String("config"), Role: c.String("role"), Logger: log, Reload: reload,
+	err := flow.Serve(ctx, flow.ServiceOptions{ConfigPath: c.String("config"), Role: c.String("role"), Sink: c.String("sink"), Logger: log, Reload: reload,
 		Build: build(),
 		Listening: func(component, addr string) {
 			log.Info("listening", "component", component, "addr", addr, "endpoints", "/livez /readyz /healthz /metrics")
@@ -400,9 +419,10 @@ func serve(c *cli.Context, ctx context.Context) error {
 func verifyCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "verify",
-		Usage: "prove the target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 3 BEHIND, 2 error)",
+		Usage: "prove each sink's target converged: counts, PK checksums, watermarks (exit 0 CONVERGED, 1 DIVERGED, 3 BEHIND, 2 error)",
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"},
+			&cli.StringFlag{Name: "sink", Usage: "verify only this sink (default: every sink, each reported)"},
 			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the target to reach the watermark before answering BEHIND; 0 does not wait. " +
 				"Unset, a flow whose slot is not active (no pipeline running) is not waited for"}},
 		Action: databaseAction(func(c *cli.Context, f *flow.Flow, format string) error {
@@ -417,19 +437,49 @@ func verifyCommand() *cli.Command {
 			}
 			ctx, stop := signalContext(c)
 			defer stop()
-			res, err := f.Verify(ctx, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait})
+			sinks, err := f.SelectSinks(c.String("sink"))
 			if err != nil {
 				return failure(err)
 			}
-			if format == "json" {
-				err = writeJSON(c, res.Verdict == verify.Converged, res)
-			} else {
-				err = res.RenderText(c.App.Writer)
+			type sinkResult struct {
+				Sink   string         `json:"sink"`
+				Result *verify.Result `json:"result"`
+			}
+			var results []sinkResult
+			var worst error // the first sink's verdict that is not CONVERGED
+			for _, s := range sinks {
+				res, err := f.VerifySink(ctx, s, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait})
+				if err != nil {
+					return failure(fmt.Errorf("sink %s: %w", s.Name, err))
+				}
+				results = append(results, sinkResult{s.Name, res})
+				if worst == nil {
+					worst = verdictExit(res)
+				}
+			}
+			// A flow with one sink prints its result as it always has.
+			switch {
+			case len(f.Sinks()) == 1 && format == "json":
+				err = writeJSON(c, worst == nil, results[0].Result)
+			case len(f.Sinks()) == 1:
+				err = results[0].Result.RenderText(c.App.Writer)
+			case format == "json":
+				err = writeJSON(c, worst == nil, map[string]any{"flow": f.Cfg.Flow, "sinks": results})
+			default:
+				for i, r := range results {
+					if i > 0 {
+						fmt.Fprintln(c.App.Writer)
+					}
+					fmt.Fprintf(c.App.Writer, "sink %s\n", r.Sink)
+					if err = r.Result.RenderText(c.App.Writer); err != nil {
+						break
+					}
+				}
 			}
 			if err != nil {
 				return failure(err)
 			}
-			return verdictExit(res)
+			return worst
 		}),
 	}
 }
@@ -437,7 +487,7 @@ func verifyCommand() *cli.Command {
 func statusCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
-		Usage: "slot, lag, log retention, cursors, checkpoint, quarantine",
+		Usage: "slot, lag, log retention, cursors, and every sink's checkpoint and quarantine",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringFlag{Name: "view", Usage: "report, diagnostics or quarantine", Value: "report"}},
 		Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
@@ -518,7 +568,11 @@ func configCommand() *cli.Command {
 						if problems == nil {
 							problems = []config.FieldError{}
 						}
-						if werr := writeJSON(c, err == nil, map[string]any{"config": path, "valid": err == nil, "errors": problems}); werr != nil {
+						out := map[string]any{"config": path, "valid": err == nil, "errors": problems}
+						if err == nil {
+							out["sinks"] = cfg.SinkNames()
+						}
+						if werr := writeJSON(c, err == nil, out); werr != nil {
 							return werr
 						}
 						if err != nil {
@@ -529,7 +583,11 @@ func configCommand() *cli.Command {
 					if err != nil {
 						return failure(err)
 					}
-					fmt.Fprintf(c.App.Writer, "%s: valid (flow %s, environment %s)\n", path, cfg.Flow, cfg.Environment)
+					sinks := "capture only"
+					if len(cfg.Sinks) > 0 {
+						sinks = "sinks " + strings.Join(cfg.SinkNames(), ", ")
+					}
+					fmt.Fprintf(c.App.Writer, "%s: valid (flow %s, environment %s, %s)\n", path, cfg.Flow, cfg.Environment, sinks)
 					return nil
 				},
 			},

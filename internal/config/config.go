@@ -120,9 +120,9 @@ type Config struct {
 	// Sinks are the flow's appliers, in file order: the named sinks of a
 	// sinks section, or the single target as the sink named "default".
 	// Empty for a capture-only flow. See SinkList.
-	Sinks []Sink // sinks
-	Schema      SchemaPolicy
-	Run         Run
+	Sinks  []Sink // sinks
+	Schema SchemaPolicy
+	Run    Run
 
 	// meta is behind a pointer so printing a Config shows an address, not a
 	// map of line numbers.

@@ -321,7 +321,7 @@ type Secrets struct {
 	SourceDatabaseURL Secret
 	TargetDatabaseURL Secret // the first sink's; zero when the flow has no target
 	// SinkDatabaseURLs holds each sink's target database_url by sink name.
-	SinkDatabaseURLs map[string]Secret
+	SinkDatabaseURLs  map[string]Secret
 	KafkaSASLPassword Secret // zero unless transport.kafka.sasl is set
 }
 

@@ -37,7 +37,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
@@ -48,8 +47,9 @@ import (
 	"github.com/trellara/trellara/segmentlog"
 )
 
-// ApplierCursor is the segment-log consumer name of the Postgres applier.
-const ApplierCursor = "applier"
+// ApplierCursor is the segment-log consumer name of the default sink's
+// applier (config.Sink.Cursor names every sink's).
+const ApplierCursor = config.ApplierCursorName
 
 // Flow is an opened flow: its config, resolved secrets and local log.
 type Flow struct {
@@ -87,17 +87,12 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 		f.Log.Close()
 		return nil, err
 	}
-	if cfg.Target != nil {
-		// Register the applier's cursor before anything is appended, so
-		// retention keeps every entry the applier has not yet read.
-		if _, ok, err := f.Log.CursorOffset(ApplierCursor); err != nil {
+	// Register every sink's cursor before anything is appended, so
+	// retention keeps every entry a sink has not yet read.
+	for _, sk := range f.Sinks() {
+		if err := f.registerCursor(sk); err != nil {
 			f.Log.Close()
 			return nil, err
-		} else if !ok {
-			if err := f.Log.CommitCursor(ApplierCursor, f.Log.FirstOffset()); err != nil {
-				f.Log.Close()
-				return nil, err
-			}
 		}
 	}
 	return f, nil
@@ -125,6 +120,42 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 		f.logHeld = true // the running flow holds it: report without it
 	} else if err != nil {
 		return nil, err
+	}
+	return f, nil
+}
+
+// OpenApplier opens a flow for an applier process beside the relay that
+// writes its log: the log read-only (segmentlog.OpenReadOnly, bounded by
+// the relay's durable end), and sink's cursor registered when it is not
+// yet, or every sink's for sink "". Before the relay has ever opened the
+// log it returns an error wrapping segmentlog.ErrNoDurableEnd.
+func OpenApplier(path string, logger *slog.Logger, sink string) (*Flow, error) {
+	f, err := OpenConfig(path, logger)
+	if err != nil {
+		return nil, err
+	}
+	sinks, err := f.SelectSinks(sink)
+	if err != nil {
+		return nil, err
+	}
+	l := f.Cfg.Transport.Local
+	f.Log, err = segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{
+		SegmentBytesMax: int64(l.SegmentBytesMax),
+		Retention:       segmentlog.Retention{MaxBytes: int64(l.Retention.MaxBytes), MaxAge: l.Retention.MaxAge, Expire: l.ExpirePastRetention},
+		Logger:          f.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("flow %s: open local log read-only: %w", f.Cfg.Flow, err)
+	}
+	if f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+		f.Log.Close()
+		return nil, err
+	}
+	for _, sk := range sinks {
+		if err := f.registerCursor(sk); err != nil {
+			f.Log.Close()
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -191,12 +222,14 @@ func (f *Flow) ConnectSource(ctx context.Context) (*pgx.Conn, error) {
 	return connect(ctx, "source", f.Secrets.SourceDatabaseURL.Reveal())
 }
 
-// ConnectTarget opens a connection to the target.
+// ConnectTarget opens a connection to the target of the flow's only
+// sink (ConnectSink for a named one).
 func (f *Flow) ConnectTarget(ctx context.Context) (*pgx.Conn, error) {
-	if f.Cfg.Target == nil {
-		return nil, fmt.Errorf("flow %s has no target section", f.Cfg.Flow)
+	s, err := f.Sink("")
+	if err != nil {
+		return nil, err
 	}
-	return connect(ctx, "target", f.Secrets.TargetDatabaseURL.Reveal())
+	return f.ConnectSink(ctx, s)
 }
 
 func connect(ctx context.Context, side, url string) (*pgx.Conn, error) {
@@ -387,28 +420,6 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	return s.Run(ctx)
 }
 
-// Applier builds the flow's applier on conn; applied, when set, receives
-// the source commit times of what each target commit applied
-// (apply.Config.Applied).
-func (f *Flow) Applier(conn *pgx.Conn, applied func(commitTimesUnixMicros []int64)) (*apply.Applier, error) {
-	return apply.New(conn, apply.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: f.Cfg.Target.Schema,
-		Mode: string(f.Cfg.Target.Mode), ConfigPath: f.ConfigPath, Logger: f.Logger, Applied: applied,
-		SynchronousCommit: f.Cfg.Target.SynchronousCommit})
-}
-
-// Apply applies from the log's applier cursor until ctx ends or stop.
-func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, a *apply.Applier, stop func(apply.Checkpoint) bool) error {
-	if err := apply.EnsureSchema(ctx, conn, f.Cfg.Target.Schema); err != nil {
-		return err
-	}
-	rd, err := transport.NewCursorReader(f.Log, ApplierCursor)
-	if err != nil {
-		return err
-	}
-	defer rd.Close()
-	return a.Run(ctx, rd, transport.Cursor{Log: f.Log, Name: ApplierCursor}, stop)
-}
-
 // Cleanup drops the slot and publication a flow owns, empties the target
 // tables its snapshot copied into and removes its state on the target and
 // its local state, so that the next run starts over with a full snapshot
@@ -428,10 +439,12 @@ func (f *Flow) Cleanup(ctx context.Context) ([]config.TableName, error) {
 		return nil, err
 	}
 	var emptied []config.TableName
-	if f.Cfg.Target != nil {
-		if emptied, err = f.cleanupTarget(ctx); err != nil {
+	for _, sk := range f.Sinks() {
+		e, err := f.cleanupTarget(ctx, sk)
+		if err != nil {
 			return nil, err
 		}
+		emptied = append(emptied, e...)
 	}
 	if err := f.Log.Close(); err != nil {
 		return nil, err

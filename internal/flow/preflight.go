@@ -159,55 +159,66 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		}
 		add(c)
 	}
-	if f.Cfg.Target == nil {
-		return r
+	for _, sk := range f.Sinks() {
+		f.preflightSink(ctx, sk, defs, createTables, add)
 	}
-	tgt, err := f.ConnectTarget(ctx)
+	return r
+}
+
+// preflightSink checks sink sk's target: connection, tables and, before
+// the initial snapshot, rows already there.
+func (f *Flow) preflightSink(ctx context.Context, sk config.Sink, defs []apply.TableDef, createTables bool, add func(Check)) {
+	name := func(n string) string {
+		if len(f.Sinks()) > 1 {
+			return n + " (sink " + sk.Name + ")"
+		}
+		return n
+	}
+	tgt, err := f.ConnectSink(ctx, sk)
 	if err != nil {
-		add(Check{Name: "target connection", Detail: err.Error(), Fix: "check target.database_url"})
-		return r
+		add(Check{Name: name("target connection"), Detail: err.Error(), Fix: "check the sink's target.database_url"})
+		return
 	}
 	defer tgt.Close(context.Background())
-	add(Check{Name: "target connection", OK: true, Detail: "connected"})
+	add(Check{Name: name("target connection"), OK: true, Detail: "connected"})
 	mism, err := apply.ValidateTables(ctx, tgt, defs)
 	if err != nil {
-		add(Check{Name: "target tables", Detail: err.Error()})
-		return r
+		add(Check{Name: name("target tables"), Detail: err.Error()})
+		return
 	}
-	if len(mism) > 0 && (createTables || f.Cfg.Target.CreateTables) {
+	if len(mism) > 0 && (createTables || sk.Target.CreateTables) {
 		if err := apply.CreateTables(ctx, tgt, defs); err != nil {
-			add(Check{Name: "target tables", Detail: err.Error()})
-			return r
+			add(Check{Name: name("target tables"), Detail: err.Error()})
+			return
 		}
 		if mism, err = apply.ValidateTables(ctx, tgt, defs); err != nil {
-			add(Check{Name: "target tables", Detail: err.Error()})
-			return r
+			add(Check{Name: name("target tables"), Detail: err.Error()})
+			return
 		}
 	}
 	if len(mism) == 0 {
-		add(Check{Name: "target tables", OK: true, Detail: fmt.Sprintf("%d tables match the source", len(defs))})
+		add(Check{Name: name("target tables"), OK: true, Detail: fmt.Sprintf("%d tables match the source", len(defs))})
 	}
 	for _, m := range mism {
-		add(Check{Name: "target table", Table: m.Table, Detail: strings.TrimSuffix(m.String(), "; fix: "+m.Fix), Fix: m.Fix})
+		add(Check{Name: name("target table"), Table: m.Table, Detail: strings.TrimSuffix(m.String(), "; fix: "+m.Fix), Fix: m.Fix})
 	}
 	// Before the initial snapshot, a target table holding rows is the run's
 	// own refusal (refuseFilledTargets), reported here first.
 	if _, err := os.Stat(f.snapshotDonePath()); errors.Is(err, fs.ErrNotExist) {
-		ours, foreign, err := f.filledTargets(ctx, tgt)
+		ours, foreign, err := f.filledTargets(ctx, tgt, sk)
 		switch {
 		case err != nil:
-			add(Check{Name: "target rows", Detail: err.Error()})
+			add(Check{Name: name("target rows"), Detail: err.Error()})
 		case len(foreign)+len(ours) > 0:
 			for _, t := range foreign {
 				one := []config.TableName{t}
-				add(Check{Name: "target rows", Table: t.String(), Detail: foreignRowsProblem(one), Fix: f.foreignRowsFix(one)})
+				add(Check{Name: name("target rows"), Table: t.String(), Detail: foreignRowsProblem(one), Fix: f.foreignRowsFix(one)})
 			}
 			for _, t := range ours {
-				add(Check{Name: "target rows", Table: t.String(), Detail: ourRowsProblem([]config.TableName{t}), Fix: f.ourRowsFix()})
+				add(Check{Name: name("target rows"), Table: t.String(), Detail: ourRowsProblem([]config.TableName{t}), Fix: f.ourRowsFix()})
 			}
 		default:
-			add(Check{Name: "target rows", OK: true, Detail: "the target tables are empty, ready for the initial snapshot"})
+			add(Check{Name: name("target rows"), OK: true, Detail: "the target tables are empty, ready for the initial snapshot"})
 		}
 	}
-	return r
 }

@@ -74,19 +74,23 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 	p := &RepairPlan{Flow: f.Cfg.Flow, Steps: []RepairStep{}, Notes: []string{}}
 	rerunCmd := shell.Trellara("run", f.ConfigPath, "--local", "--verify")
 	rerun := rerunCmd + "   (the applier retries the quarantined transaction first; it is marked replayed once it applies)"
-	if f.Cfg.Target != nil {
-		tgt, err := f.ConnectTarget(ctx)
+	for _, sk := range f.Sinks() {
+		tgt, err := f.ConnectSink(ctx, sk)
 		if err != nil {
 			return nil, err
 		}
-		defer tgt.Close(context.Background())
-		st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+		st, err := apply.ReadStatus(ctx, tgt, sk.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+		tgt.Close(context.Background())
 		if err != nil {
 			return nil, err
+		}
+		where := ""
+		if len(f.Sinks()) > 1 {
+			where = "sink " + sk.Name + ": "
 		}
 		for _, q := range st.Quarantine {
 			p.Steps = append(p.Steps, RepairStep{Kind: "quarantine", Table: q.Relation, SQLState: q.SQLState, LSN: lsnString(q.CommitLSN),
-				Problem: fmt.Sprintf("quarantined %s at commit %s on %s: %s (%d attempts)", q.Unit, lsnString(q.CommitLSN), q.Relation, withSQLState(q.Error, q.SQLState), q.Attempts),
+				Problem: where + fmt.Sprintf("quarantined %s at commit %s on %s: %s (%d attempts)", q.Unit, lsnString(q.CommitLSN), q.Relation, withSQLState(q.Error, q.SQLState), q.Attempts),
 				Fix:     sqlstateFix(q.SQLState, q.Relation, f.ConfigPath),
 				Then:    rerun,
 				Command: rerunCmd,
@@ -101,20 +105,29 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 	}
 	p.Steps = append(partSteps, p.Steps...)
 	st, err := f.Status(ctx, "report")
-	if err == nil && st.LastVerify != nil {
-		if s, ok := behindStep(st.LastVerify, f.ConfigPath); ok {
+	for _, ss := range st.sinksOrNone(err) {
+		lv := ss.LastVerify
+		if lv == nil {
+			continue
+		}
+		where := ""
+		if len(st.Sinks) > 1 {
+			where = "sink " + ss.Sink + ": "
+		}
+		if s, ok := behindStep(lv, f.ConfigPath); ok {
+			s.Problem = where + s.Problem
 			p.Steps = append(p.Steps, s)
 		}
-		for _, t := range st.LastVerify.Tables {
+		for _, t := range lv.Tables {
 			if t.Verdict != verify.Diverged {
 				continue // a BEHIND table is not a divergence: behindStep covers it
 			}
 			lsn := ""
-			if w := st.LastVerify.Watermark; w != nil {
+			if w := lv.Watermark; w != nil {
 				lsn = w.SourceLSN.String()
 			}
 			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: lsn,
-				Problem: fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
+				Problem: where + fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
 				Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
 				Then:    verifyAfterRun(f.ConfigPath),
 				Command: verify.CatchUpCommand(f.ConfigPath),
@@ -124,8 +137,14 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 	if err == nil {
 		for _, c := range st.Log.Cursors {
 			if c.PastRetention {
+				name := "consumer " + c.Name
+				for _, sk := range f.Sinks() {
+					if sk.Cursor() == c.Name {
+						name = fmt.Sprintf("sink %s (cursor %s)", sk.Name, c.Name)
+					}
+				}
 				p.Steps = append(p.Steps, RepairStep{Kind: "past_retention",
-					Problem: fmt.Sprintf("consumer %s is past the local log's retention at offset %d", c.Name, c.Offset),
+					Problem: fmt.Sprintf("%s is past the local log's retention at offset %d; the log no longer holds what it has not applied", name, c.Offset),
 					Fix:     shell.Resnapshot(f.ConfigPath),
 					Then:    verifyAfterRun(f.ConfigPath),
 					Command: verify.CatchUpCommand(f.ConfigPath),
@@ -134,6 +153,14 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 		}
 	}
 	return p, nil
+}
+
+// sinksOrNone is st's sinks, or none when the status could not be read.
+func (st *Status) sinksOrNone(err error) []SinkStatus {
+	if err != nil || st == nil {
+		return nil
+	}
+	return st.Sinks
 }
 
 // verifyAfterRun is the check after a recovery that ends in a bounded run:

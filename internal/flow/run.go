@@ -40,6 +40,36 @@ type RunResult struct {
 	Duration     time.Duration  `json:"-"`
 	DurationSecs float64        `json:"duration_seconds"`
 	Verify       *verify.Result `json:"verify"`
+	// Sinks has every sink's part; Checkpoint, ThisRun, Totals and Verify
+	// above are the first sink's (a single-target flow's only one).
+	Sinks []SinkRunResult `json:"sinks"`
+}
+
+// SinkRunResult is one sink's part of a bounded run.
+type SinkRunResult struct {
+	Sink       string         `json:"sink"`
+	Checkpoint string         `json:"checkpoint_lsn"`
+	ThisRun    RunCounts      `json:"this_run"`
+	Totals     RunCounts      `json:"totals"`
+	Verify     *verify.Result `json:"verify"`
+}
+
+// Converged reports whether every sink verified CONVERGED; false when the
+// run did not verify.
+func (r *RunResult) Converged() bool {
+	for _, s := range r.Sinks {
+		if s.Verify == nil || s.Verify.Verdict != verify.Converged {
+			return false
+		}
+	}
+	return len(r.Sinks) > 0
+}
+
+// sinkRun is one sink's applier in a bounded run.
+type sinkRun struct {
+	sink    config.Sink
+	conn    *pgx.Conn
+	applier *apply.Applier
 }
 
 // RunTransport names the transport a bounded run used.
@@ -58,13 +88,13 @@ type RunCounts struct {
 	RowsApplied         int64   `json:"rows_applied"`
 }
 
-// RunLocal is `trellara run --local`: capture and apply concurrently until
-// the target has applied everything the source committed before the run
-// started (proved by a fence), then optionally verify while the pipeline
-// keeps running, then stop both cleanly.
+// RunLocal is `trellara run --local`: capture and apply to every sink
+// concurrently until each sink has applied everything the source committed
+// before the run started (proved by a fence), then optionally verify each
+// sink while the pipeline keeps running, then stop all cleanly.
 func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progress)) (*RunResult, error) {
 	start := time.Now()
-	if f.Cfg.Target == nil {
+	if len(f.Sinks()) == 0 {
 		return nil, fmt.Errorf("flow %s has no target: run --local applies to a target", f.Cfg.Flow)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -75,19 +105,38 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		}
 	}
 
-	tgt, err := f.ConnectTarget(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer tgt.Close(context.Background())
-	if f.Cfg.Target.CreateTables {
-		if err := f.createTargetTables(ctx, tgt); err != nil {
+	var sinks []*sinkRun
+	defer func() {
+		for _, r := range sinks {
+			r.conn.Close(context.Background())
+		}
+	}()
+	for _, sk := range f.Sinks() {
+		tgt, err := f.ConnectSink(ctx, sk)
+		if err != nil {
+			return nil, err
+		}
+		r := &sinkRun{sink: sk, conn: tgt}
+		sinks = append(sinks, r)
+		if sk.Target.CreateTables {
+			if err := f.createTargetTables(ctx, tgt); err != nil {
+				return nil, err
+			}
+		}
+		if r.applier, err = f.Applier(tgt, sk, nil); err != nil {
 			return nil, err
 		}
 	}
-	applier, err := f.Applier(tgt, nil)
-	if err != nil {
-		return nil, err
+	// caughtUp is the lowest checkpoint over the sinks: the run is done
+	// when the slowest one has passed the fence.
+	caughtUp := func() apply.Checkpoint {
+		low := sinks[0].applier.Checkpoint()
+		for _, r := range sinks[1:] {
+			if cp := r.applier.Checkpoint(); cp.EndLSN < low.EndLSN {
+				low = cp
+			}
+		}
+		return low
 	}
 
 	var (
@@ -127,11 +176,13 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 			Session: func(s *relay.Session) { sessMu.Lock(); session = s; sessMu.Unlock() },
 		}))
 	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		fail(f.Apply(ctx, tgt, applier, nil))
-	}()
+	for _, r := range sinks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fail(f.Apply(ctx, r.conn, r.sink, r.applier, nil))
+		}()
+	}
 
 	select {
 	case <-streaming:
@@ -161,13 +212,13 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	res := &RunResult{Flow: f.Cfg.Flow, Transport: RunTransport{Kind: "local", Dir: f.dir, Fsync: f.Cfg.Transport.Local.Fsync}, CatchUpLSN: lsnString(fence)}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	for applier.Checkpoint().EndLSN < fence {
+	for caughtUp().EndLSN < fence {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
 			return nil, f.runError(firstErr, ctx)
 		case <-tick.C:
-			cp := applier.Checkpoint()
+			cp := caughtUp()
 			p := Progress{Phase: "applying", Applied: cp.TxnsApplied, Checkpoint: lsnString(cp.EndLSN), Target: lsnString(fence)}
 			sessMu.Lock()
 			if session != nil {
@@ -178,18 +229,21 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		}
 	}
 
+	verified := make([]*verify.Result, len(sinks))
 	if doVerify {
 		report(Progress{Phase: "verifying"})
-		vr, err := f.verifyWith(ctx, applier, VerifyOptions{})
-		if err != nil {
-			cancel()
-			wg.Wait()
-			if firstErr != nil {
-				return nil, firstErr
+		for i, r := range sinks {
+			vr, err := f.verifyWith(ctx, r.sink, r.applier, VerifyOptions{})
+			if err != nil {
+				cancel()
+				wg.Wait()
+				if firstErr != nil {
+					return nil, firstErr
+				}
+				return nil, err
 			}
-			return nil, err
+			verified[i] = vr
 		}
-		res.Verify = vr
 	}
 	cancel()
 	wg.Wait()
@@ -197,17 +251,21 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		return nil, firstErr
 	}
 	f.ApplyRetention()
-	cp := applier.Checkpoint()
-	st := applier.Stats()
-	res.Checkpoint = lsnString(cp.EndLSN)
 	var published uint64
 	sessMu.Lock()
 	if session != nil {
 		published = session.Stats().Published
 	}
 	sessMu.Unlock()
-	res.ThisRun = RunCounts{PublishedUnits: &published, TransactionsApplied: st.TxnsApplied, TransactionsSkipped: st.TxnsSkipped, RowsApplied: st.RowsApplied}
-	res.Totals = RunCounts{TransactionsApplied: cp.TxnsApplied, TransactionsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
+	for i, r := range sinks {
+		cp, st := r.applier.Checkpoint(), r.applier.Stats()
+		res.Sinks = append(res.Sinks, SinkRunResult{Sink: r.sink.Name, Checkpoint: lsnString(cp.EndLSN),
+			ThisRun: RunCounts{PublishedUnits: &published, TransactionsApplied: st.TxnsApplied, TransactionsSkipped: st.TxnsSkipped, RowsApplied: st.RowsApplied},
+			Totals:  RunCounts{TransactionsApplied: cp.TxnsApplied, TransactionsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied},
+			Verify:  verified[i]})
+	}
+	first := res.Sinks[0]
+	res.Checkpoint, res.ThisRun, res.Totals, res.Verify = first.Checkpoint, first.ThisRun, first.Totals, first.Verify
 	res.Duration = time.Since(start)
 	res.DurationSecs = res.Duration.Seconds()
 	report(Progress{Phase: "done"})
@@ -249,16 +307,27 @@ type VerifyOptions struct {
 	Wait time.Duration
 }
 
-// Verify compares source and target. With an applier running in this
-// process its checkpoint is the watermark; otherwise the checkpoint row on
-// the target is read, so a standalone verify reaches a common watermark
-// only while the pipeline runs (the service) and applies the verify's
-// fence; with the pipeline stopped the answer is BEHIND.
+// Verify compares the source with the target of the flow's only sink
+// (VerifySink for a named one).
 func (f *Flow) Verify(ctx context.Context, o VerifyOptions) (*verify.Result, error) {
-	return f.verifyWith(ctx, nil, o)
+	s, err := f.Sink("")
+	if err != nil {
+		return nil, err
+	}
+	return f.VerifySink(ctx, s, o)
 }
 
-func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, o VerifyOptions) (*verify.Result, error) {
+// VerifySink compares the source with sink s's target. The checkpoint row
+// on that target is read, so a standalone verify reaches a common
+// watermark only while the pipeline runs (the service) and applies the
+// verify's fence; with the pipeline stopped the answer is BEHIND.
+func (f *Flow) VerifySink(ctx context.Context, s config.Sink, o VerifyOptions) (*verify.Result, error) {
+	return f.verifyWith(ctx, s, nil, o)
+}
+
+// verifyWith verifies sink s; with its applier running in this process,
+// the applier's checkpoint is the watermark.
+func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.Applier, o VerifyOptions) (*verify.Result, error) {
 	src, err := f.ConnectSource(ctx)
 	if err != nil {
 		return nil, err
@@ -269,7 +338,7 @@ func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, o VerifyO
 		return nil, err
 	}
 	defer fenceConn.Close(context.Background())
-	tgt, err := f.ConnectTarget(ctx)
+	tgt, err := f.ConnectSink(ctx, s)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +380,7 @@ func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, o VerifyO
 			if running != nil {
 				cp = running.Checkpoint()
 			} else {
-				st, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+				st, err := apply.ReadStatus(ctx, tgt, s.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
 				if err != nil {
 					return verify.Position{}, err
 				}
@@ -327,7 +396,7 @@ func (f *Flow) verifyWith(ctx context.Context, running *apply.Applier, o VerifyO
 			f.Cfg.Source.Slot, idle, f.Cfg.Flow, verify.CatchUpCommand(f.ConfigPath)))
 	}
 	if err == nil {
-		if rerr := f.RecordVerify(res); rerr != nil {
+		if rerr := f.RecordVerify(s, res); rerr != nil {
 			f.Logger.Warn("could not record the verify result for status", "err", rerr)
 		}
 		var converged []string

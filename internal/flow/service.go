@@ -40,8 +40,11 @@ const (
 // ServiceOptions configure the long-running service.
 type ServiceOptions struct {
 	ConfigPath string
-	Role       string // relay, applier or all
-	Logger     *slog.Logger
+	Role       string // all, relay, sidecar or applier
+	// Sink names the sink of an applier process (Role applier); "" names
+	// the flow's only sink.
+	Sink   string
+	Logger *slog.Logger
 	// Build names the binary: logged at startup, exported as
 	// trellara_build_info.
 	Build obs.Build
@@ -64,25 +67,27 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 	}
 	switch o.Role {
 	case "relay", "all", "sidecar":
+		if o.Sink != "" {
+			return fmt.Errorf("--sink %q: only with --role applier (--role %s runs every sink's applier or none)", o.Sink, o.Role)
+		}
 	case "applier":
-		// The local log admits one process; a separate applier process
-		// would need a read-only log open that does not exist yet.
-		return fmt.Errorf("not implemented yet: run --role applier as its own process on the local log; use --role all (one process runs relay and applier)")
 	default:
-		return fmt.Errorf("--role %q: must be all, relay or sidecar", o.Role)
+		return fmt.Errorf("--role %q: must be all, relay, applier or sidecar", o.Role)
 	}
 	o.Logger.Info("trellara starting", "version", o.Build.Version, "commit", o.Build.Commit, "go_version", o.Build.GoVersion,
-		"role", o.Role, "config", o.ConfigPath)
-	metrics := obs.NewMetrics(o.Build)
+		"role", o.Role, "sink", o.Sink, "config", o.ConfigPath)
+	metrics := &serviceMetrics{build: o.Build, Metrics: obs.NewMetrics(o.Build)}
 	var prev *Flow
 	for {
-		f, err := Open(o.ConfigPath, o.Logger)
+		f, err := openForRole(ctx, o)
 		if err != nil {
 			return err
 		}
 		if prev != nil && (prev.Cfg.Source.ID != f.Cfg.Source.ID || prev.Cfg.Flow != f.Cfg.Flow) {
 			metrics.Relay.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
-			metrics.Applier.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
+			for _, am := range metrics.all() {
+				am.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
+			}
 		}
 		prev = f
 		rctx, cancel := context.WithCancel(ctx)
@@ -109,15 +114,77 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 	}
 }
 
+// openForRole opens the flow for o.Role: as the log's writer for the
+// relay (and all), read-only beside the relay for an applier process,
+// which waits, when the relay has never opened the log, until it has.
+func openForRole(ctx context.Context, o ServiceOptions) (*Flow, error) {
+	if o.Role != "applier" {
+		return Open(o.ConfigPath, o.Logger)
+	}
+	for waited := false; ; waited = true {
+		f, err := OpenApplier(o.ConfigPath, o.Logger, o.Sink)
+		if !errors.Is(err, segmentlog.ErrNoDurableEnd) {
+			return f, err
+		}
+		if !waited {
+			o.Logger.Info("waiting for the relay to open the local log", "config", o.ConfigPath, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// serviceMetrics are the process's registries. The first sink's applier
+// uses Metrics.Applier; every further sink (--role all with sinks) gets
+// a registry of its own, served on its own port, so each sink's series
+// keep the contract's three labels.
+type serviceMetrics struct {
+	*obs.Metrics
+	build obs.Build
+	sinks map[string]*obs.ApplierMetrics
+}
+
+// applier returns the metrics of the i-th sink served by this process.
+func (m *serviceMetrics) applier(i int, sink string) *obs.ApplierMetrics {
+	if i == 0 {
+		return m.Applier
+	}
+	if m.sinks == nil {
+		m.sinks = map[string]*obs.ApplierMetrics{}
+	}
+	if am, ok := m.sinks[sink]; ok {
+		return am
+	}
+	am := obs.NewMetrics(m.build).Applier // a fresh applier registry
+	m.sinks[sink] = am
+	return am
+}
+
+func (m *serviceMetrics) all() []*obs.ApplierMetrics {
+	out := []*obs.ApplierMetrics{m.Applier}
+	for _, am := range m.sinks {
+		out = append(out, am)
+	}
+	return out
+}
+
 // stopPositions are where the components stopped, for the shutdown line.
 type stopPositions struct {
-	complete      bool // the components stopped cleanly and filled the rest
-	confirmed     uint64
-	hasConfirmed  bool // a pgoutput session ran and confirmed to the slot
-	durable       uint64
-	hasDurable    bool
-	checkpoint    uint64
-	hasCheckpoint bool
+	complete     bool // the components stopped cleanly and filled the rest
+	confirmed    uint64
+	hasConfirmed bool // a pgoutput session ran and confirmed to the slot
+	durable      uint64
+	hasDurable   bool
+	checkpoints  []sinkCheckpoint
+}
+
+// sinkCheckpoint is where one sink's applier stopped.
+type sinkCheckpoint struct {
+	sink string
+	lsn  uint64
 }
 
 // log writes the shutdown line, LSNs in X/X form.
@@ -133,8 +200,12 @@ func (p *stopPositions) log(log *slog.Logger) {
 	if p.hasDurable {
 		args = append(args, "log_durable_lsn", envelope.FormatLSN(p.durable))
 	}
-	if p.hasCheckpoint {
-		args = append(args, "checkpoint_lsn", envelope.FormatLSN(p.checkpoint))
+	for _, c := range p.checkpoints {
+		key := "checkpoint_lsn"
+		if len(p.checkpoints) > 1 {
+			key = "sink_" + c.sink + "_checkpoint_lsn"
+		}
+		args = append(args, key, envelope.FormatLSN(c.lsn))
 	}
 	log.Info("shut down", args...)
 }
@@ -152,8 +223,13 @@ func waitReload(done <-chan error, o ServiceOptions) error {
 		case <-o.Reload:
 			// Open fails on the log lock held by this very process once
 			// the config itself is fine; any other failure means the new
-			// file is bad: keep running on the old one.
-			if nf, err := Open(o.ConfigPath, o.Logger); err == nil {
+			// file is bad: keep running on the old one. An applier process
+			// checks with its own read-only open.
+			open := func() (*Flow, error) { return Open(o.ConfigPath, o.Logger) }
+			if o.Role == "applier" {
+				open = func() (*Flow, error) { return OpenApplier(o.ConfigPath, o.Logger, o.Sink) }
+			}
+			if nf, err := open(); err == nil {
 				nf.Close()
 			} else if !errors.Is(err, segmentlog.ErrLocked) {
 				o.Logger.Error("reload refused: keeping the running configuration", "config", o.ConfigPath, "err", err)
@@ -204,11 +280,11 @@ func (a *applierRun) get() (apply.Checkpoint, bool) {
 	return a.cp, a.known
 }
 
-func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics, stopped *stopPositions) error {
+func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetrics, stopped *stopPositions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 4+2*len(f.Sinks()))
 
 	start := func(component, addr string, reg prometheus.Gatherer, c obs.Component, h *obs.Health,
 		body func(context.Context, *obs.Health) error) {
@@ -220,106 +296,68 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics, 
 		if o.Listening != nil {
 			o.Listening(component, a)
 		}
-		c.Restarts.WithLabelValues(f.labels(component)...) // exported from the start, at 0
+		c.Restarts.WithLabelValues(f.labels(serviceOf(component))...) // exported from the start, at 0
 		wg.Add(2)
 		go func() { defer wg.Done(); _ = wait() }()
 		go func() {
 			defer wg.Done()
-			supervise(ctx, component, f.Logger, h, c, f.labels(component), body)
+			supervise(ctx, component, f.Logger, h, c, f.labels(serviceOf(component)), body)
 		}()
 	}
 
-	rr := &relayRun{}
-	relayHealth := obs.NewHealth()
-	start(obs.ServiceRelay, f.Cfg.Run.Listen.Relay, m.Relay.Registry, m.Relay.Component, relayHealth,
-		func(ctx context.Context, h *obs.Health) error {
-			if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
-				// The native extension path: frames from the extension's socket
-				// into the same assembly, log and applier.
-				h.Set("streaming", true, nil)
-				return f.CaptureExtension(ctx, CaptureOptions{})
-			}
-			return f.Capture(ctx, CaptureOptions{
-				Session: func(s *relay.Session) {
-					rr.set(s)
-					h.Set("streaming", true, nil)
-				},
-			})
-		})
-	wg.Add(1)
-	go func() { defer wg.Done(); f.exportRelay(ctx, m.Relay, relayHealth, rr) }()
-
-	var ar *applierRun
-	if o.Role == "all" && f.Cfg.Target != nil {
-		ar = &applierRun{}
-		am := m.Applier
-		l := f.labels(obs.ServiceApplier)
-		for _, c := range []*prometheus.CounterVec{am.TxnsApplied, am.TxnsSkipped, am.RowsApplied} {
-			c.WithLabelValues(l...)
-		}
-		latency := am.ApplyLatency.WithLabelValues(l...)
-		applierHealth := obs.NewHealth()
-		start(obs.ServiceApplier, f.Cfg.Run.Listen.Applier, am.Registry, am.Component, applierHealth,
+	var rr *relayRun
+	if o.Role != "applier" {
+		rr = &relayRun{}
+		relayHealth := obs.NewHealth()
+		start(obs.ServiceRelay, f.Cfg.Run.Listen.Relay, m.Relay.Registry, m.Relay.Component, relayHealth,
 			func(ctx context.Context, h *obs.Health) error {
-				tgt, err := f.ConnectTarget(ctx)
-				if err != nil {
-					return err
+				if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
+					// The native extension path: frames from the extension's socket
+					// into the same assembly, log and applier.
+					h.Set("streaming", true, nil)
+					return f.CaptureExtension(ctx, CaptureOptions{})
 				}
-				defer tgt.Close(context.Background())
-				if f.Cfg.Target.CreateTables {
-					if err := f.createTargetTables(ctx, tgt); err != nil {
-						return err
-					}
-				}
-				a, err := f.Applier(tgt, func(commitTimes []int64) {
-					now := time.Now()
-					for _, us := range commitTimes {
-						if us != 0 {
-							// Source and local clocks differ by their skew; a
-							// negative difference is skew, not speed.
-							latency.Observe(max(0, now.Sub(time.UnixMicro(us)).Seconds()))
-						}
-					}
-				})
-				if err != nil {
-					return err
-				}
-				h.Set("applying", true, nil)
-				// The checkpoint's counts are lifetime totals on the target:
-				// the first one seen (before anything is applied) is the base,
-				// so the counters count this process's work only.
-				var last *apply.Checkpoint
-				return f.Apply(ctx, tgt, a, func(cp apply.Checkpoint) bool {
-					ar.set(cp)
-					am.CheckpointLSNBytes.WithLabelValues(l...).Set(float64(cp.EndLSN))
-					h.Detail("checkpoint_lsn", lsnString(cp.EndLSN))
-					if last != nil {
-						am.TxnsApplied.WithLabelValues(l...).Add(float64(max(0, cp.TxnsApplied-last.TxnsApplied)))
-						am.TxnsSkipped.WithLabelValues(l...).Add(float64(max(0, cp.TxnsSkipped-last.TxnsSkipped)))
-						am.RowsApplied.WithLabelValues(l...).Add(float64(max(0, cp.RowsApplied-last.RowsApplied)))
-						am.LastProgress.WithLabelValues(l...).Set(float64(time.Now().Unix()))
-					}
-					last = &cp
-					return false
+				return f.Capture(ctx, CaptureOptions{
+					Session: func(s *relay.Session) {
+						rr.set(s)
+						h.Set("streaming", true, nil)
+					},
 				})
 			})
 		wg.Add(1)
-		go func() { defer wg.Done(); f.exportApplier(ctx, am, ar) }()
-	}
-	wg.Add(1)
-	go func() { // retention runs beside the components, never in their path
-		defer wg.Done()
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				f.ApplyRetention()
+		go func() { defer wg.Done(); f.exportRelay(ctx, m.Relay, relayHealth, rr) }()
+		wg.Add(1)
+		go func() { // retention runs beside the components, never in their path
+			defer wg.Done()
+			t := time.NewTicker(time.Minute)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					f.ApplyRetention()
+				}
 			}
+		}()
+	}
+
+	var sinks []config.Sink
+	switch o.Role {
+	case "all":
+		sinks = f.Sinks()
+	case "applier":
+		sk, err := f.Sink(o.Sink)
+		if err != nil {
+			return err
 		}
-	}()
+		sinks = []config.Sink{sk}
+	}
+	ars := make([]*applierRun, len(sinks))
+	for i, sk := range sinks {
+		ars[i] = &applierRun{}
+		f.startApplier(ctx, &wg, start, sk, m.applier(i, sk.Name), ars[i])
+	}
 	go func() { wg.Wait(); close(errc) }()
 	var failed error
 	for err := range errc { // until every goroutine is done: they use the flow's log
@@ -332,19 +370,90 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *obs.Metrics, 
 		return failed
 	}
 	// Every component has stopped: record where, for the shutdown line.
-	if s := rr.get(); s != nil {
-		stopped.confirmed, stopped.hasConfirmed = s.Acknowledged(), true
+	if rr != nil {
+		if s := rr.get(); s != nil {
+			stopped.confirmed, stopped.hasConfirmed = s.Acknowledged(), true
+		}
 	}
 	if res, err := relay.ResumeFrom(context.Background(), transport.Local{Log: f.Log}); err == nil && !res.Empty {
 		stopped.durable, stopped.hasDurable = res.DurableEnd, true
 	}
-	if ar != nil {
+	for i, ar := range ars {
 		if cp, ok := ar.get(); ok {
-			stopped.checkpoint, stopped.hasCheckpoint = cp.EndLSN, true
+			stopped.checkpoints = append(stopped.checkpoints, sinkCheckpoint{sinks[i].Name, cp.EndLSN})
 		}
 	}
 	stopped.complete = true
 	return ctx.Err()
+}
+
+// serviceOf is the service label of a component: relay, or applier for
+// every sink's applier ("applier", "applier.NAME").
+func serviceOf(component string) string {
+	if component == obs.ServiceRelay {
+		return obs.ServiceRelay
+	}
+	return obs.ServiceApplier
+}
+
+// startApplier starts sink sk's applier component on sk.Listen, and its
+// exporter.
+func (f *Flow) startApplier(ctx context.Context, wg *sync.WaitGroup,
+	start func(component, addr string, reg prometheus.Gatherer, c obs.Component, h *obs.Health, body func(context.Context, *obs.Health) error),
+	sk config.Sink, am *obs.ApplierMetrics, ar *applierRun) {
+	l := f.labels(obs.ServiceApplier)
+	for _, c := range []*prometheus.CounterVec{am.TxnsApplied, am.TxnsSkipped, am.RowsApplied} {
+		c.WithLabelValues(l...)
+	}
+	latency := am.ApplyLatency.WithLabelValues(l...)
+	applierHealth := obs.NewHealth()
+	applierHealth.Detail("sink", sk.Name)
+	start(sk.Cursor(), sk.Listen, am.Registry, am.Component, applierHealth,
+		func(ctx context.Context, h *obs.Health) error {
+			tgt, err := f.ConnectSink(ctx, sk)
+			if err != nil {
+				return err
+			}
+			defer tgt.Close(context.Background())
+			if sk.Target.CreateTables {
+				if err := f.createTargetTables(ctx, tgt); err != nil {
+					return err
+				}
+			}
+			a, err := f.Applier(tgt, sk, func(commitTimes []int64) {
+				now := time.Now()
+				for _, us := range commitTimes {
+					if us != 0 {
+						// Source and local clocks differ by their skew; a
+						// negative difference is skew, not speed.
+						latency.Observe(max(0, now.Sub(time.UnixMicro(us)).Seconds()))
+					}
+				}
+			})
+			if err != nil {
+				return err
+			}
+			h.Set("applying", true, nil)
+			// The checkpoint's counts are lifetime totals on the target:
+			// the first one seen (before anything is applied) is the base,
+			// so the counters count this process's work only.
+			var last *apply.Checkpoint
+			return f.Apply(ctx, tgt, sk, a, func(cp apply.Checkpoint) bool {
+				ar.set(cp)
+				am.CheckpointLSNBytes.WithLabelValues(l...).Set(float64(cp.EndLSN))
+				h.Detail("checkpoint_lsn", lsnString(cp.EndLSN))
+				if last != nil {
+					am.TxnsApplied.WithLabelValues(l...).Add(float64(max(0, cp.TxnsApplied-last.TxnsApplied)))
+					am.TxnsSkipped.WithLabelValues(l...).Add(float64(max(0, cp.TxnsSkipped-last.TxnsSkipped)))
+					am.RowsApplied.WithLabelValues(l...).Add(float64(max(0, cp.RowsApplied-last.RowsApplied)))
+					am.LastProgress.WithLabelValues(l...).Set(float64(time.Now().Unix()))
+				}
+				last = &cp
+				return false
+			})
+		})
+	wg.Add(1)
+	go func() { defer wg.Done(); f.exportApplier(ctx, sk, am, ar) }()
 }
 
 // exportRelay keeps the relay's series current until ctx ends: the
@@ -478,7 +587,7 @@ func (p *slotPoller) close() {
 // behind a quarantine, say), so lag keeps growing where an operator sees
 // it: lag from the log every metricsInterval, the open quarantine count
 // from the target every pollInterval.
-func (f *Flow) exportApplier(ctx context.Context, m *obs.ApplierMetrics, ar *applierRun) {
+func (f *Flow) exportApplier(ctx context.Context, sk config.Sink, m *obs.ApplierMetrics, ar *applierRun) {
 	l := f.labels(obs.ServiceApplier)
 	var conn *pgx.Conn
 	defer func() {
@@ -490,9 +599,9 @@ func (f *Flow) exportApplier(ctx context.Context, m *obs.ApplierMetrics, ar *app
 	defer t.Stop()
 	nextPoll := time.Now()
 	for {
-		f.exportApplierLag(ctx, m, l, ar)
+		f.exportApplierLag(ctx, m, l, ar, sk.Cursor())
 		if !time.Now().Before(nextPoll) {
-			open, err := f.openQuarantine(ctx, &conn)
+			open, err := f.openQuarantine(ctx, sk, &conn)
 			if err != nil {
 				// Before the applier's first start the target has no
 				// Trellara schema yet; afterwards the component's own
@@ -513,9 +622,9 @@ func (f *Flow) exportApplier(ctx context.Context, m *obs.ApplierMetrics, ar *app
 
 // openQuarantine reads the open quarantine count from the target, over
 // *conn (opened on first use, closed after a failure).
-func (f *Flow) openQuarantine(ctx context.Context, conn **pgx.Conn) (int64, error) {
+func (f *Flow) openQuarantine(ctx context.Context, sk config.Sink, conn **pgx.Conn) (int64, error) {
 	if *conn == nil {
-		c, err := f.ConnectTarget(ctx)
+		c, err := f.ConnectSink(ctx, sk)
 		if err != nil {
 			return 0, err
 		}
@@ -523,7 +632,7 @@ func (f *Flow) openQuarantine(ctx context.Context, conn **pgx.Conn) (int64, erro
 	}
 	qctx, cancel := context.WithTimeout(ctx, pollInterval)
 	defer cancel()
-	st, err := apply.ReadStatus(qctx, *conn, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+	st, err := apply.ReadStatus(qctx, *conn, sk.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
 	if err != nil {
 		(*conn).Close(context.Background())
 		*conn = nil
@@ -535,11 +644,11 @@ func (f *Flow) openQuarantine(ctx context.Context, conn **pgx.Conn) (int64, erro
 // exportApplierLag sets the cursor lag and, from the log entries the
 // applier has not applied, lag in seconds (the oldest one's source commit
 // time to now) and in WAL bytes (its checkpoint to the newest one's end).
-func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []string, ar *applierRun) {
+func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []string, ar *applierRun, cursor string) {
 	var cur *segmentlog.CursorStats
 	st := f.Log.Stats()
 	for i := range st.Cursors {
-		if st.Cursors[i].Name == ApplierCursor {
+		if st.Cursors[i].Name == cursor {
 			cur = &st.Cursors[i]
 		}
 	}

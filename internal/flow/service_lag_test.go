@@ -52,7 +52,7 @@ func TestApplierLagFromLog(t *testing.T) {
 	ar := &applierRun{}
 	check := func(step string, minSeconds, maxSeconds, bytes float64) {
 		t.Helper()
-		f.exportApplierLag(context.Background(), m.Applier, l, ar)
+		f.exportApplierLag(context.Background(), m.Applier, l, ar, ApplierCursor)
 		s := value(t, m.Applier.LagSeconds.WithLabelValues(l...))
 		if s < minSeconds || s > maxSeconds {
 			t.Errorf("%s: lag %.0f s, want %.0f..%.0f", step, s, minSeconds, maxSeconds)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
 	"github.com/trellara/trellara/relay"
@@ -35,8 +36,23 @@ type Status struct {
 	Quarantine *QuarantineState  `json:"quarantine"`
 	Pins       map[string]string `json:"schema_pins,omitempty"`
 	LastVerify *verify.Result    `json:"last_verify"`
-	Problems   []StatusProblem   `json:"problems"`
-	Notes      []string          `json:"notes"`
+	// Sinks has every sink; Checkpoint, Snapshots, Quarantine and
+	// LastVerify above repeat the first one's (a single-target flow's).
+	Sinks    []SinkStatus    `json:"sinks"`
+	Problems []StatusProblem `json:"problems"`
+	Notes    []string        `json:"notes"`
+}
+
+// SinkStatus is one sink: its log cursor and what its target records.
+type SinkStatus struct {
+	Sink       string           `json:"sink"`
+	Cursor     string           `json:"cursor"`
+	LogCursor  *CursorStatus    `json:"log_cursor"` // nil while the log is not readable here
+	Checkpoint *CheckpointState `json:"checkpoint"`
+	Snapshots  []SnapshotStatus `json:"snapshots"`
+	Quarantine *QuarantineState `json:"quarantine"`
+	LastVerify *verify.Result   `json:"last_verify"`
+	Notes      []string         `json:"notes"`
 }
 
 // TableStatus is one configured source table and how the source
@@ -157,10 +173,16 @@ const (
 // problem); a consumer of the local log is past retention.
 func StatusProblems(st *Status, configPath string) []StatusProblem {
 	out := []StatusProblem{}
-	if q := st.Quarantine; q != nil && q.Open > 0 {
-		out = append(out, StatusProblem{Code: ProblemQuarantineOpen,
-			Message: Plural(int(q.Open), "quarantined transaction") + " open: the applier stops at the first until it applies",
-			Fix:     shell.Trellara("repair-plan", configPath)})
+	for _, sk := range st.Sinks {
+		if q := sk.Quarantine; q != nil && q.Open > 0 {
+			where := ""
+			if len(st.Sinks) > 1 {
+				where = "sink " + sk.Sink + ": "
+			}
+			out = append(out, StatusProblem{Code: ProblemQuarantineOpen,
+				Message: where + Plural(int(q.Open), "quarantined transaction") + " open: the applier stops at the first until it applies",
+				Fix:     shell.Trellara("repair-plan", configPath)})
+		}
 	}
 	if s := st.Slot; s != nil && s.Exists && !s.Active && s.LagBytes > 0 {
 		out = append(out, StatusProblem{Code: ProblemSlotRetainingWAL,
@@ -179,15 +201,36 @@ func StatusProblems(st *Status, configPath string) []StatusProblem {
 	return out
 }
 
-func (f *Flow) lastVerifyPath() string { return filepath.Join(f.dir, "last-verify.json") }
+// lastVerifyPath is where sink s's last verify result is kept:
+// last-verify.json for the default sink (where flows have always kept
+// it), last-verify.NAME.json for the others.
+func (f *Flow) lastVerifyPath(s config.Sink) string {
+	if s.Name == config.DefaultSinkName {
+		return filepath.Join(f.dir, "last-verify.json")
+	}
+	return filepath.Join(f.dir, "last-verify."+s.Name+".json")
+}
 
-// RecordVerify keeps the last verify result for status.
-func (f *Flow) RecordVerify(r *verify.Result) error {
+// RecordVerify keeps sink s's last verify result for status.
+func (f *Flow) RecordVerify(s config.Sink, r *verify.Result) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	return relay.WriteFileDurable(f.lastVerifyPath(), b)
+	return relay.WriteFileDurable(f.lastVerifyPath(s), b)
+}
+
+// lastVerify reads sink s's last verify result; nil when there is none.
+func (f *Flow) lastVerify(s config.Sink) *verify.Result {
+	b, err := os.ReadFile(f.lastVerifyPath(s))
+	if err != nil {
+		return nil
+	}
+	var r verify.Result
+	if json.Unmarshal(b, &r) != nil {
+		return nil
+	}
+	return &r
 }
 
 // Status gathers the report. view selects detail: report, diagnostics
@@ -245,39 +288,14 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 		}
 	}
 
-	if f.Cfg.Target != nil {
-		if tgt, err := f.ConnectTarget(ctx); err != nil {
-			st.Notes = append(st.Notes, "target not reachable: "+err.Error())
-		} else {
-			defer tgt.Close(context.Background())
-			as, err := apply.ReadStatus(ctx, tgt, f.Cfg.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
-			switch {
-			case err != nil:
-				st.Notes = append(st.Notes, err.Error())
-			case !as.Found:
-				st.Notes = append(st.Notes, "the applier has not run against this target yet")
-			default:
-				cp := as.Checkpoint
-				st.Checkpoint = &CheckpointState{CommitLSN: lsnString(cp.CommitLSN), EndLSN: lsnString(cp.EndLSN),
-					TxnsApplied: cp.TxnsApplied, TxnsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
-				if !cp.AppliedAt.IsZero() {
-					at, since := cp.AppliedAt.UTC(), time.Since(cp.AppliedAt).Seconds()
-					st.Checkpoint.AppliedAt, st.Checkpoint.SecondsSinceApply = &at, &since
-				}
-				for _, sp := range as.Snapshots {
-					st.Snapshots = append(st.Snapshots, SnapshotStatus{Relation: sp.Relation, NextBatch: sp.NextBatch, Done: sp.Done,
-						BoundaryLSN: lsnString(sp.BoundaryLSN), Rows: sp.Rows, Ready: sp.Ready})
-				}
-				st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal, Entries: []QuarantineEntry{},
-					Show:   shell.Trellara("status", f.ConfigPath, "--view", "quarantine"),
-					Replay: shell.Trellara("repair-plan", f.ConfigPath)}
-				if view == "quarantine" {
-					for _, e := range as.Quarantine {
-						st.Quarantine.Entries = append(st.Quarantine.Entries, QuarantineEntry{ID: e.ID, Unit: e.Unit,
-							CommitLSN: lsnString(e.CommitLSN), EndLSN: lsnString(e.EndLSN), Offset: e.Offset, Relation: e.Relation,
-							Error: e.Error, SQLState: e.SQLState, Attempts: e.Attempts, QuarantinedAt: e.QuarantinedAt.UTC()})
-					}
-				}
+	st.Sinks = []SinkStatus{}
+	for i, sk := range f.Sinks() {
+		ss := f.sinkStatus(ctx, sk, st.Log.Cursors, view)
+		st.Sinks = append(st.Sinks, ss)
+		if i == 0 {
+			st.Checkpoint, st.Snapshots, st.Quarantine, st.LastVerify = ss.Checkpoint, ss.Snapshots, ss.Quarantine, ss.LastVerify
+			if len(f.Sinks()) == 1 {
+				st.Notes = append(st.Notes, ss.Notes...)
 			}
 		}
 	}
@@ -287,14 +305,56 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 			st.Pins[k] = fmt.Sprintf("%016x", v)
 		}
 	}
-	if b, err := os.ReadFile(f.lastVerifyPath()); err == nil {
-		var r verify.Result
-		if json.Unmarshal(b, &r) == nil {
-			st.LastVerify = &r
-		}
-	}
 	st.Problems = StatusProblems(st, f.ConfigPath)
 	return st, nil
+}
+
+// sinkStatus reads sink sk's cursor from cursors and its state from its
+// target; what cannot be read becomes a note.
+func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorStatus, view string) SinkStatus {
+	st := &SinkStatus{Sink: sk.Name, Cursor: sk.Cursor(), Snapshots: []SnapshotStatus{}, Notes: []string{}, LastVerify: f.lastVerify(sk)}
+	for i := range cursors {
+		if cursors[i].Name == sk.Cursor() {
+			c := cursors[i]
+			st.LogCursor = &c
+		}
+	}
+	tgt, err := f.ConnectSink(ctx, sk)
+	if err != nil {
+		st.Notes = append(st.Notes, "target not reachable: "+err.Error())
+		return *st
+	}
+	defer tgt.Close(context.Background())
+	as, err := apply.ReadStatus(ctx, tgt, sk.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+	switch {
+	case err != nil:
+		st.Notes = append(st.Notes, err.Error())
+	case !as.Found:
+		st.Notes = append(st.Notes, "the applier has not run against this target yet")
+	default:
+		cp := as.Checkpoint
+		st.Checkpoint = &CheckpointState{CommitLSN: lsnString(cp.CommitLSN), EndLSN: lsnString(cp.EndLSN),
+			TxnsApplied: cp.TxnsApplied, TxnsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
+		if !cp.AppliedAt.IsZero() {
+			at, since := cp.AppliedAt.UTC(), time.Since(cp.AppliedAt).Seconds()
+			st.Checkpoint.AppliedAt, st.Checkpoint.SecondsSinceApply = &at, &since
+		}
+		for _, sp := range as.Snapshots {
+			st.Snapshots = append(st.Snapshots, SnapshotStatus{Relation: sp.Relation, NextBatch: sp.NextBatch, Done: sp.Done,
+				BoundaryLSN: lsnString(sp.BoundaryLSN), Rows: sp.Rows, Ready: sp.Ready})
+		}
+		st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal, Entries: []QuarantineEntry{},
+			Show:   shell.Trellara("status", f.ConfigPath, "--view", "quarantine"),
+			Replay: shell.Trellara("repair-plan", f.ConfigPath)}
+		if view == "quarantine" {
+			for _, e := range as.Quarantine {
+				st.Quarantine.Entries = append(st.Quarantine.Entries, QuarantineEntry{ID: e.ID, Unit: e.Unit,
+					CommitLSN: lsnString(e.CommitLSN), EndLSN: lsnString(e.EndLSN), Offset: e.Offset, Relation: e.Relation,
+					Error: e.Error, SQLState: e.SQLState, Attempts: e.Attempts, QuarantinedAt: e.QuarantinedAt.UTC()})
+			}
+		}
+	}
+	return *st
 }
 
 func cursorStatuses(cs []segmentlog.CursorStats) []CursorStatus {
@@ -342,32 +402,21 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			fmt.Fprintf(w, "  cursor %-10s at %d · lag %d entries, %s%s\n", c.Name, c.Offset, c.LagEntries, bytesString(c.LagBytes), extra)
 		}
 	}
-	if c := st.Checkpoint; c != nil {
-		applied := "applied never"
-		if c.AppliedAt != nil && c.SecondsSinceApply != nil {
-			applied = fmt.Sprintf("applied %s (%.0fs ago)", c.AppliedAt.Format(time.RFC3339), *c.SecondsSinceApply)
+	if len(st.Sinks) > 1 {
+		for _, ss := range st.Sinks {
+			fmt.Fprintf(w, "sink          %s · cursor %s", ss.Sink, ss.Cursor)
+			if c := ss.LogCursor; c != nil {
+				fmt.Fprintf(w, " at %d · lag %d entries, %s", c.Offset, c.LagEntries, bytesString(c.LagBytes))
+			}
+			fmt.Fprintln(w)
+			renderSinkState(w, ss.Checkpoint, ss.Snapshots, ss.Quarantine)
+			renderLastVerify(w, ss.LastVerify)
+			for _, n := range ss.Notes {
+				fmt.Fprintf(w, "  note: %s\n", n)
+			}
 		}
-		fmt.Fprintf(w, "checkpoint    commit %s · end %s · %s\n", c.CommitLSN, c.EndLSN, applied)
-		fmt.Fprintf(w, "              totals: %s applied · %d redelivered and skipped · %s\n", Plural(int(c.TxnsApplied), "transaction"), c.TxnsSkipped, Plural(int(c.RowsApplied), "row"))
-	}
-	for _, s := range st.Snapshots {
-		state := "copying"
-		if s.Ready {
-			state = "ready"
-		} else if s.Done {
-			state = "copied, waiting for the stream to pass its boundary"
-		}
-		fmt.Fprintf(w, "snapshot      %s · %s · %s\n", s.Relation, Plural(int(s.Rows), "row"), state)
-	}
-	if q := st.Quarantine; q != nil {
-		fmt.Fprintf(w, "quarantine    %d open (%d total)", q.Open, q.Total)
-		if q.Open > 0 {
-			fmt.Fprintf(w, " · show: %s · replay: %s", q.Show, q.Replay)
-		}
-		fmt.Fprintln(w)
-		for _, e := range q.Entries {
-			fmt.Fprintf(w, "  #%d %s commit %s %s: %s\n", e.ID, e.Unit, e.CommitLSN, e.Relation, withSQLState(e.Error, e.SQLState))
-		}
+	} else {
+		renderSinkState(w, st.Checkpoint, st.Snapshots, st.Quarantine)
 	}
 	if len(st.Pins) > 0 {
 		keys := make([]string, 0, len(st.Pins))
@@ -380,11 +429,8 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			fmt.Fprintf(w, "  %-30s %s\n", k, st.Pins[k])
 		}
 	}
-	if v := st.LastVerify; v != nil {
-		fmt.Fprintf(w, "last verify   %s (at %s)\n", v.Headline(), v.StartedAt.Format(time.RFC3339))
-		if v.Recovery != "" {
-			fmt.Fprintf(w, "              next: %s\n", v.Recovery)
-		}
+	if len(st.Sinks) <= 1 {
+		renderLastVerify(w, st.LastVerify)
 	}
 	for _, p := range st.Problems {
 		fmt.Fprintf(w, "PROBLEM: %s\n  fix: %s\n", p.Message, p.Fix)
@@ -393,6 +439,47 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	return nil
+}
+
+// renderSinkState prints a sink's checkpoint, snapshots and quarantine.
+func renderSinkState(w io.Writer, cp *CheckpointState, snapshots []SnapshotStatus, quarantine *QuarantineState) {
+	if c := cp; c != nil {
+		applied := "applied never"
+		if c.AppliedAt != nil && c.SecondsSinceApply != nil {
+			applied = fmt.Sprintf("applied %s (%.0fs ago)", c.AppliedAt.Format(time.RFC3339), *c.SecondsSinceApply)
+		}
+		fmt.Fprintf(w, "checkpoint    commit %s · end %s · %s\n", c.CommitLSN, c.EndLSN, applied)
+		fmt.Fprintf(w, "              totals: %s applied · %d redelivered and skipped · %s\n", Plural(int(c.TxnsApplied), "transaction"), c.TxnsSkipped, Plural(int(c.RowsApplied), "row"))
+	}
+	for _, s := range snapshots {
+		state := "copying"
+		if s.Ready {
+			state = "ready"
+		} else if s.Done {
+			state = "copied, waiting for the stream to pass its boundary"
+		}
+		fmt.Fprintf(w, "snapshot      %s · %s · %s\n", s.Relation, Plural(int(s.Rows), "row"), state)
+	}
+	if q := quarantine; q != nil {
+		fmt.Fprintf(w, "quarantine    %d open (%d total)", q.Open, q.Total)
+		if q.Open > 0 {
+			fmt.Fprintf(w, " · show: %s · replay: %s", q.Show, q.Replay)
+		}
+		fmt.Fprintln(w)
+		for _, e := range q.Entries {
+			fmt.Fprintf(w, "  #%d %s commit %s %s: %s\n", e.ID, e.Unit, e.CommitLSN, e.Relation, withSQLState(e.Error, e.SQLState))
+		}
+	}
+}
+
+// renderLastVerify prints a sink's last verify.
+func renderLastVerify(w io.Writer, lastVerify *verify.Result) {
+	if v := lastVerify; v != nil {
+		fmt.Fprintf(w, "last verify   %s (at %s)\n", v.Headline(), v.StartedAt.Format(time.RFC3339))
+		if v.Recovery != "" {
+			fmt.Fprintf(w, "              next: %s\n", v.Recovery)
+		}
+	}
 }
 
 // Plural renders a count with its noun: "1 segment", "2 segments".

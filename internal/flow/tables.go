@@ -72,9 +72,9 @@ type pgxQuerier interface {
 // applier writes a relation's row in the same target transaction as the
 // relation's first copied rows, so a table without one holds no row this
 // flow copied.
-func (f *Flow) copiedTables(ctx context.Context, q pgxQuerier) (map[config.TableName]bool, error) {
+func (f *Flow) copiedTables(ctx context.Context, q pgxQuerier, sk config.Sink) (map[config.TableName]bool, error) {
 	out := map[config.TableName]bool{}
-	progress := pgx.Identifier{f.Cfg.Target.Schema, "snapshot_progress"}.Sanitize()
+	progress := pgx.Identifier{sk.Target.Schema, "snapshot_progress"}.Sanitize()
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, progress).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("flow %s: look up %s on the target: %w", f.Cfg.Flow, progress, err)
@@ -111,15 +111,21 @@ func (f *Flow) copiedTables(ctx context.Context, q pgxQuerier) (map[config.Table
 // Rows this flow copied earlier are emptied by run --cleanup; any other rows
 // belong to someone else, and only the operator may remove them.
 func (f *Flow) refuseFilledTargets(ctx context.Context) error {
-	if f.Cfg.Target == nil {
-		return nil
+	for _, sk := range f.Sinks() {
+		if err := f.refuseFilledTarget(ctx, sk); err != nil {
+			return err
+		}
 	}
-	tgt, err := f.ConnectTarget(ctx)
+	return nil
+}
+
+func (f *Flow) refuseFilledTarget(ctx context.Context, sk config.Sink) error {
+	tgt, err := f.ConnectSink(ctx, sk)
 	if err != nil {
 		return err
 	}
 	defer tgt.Close(context.Background())
-	ours, foreign, err := f.filledTargets(ctx, tgt)
+	ours, foreign, err := f.filledTargets(ctx, tgt, sk)
 	if err != nil {
 		return err
 	}
@@ -138,8 +144,8 @@ func (f *Flow) refuseFilledTargets(ctx context.Context) error {
 // an initial snapshot: ours were copied by an earlier snapshot of this flow
 // (run --cleanup empties them), foreign were not (only the operator may
 // remove them). Preflight reports the same lists before anything runs.
-func (f *Flow) filledTargets(ctx context.Context, tgt *pgx.Conn) (ours, foreign []config.TableName, err error) {
-	copied, err := f.copiedTables(ctx, tgt)
+func (f *Flow) filledTargets(ctx context.Context, tgt *pgx.Conn, sk config.Sink) (ours, foreign []config.TableName, err error) {
+	copied, err := f.copiedTables(ctx, tgt, sk)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -202,8 +208,8 @@ func sanitizedList(tables []config.TableName) string {
 // and quarantine rows. Left behind, copied rows would be duplicated by the
 // next snapshot, and the old progress would make its batches look like
 // redeliveries. It returns the tables it emptied.
-func (f *Flow) cleanupTarget(ctx context.Context) ([]config.TableName, error) {
-	tgt, err := f.ConnectTarget(ctx)
+func (f *Flow) cleanupTarget(ctx context.Context, sk config.Sink) ([]config.TableName, error) {
+	tgt, err := f.ConnectSink(ctx, sk)
 	if err != nil {
 		return nil, fmt.Errorf("flow %s: cleanup of the target's flow state: %w", f.Cfg.Flow, err)
 	}
@@ -213,7 +219,7 @@ func (f *Flow) cleanupTarget(ctx context.Context) ([]config.TableName, error) {
 		return nil, fmt.Errorf("flow %s: cleanup on the target: %w", f.Cfg.Flow, err)
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	copied, err := f.copiedTables(ctx, tx)
+	copied, err := f.copiedTables(ctx, tx, sk)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +242,7 @@ func (f *Flow) cleanupTarget(ctx context.Context) ([]config.TableName, error) {
 				f.Cfg.Flow, strings.Join(tableStrings(empty), ", "), err)
 		}
 	}
-	schema := pgx.Identifier{f.Cfg.Target.Schema}.Sanitize()
+	schema := pgx.Identifier{sk.Target.Schema}.Sanitize()
 	for _, table := range []string{"checkpoints", "snapshot_progress", "quarantine"} {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+table).Scan(&exists); err != nil {
