@@ -131,6 +131,15 @@ for u in trellara trellara-relay trellara-applier trellara-sidecar; do
 	ok "systemd-analyze verify $u@.service clean${exposure:+ (${exposure})}"
 done
 
+# The relay and applier run as separate units: the applier starts the relay
+# (Wants=) and is ordered after it (After=), as installed.
+applier_unit=/usr/lib/systemd/system/trellara-applier@.service
+grep -Eq '^After=.*trellara-relay@%i\.service' "$applier_unit" || fail "$applier_unit: no After=trellara-relay@%i.service"
+grep -Eq '^Wants=.*trellara-relay@%i\.service' "$applier_unit" || fail "$applier_unit: no Wants=trellara-relay@%i.service"
+grep -q -- '--role applier' "$applier_unit" || fail "$applier_unit: does not run --role applier"
+if grep -qi 'not supported\|not implemented' "$applier_unit"; then fail "$applier_unit still says the applier is not supported"; fi
+ok "trellara-applier@ starts after trellara-relay@ (Wants=, After=)"
+
 # The binary's stamped version must be the one the package is named after.
 got=$(/usr/bin/trellara --version)
 stamped=$(sed -n 's/^trellara version \([^ ]*\) .*/\1/p' <<<"$got")

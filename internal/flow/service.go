@@ -77,6 +77,11 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 	o.Logger.Info("trellara starting", "version", o.Build.Version, "commit", o.Build.Commit, "go_version", o.Build.GoVersion,
 		"role", o.Role, "sink", o.Sink, "config", o.ConfigPath)
 	metrics := &serviceMetrics{build: o.Build, Metrics: obs.NewMetrics(o.Build)}
+	if o.Role == "applier" {
+		// No relay port in this process: the process-level series go on
+		// the first applier's.
+		obs.RegisterProcess(metrics.Applier.Registry, o.Build)
+	}
 	var prev *Flow
 	for {
 		f, err := openForRole(ctx, o)
@@ -347,11 +352,10 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 	case "all":
 		sinks = f.Sinks()
 	case "applier":
-		sk, err := f.Sink(o.Sink)
-		if err != nil {
+		var err error
+		if sinks, err = f.SelectSinks(o.Sink); err != nil {
 			return err
 		}
-		sinks = []config.Sink{sk}
 	}
 	ars := make([]*applierRun, len(sinks))
 	for i, sk := range sinks {

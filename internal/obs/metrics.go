@@ -89,8 +89,7 @@ var ApplyLatencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5
 // NewMetrics registers the contract metrics on two fresh registries.
 func NewMetrics(b Build) *Metrics {
 	rb := newBuilder()
-	rb.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfo(b))
+	RegisterProcess(rb.reg, b)
 	r := &RelayMetrics{
 		Registry:             rb.reg,
 		Component:            rb.component(),
@@ -125,6 +124,13 @@ func NewMetrics(b Build) *Metrics {
 	}
 	a.series = ab.s
 	return &Metrics{Relay: r, Applier: a}
+}
+
+// RegisterProcess adds the process-level series (go_*, process_*,
+// trellara_build_info) to reg: the relay's registry, or the first
+// applier's in a process that runs no relay (run --role applier).
+func RegisterProcess(reg *prometheus.Registry, b Build) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(b))
 }
 
 // buildInfo is trellara_build_info: constant 1, labelled with what was
