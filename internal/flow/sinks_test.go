@@ -248,13 +248,13 @@ run:
 	waitFor("both targets to catch up", func() bool {
 		return counters("reporting") == int64(total) && counters("search") == int64(total)
 	})
-	for _, p := range procs {
-		p.signal(syscall.SIGTERM)
-	}
-
+	// verify runs beside the services: their appliers apply its fence.
 	out, err := exec.Command(bin, "verify", "--config", cfg, "--format", "json").CombinedOutput()
 	if err != nil {
 		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	for _, p := range procs {
+		p.signal(syscall.SIGTERM)
 	}
 	var vr struct {
 		Sinks []struct {
