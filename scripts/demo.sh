@@ -4,6 +4,8 @@
 # multi-table transactions, then:
 #   trellara-check → init → check → preflight → run --local → run --local --verify
 #   → run (the service) with verify beside it → status
+#   → one source feeding two targets: a flow with two sinks, its relay and
+#     each sink's applier as separate processes, verify beside them
 # and ends on CONVERGED (exit 0) or says why not. A standalone verify needs
 # the pipeline running: the applier must apply the fence verify writes
 # (with the pipeline stopped the answer is BEHIND, exit 3).
@@ -17,8 +19,10 @@ bin=$(pg_bin)
 work=$(mktemp -d /tmp/trellara-demo.XXXXXX)
 chmod 755 "$work"
 svc=
+fanout_pids=
 cleanup() {
 	if [ -n "$svc" ]; then kill -TERM "$svc" 2>/dev/null; wait "$svc" 2>/dev/null; fi
+	for p in $fanout_pids; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 	stop_cluster "$work/source"; stop_cluster "$work/target"
 	rm -rf "$work"
 }
@@ -102,5 +106,53 @@ step "trellara status --config trellara.yml --view report --format text"
 
 step "cleanup: trellara run --config trellara.yml --cleanup"
 "$T" run --config trellara.yml --cleanup
+
+step "one source, two targets: flow fanout with sinks reporting and search (one slot)"
+for db in reporting search; do "$bin/psql" -X -q -v ON_ERROR_STOP=1 "$DST" -c "CREATE DATABASE $db"; done
+fport=$(free_port); rep_port=$(free_port); search_port=$(free_port)
+cat > fanout.yml <<YAML
+version: 2
+flow: fanout
+source:
+  id: demo
+  database_url: "$SRC"
+  owns_slot: true
+  tables: [public.orders, public.line_items, public.payments, public.inventory]
+transport:
+  local: {dir: trellara-data/fanout}
+sinks:
+  reporting:
+    target: {database_url: "postgres://postgres@127.0.0.1:$tport/reporting?sslmode=disable", create_tables: true}
+    listen: 127.0.0.1:$rep_port
+  search:
+    target: {database_url: "postgres://postgres@127.0.0.1:$tport/search?sslmode=disable", create_tables: true}
+    listen: 127.0.0.1:$search_port
+run:
+  evaluate: true
+  listen: {relay: 127.0.0.1:$fport}
+YAML
+"$T" config validate --config fanout.yml
+
+step "trellara run --config fanout.yml --role relay, and --role applier --sink reporting / --sink search: three processes, a workload meanwhile"
+"$T" run --config fanout.yml --role relay >"$work/relay.log" 2>&1 &
+fanout_pids="$!"
+for s in reporting search; do
+	"$T" run --config fanout.yml --role applier --sink "$s" >"$work/applier-$s.log" 2>&1 &
+	fanout_pids="$fanout_pids $!"
+done
+"$bin/pgbench" -n -c 2 -j 2 -T 4 -f "$work/workload.sql" "$SRC" >"$work/pgbench2.log" 2>&1 ||
+	{ echo "demo: workload failed:"; cat "$work/pgbench2.log"; exit 1; }
+grep -E "number of transactions actually processed" "$work/pgbench2.log" || true
+
+step "trellara verify --config fanout.yml --wait 60s   (every sink, beside the services)"
+"$T" verify --config fanout.yml --wait 60s || {
+	rc=$?; echo "demo: verify of the two sinks exited $rc; service logs:"
+	cat "$work/relay.log" "$work/applier-reporting.log" "$work/applier-search.log"; exit 1; }
+slots=$(psql_src -At -c "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara_fanout'")
+echo "replication slots for flow fanout on the source: $slots"
+for p in $fanout_pids; do kill -TERM "$p"; wait "$p" || { echo "demo: a fanout service did not stop cleanly"; exit 1; }; done
+fanout_pids=
+"$T" status --config fanout.yml --format text || echo "(status exit $?: the problems above)"
+"$T" run --config fanout.yml --cleanup
 echo
 echo "CONVERGED"
