@@ -143,12 +143,12 @@ func (l *Log) readCursor(name string) (rec cursorRecord, registered bool, err er
 // past-retention mark and registers it if needed. It is a recovery
 // primitive (for a reseed, which is not implemented yet), not something a
 // consumer calls in normal operation. offset must lie within [FirstOffset, NextOffset].
+//
+// A read-only log may reset a cursor too (the consumer's own), within the
+// segments still on disk and its view of the durable end.
 func (l *Log) ResetCursor(name string, offset uint64) error {
 	if err := validCursorName(name); err != nil {
 		return err
-	}
-	if l.readOnly {
-		return ErrReadOnly
 	}
 	l.adminMu.Lock()
 	defer l.adminMu.Unlock()
@@ -163,6 +163,16 @@ func (l *Log) ResetCursor(name string, offset uint64) error {
 	l.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if l.readOnly {
+		// A reader process resets only its own cursor (an applier
+		// rewinding to its target's checkpoint). Its view of the oldest
+		// segment may be stale; the directory is not, while the cursor
+		// lock is held, since the writer's retention removes segments
+		// under it.
+		if first, err = l.oldestOnDisk(); err != nil {
+			return err
+		}
 	}
 	if offset < first || offset > next {
 		return fmt.Errorf("%w: cannot reset cursor %q to offset %d: the log holds [%d, %d]", ErrOutOfRange, name, offset, first, next)

@@ -227,3 +227,26 @@ func (l *Log) closeReadOnly() error {
 	<-l.flusherDone
 	return nil
 }
+
+// oldestOnDisk is the base offset of the oldest segment in the directory.
+// The caller holds the cursor lock, under which the writer's retention
+// removes segments, so the answer holds until it is released.
+func (l *Log) oldestOnDisk() (uint64, error) {
+	names, err := l.fs.ReadDir(l.dir)
+	if err != nil {
+		return 0, fmt.Errorf("segmentlog: read directory %s: %w", l.dir, err)
+	}
+	oldest, found := uint64(0), false
+	for _, name := range names {
+		if !strings.HasSuffix(name, segmentSuffix) {
+			continue
+		}
+		if base, ok := parseBaseName(name, segmentSuffix); ok && (!found || base < oldest) {
+			oldest, found = base, true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("segmentlog: %s holds no segment", l.dir)
+	}
+	return oldest, nil
+}

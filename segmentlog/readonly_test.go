@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 	"io"
 	"io/fs"
 	"os"
@@ -370,5 +371,59 @@ func TestReaderCursorHoldsRetention(t *testing.T) {
 	var pr *PastRetentionError
 	if err := ro.CommitCursor("ext", hold+2); !errors.As(err, &pr) {
 		t.Fatalf("commit after retention expired the cursor: got %v, want *PastRetentionError", err)
+	}
+}
+
+// A reader process rewinds its own cursor (an applier whose target lost
+// commits goes back to its checkpoint), within the segments still on disk:
+// below the oldest one it is refused even when its view is stale.
+func TestReaderResetsItsOwnCursor(t *testing.T) {
+	seed := testSeed(t)
+	// The simulated filesystem sends no change notifications, so the
+	// reader's view stays as it was until its next poll: stale on purpose.
+	m := segmentlogtest.NewFS()
+	dir := memDir
+	opts := memOpts(m)
+	opts.SegmentBytesMax, opts.IndexIntervalBytes, opts.Retention = 4<<10, 1<<10, Retention{MaxBytes: 1}
+	l := mustOpen(t, dir, opts)
+	defer l.Close()
+	for i := range 200 {
+		if _, err := l.Append(payloadFor(seed, i, 300)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ro, err := OpenReadOnly(dir, memOpts(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if err := ro.CommitCursor("sink", 150); err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.ResetCursor("sink", 20); err != nil {
+		t.Fatalf("a reader rewinding its own cursor within the log: %v", err)
+	}
+	// The file on disk says 20: moving back to 19 is a regression, 21 is
+	// forward (commits read the file under the cursor lock).
+	if err := ro.CommitCursor("sink", 19); !errors.Is(err, ErrCursorRegress) {
+		t.Fatalf("commit below the reset cursor: got %v, want ErrCursorRegress", err)
+	}
+	if err := ro.CommitCursor("sink", 21); err != nil {
+		t.Fatalf("commit after the reset: %v", err)
+	}
+	// Retention past the cursor (expiring it), then a rewind below what
+	// is left on disk: the reader's view still lists the old segments.
+	if err := ro.CommitCursor("sink", 190); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := l.ApplyRetention(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.FirstOffset <= 20 {
+		t.Fatalf("retention kept offset 20 (first %d); the test needs it gone", rep.FirstOffset)
+	}
+	if err := ro.ResetCursor("sink", 20); !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("rewind below the oldest segment on disk: got %v, want ErrOutOfRange", err)
 	}
 }
