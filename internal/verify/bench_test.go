@@ -44,11 +44,13 @@ var benchSettings = map[string]string{"shared_buffers": "1GB", "max_worker_proce
 //	count-s                         wall time of SELECT count(*) (server defaults)
 //	verify/count                    the ratio the issue bounds at 3
 //
-// Sub-benchmarks by Options.ParallelWorkers: one-core (-1, parallel query
-// off), server-default (0: PostgreSQL may give the totals query 2
-// workers) and parallel-2 (2, also for the bucket aggregate). Both sides
-// share this machine's cores, so rows/s per side is what one side gets
-// while the other runs too.
+// Sub-benchmarks by Options.ParallelWorkers, on one connection per side:
+// one-core (-1, parallel query off), server-default (0: PostgreSQL may
+// give the totals query 2 workers) and parallel-2 (2, also for the bucket
+// aggregate); and by Options.Connections with parallel query off:
+// connections-2 and connections-4 (page ranges over 2 or 4 connections per
+// side sharing one snapshot). Both sides share this machine's cores, so
+// rows/s per side is what one side gets while the other runs too.
 func BenchmarkVerify(b *testing.B) {
 	rows := benchRows(b)
 	srcC := pgtest.Start(b, pgtest.Options{NoFsync: true, Settings: benchSettings})
@@ -67,15 +69,15 @@ func BenchmarkVerify(b *testing.B) {
 	ctx := context.Background()
 	src, dst := srcC.Connect(ctx), dstC.Connect(ctx)
 	for _, bc := range []struct {
-		name    string
-		workers int
-	}{{"one-core", -1}, {"server-default", 0}, {"parallel-2", 2}} {
+		name         string
+		workers, cns int
+	}{{"one-core", -1, 1}, {"server-default", 0, 1}, {"parallel-2", 2, 1}, {"connections-2", -1, 2}, {"connections-4", -1, 4}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU float64
 			for i := 0; i < b.N; i++ {
 				s0, d0 := backendCPU(b, src), backendCPU(b, dst)
 				t0 := time.Now()
-				r, err := Verify(ctx, src, dst, Options{Tables: []string{"public.ledger"}, ParallelWorkers: bc.workers})
+				r, err := Verify(ctx, src, dst, Options{Tables: []string{"public.ledger"}, ParallelWorkers: bc.workers, Connections: bc.cns})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -92,7 +94,7 @@ func BenchmarkVerify(b *testing.B) {
 			n := float64(b.N)
 			b.ReportMetric(srcRate/n, "src-rows/s")
 			b.ReportMetric(dstRate/n, "dst-rows/s")
-			if bc.workers < 0 && srcCPU > 0 && dstCPU > 0 {
+			if bc.workers < 0 && bc.cns == 1 && srcCPU > 0 && dstCPU > 0 {
 				b.ReportMetric(float64(rows)*n/srcCPU, "src-rows/cpu-s")
 				b.ReportMetric(float64(rows)*n/dstCPU, "dst-rows/cpu-s")
 			}

@@ -14,6 +14,7 @@ type shape struct {
 	exists    bool
 	relkind   string
 	reltuples float64
+	pages     int64 // heap pages, read only for parallel hashing
 	cols      []column
 	basis     KeyBasis
 	key       []string
@@ -25,8 +26,9 @@ type column struct {
 	oid  uint32 // pg_type oid: picks the hash (built-in oids are fixed)
 }
 
-// readShape reads tn's relation, columns and key from q's snapshot.
-func readShape(ctx context.Context, q pgx.Tx, tn config.TableName) (*shape, error) {
+// readShape reads tn's relation, columns and key from q's snapshot, and
+// with withPages its size in pages.
+func readShape(ctx context.Context, q pgx.Tx, tn config.TableName, withPages bool) (*shape, error) {
 	var (
 		oid        uint32
 		relkind    string
@@ -45,6 +47,11 @@ func readShape(ctx context.Context, q pgx.Tx, tn config.TableName) (*shape, erro
 	s := &shape{exists: true, relkind: relkind, reltuples: reltuples}
 	if relkind != "r" && relkind != "p" {
 		return s, nil
+	}
+	if withPages {
+		if err := q.QueryRow(ctx, sqlPages, int64(oid)).Scan(&s.pages); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := q.Query(ctx, sqlColumns, oid)
 	if err != nil {

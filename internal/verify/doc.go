@@ -44,6 +44,22 @@
 // column combination from letting two rows that swap a column's values
 // cancel out.
 //
+// # Parallel hashing, one snapshot
+//
+// Each side hashes a table over Options.Connections connections (default
+// min(4, CPUs)), each query over its own range of heap pages:
+//
+//	... FROM ONLY schema.table AS t WHERE t.ctid >= '(lo,0)'::tid AND t.ctid < '(hi,0)'::tid
+//
+// (the last range open-ended), read by TID range scans (PostgreSQL 14+),
+// and the ranges' counts and sums are added. All connections of a side see
+// one snapshot: the first connection's transaction exports it
+// (pg_export_snapshot) and each other connection's REPEATABLE READ
+// transaction adopts it with SET TRANSACTION SNAPSHOT as its first
+// statement, so the result is what one connection would have computed and
+// the watermark rule below is unchanged. Tables under 1024 pages are one
+// query.
+//
 // For mismatching buckets Verify drills down in the same snapshots: it
 // fetches (key text, row hash) for a few of the smallest of them from both
 // sides and names example keys as missing (at source, not at target), extra
@@ -130,13 +146,15 @@
 //
 // # Cost
 //
-// One sequential scan per side per table; a table whose totals differ gets
+// One sequential scan per side per table (in page ranges over the side's
+// connections); a table whose totals differ gets
 // one more to split it, plus one scan per table per re-check round and one
 // filtered scan per drill-down level. Both sides run concurrently. The
 // source snapshot stays open while Verify waits for the target. On one core a side hashes
 // about 1.7 million rows of a five-column table per second (see
-// BenchmarkVerify); Options.ParallelWorkers lets PostgreSQL's parallel query
-// share the work across cores. Snapshots hold back vacuum on both servers
+// BenchmarkVerify); Options.Connections divides that time across a
+// server's spare cores, and Options.ParallelWorkers lets PostgreSQL's
+// parallel query share the work too. Snapshots hold back vacuum on both servers
 // for the duration and hold ACCESS SHARE locks, which block DDL (not
 // writes) on the compared tables.
 package verify

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/trellara/trellara/internal/config"
@@ -69,6 +70,18 @@ type Options struct {
 	// than one core.
 	ParallelWorkers int
 
+	// Connections is how many connections per side hash a table at once,
+	// each over its own range of the table's pages, all inside the one
+	// snapshot of that side (the first connection exports it, the others
+	// adopt it), so the verdict still comes from one pair of snapshots.
+	// 0 means min(4, CPUs of this machine); 1 hashes on the connection
+	// passed to Verify only. The extra connections are opened with the
+	// passed connection's configuration (a DB that is not a *pgx.Conn, or a
+	// server older than PostgreSQL 14, which has no TID range scans, hashes
+	// on one). They add to ParallelWorkers' server-side workers, and hold
+	// a connection slot each on both servers while Verify runs.
+	Connections int
+
 	// ConfigPath is the configuration file named in recovery commands.
 	// Empty means defaultConfigPath.
 	ConfigPath string
@@ -76,6 +89,11 @@ type Options struct {
 	// textHashing forces HashingText on servers that could do
 	// HashingTyped, so tests cover the path older servers take.
 	textHashing bool
+
+	// rangePagesMin is the smallest range of pages parallel hashing gives
+	// one query; 0 means defaultRangePagesMin. Tests set 1 so their small
+	// tables are split too.
+	rangePagesMin int
 }
 
 // NoWait, as Options.WaitCaughtUp, compares without waiting for the
@@ -95,6 +113,11 @@ const (
 	defaultRechecksMax   = 3
 	rechecksMax          = 100
 	parallelWorkersMax   = 64
+	connectionsDefault   = 4
+	connectionsMax       = 64
+	// defaultRangePagesMin (8 MiB of 8 KiB pages) keeps small tables to
+	// one query: splitting them costs more round trips than it saves.
+	defaultRangePagesMin = 1024
 	defaultConfigPath    = "trellara.yml"
 )
 
@@ -128,6 +151,7 @@ func (o Options) normalize() (Options, []tableSpec, error) {
 		{"DrillRowsMax", o.DrillRowsMax, 0, drillRowsMax},
 		{"RechecksMax", o.RechecksMax, 0, rechecksMax},
 		{"ParallelWorkers", o.ParallelWorkers, -1, parallelWorkersMax},
+		{"Connections", o.Connections, 0, connectionsMax},
 	}
 	for _, c := range checks {
 		if c.val < c.min || c.val > c.hi {
@@ -151,6 +175,12 @@ func (o Options) normalize() (Options, []tableSpec, error) {
 	}
 	if o.RechecksMax == 0 {
 		o.RechecksMax = defaultRechecksMax
+	}
+	if o.Connections == 0 {
+		o.Connections = min(connectionsDefault, runtime.NumCPU())
+	}
+	if o.rangePagesMin == 0 {
+		o.rangePagesMin = defaultRangePagesMin
 	}
 	if o.ConfigPath == "" {
 		o.ConfigPath = defaultConfigPath

@@ -400,14 +400,23 @@ func TestQueriesGolden(t *testing.T) {
 		for _, c := range cases {
 			p := newPlan(`"public"."t"`, c.relkind, cols, c.key, h)
 			fmt.Fprintf(&b, "\n-- %s hashing, %s: bucket pass\n", h, c.name)
-			q, _ := p.bucketQuery(nil, 0, 64)
+			q, _ := p.bucketQuery(nil, 0, 64, wholeTable)
 			b.WriteString(q + ";\n")
 			fmt.Fprintf(&b, "-- %s hashing, %s: drill-down fetch after one split\n", h, c.name)
 			q, _ = p.rowsQuery([]level{{0, 64, nil}, {1, 256, nil}}, 101)
 			b.WriteString(q + ";\n")
+			if h == HashingTyped {
+				fmt.Fprintf(&b, "-- %s hashing, %s: totals over a middle range of pages (parallel hashing)\n", h, c.name)
+				b.WriteString(p.totalQuery(tidRange{1024, 2048}) + ";\n")
+				fmt.Fprintf(&b, "-- %s hashing, %s: bucket pass over the last range of pages\n", h, c.name)
+				q, _ = p.bucketQuery(nil, 0, 64, tidRange{2048, -1})
+				b.WriteString(q + ";\n")
+			}
 		}
 	}
 	b.WriteString("\n-- session settings, first statement of every snapshot\n" + settingsSQL(0) + ";\n")
+	b.WriteString("\n-- parallel hashing: a table's size in pages, then the snapshot shared with the other connections\n" +
+		sqlPages + ";\n" + sqlExportSnapshot + ";\n" + sqlImportSnapshot + "'00000003-0000001B-1';\n")
 	golden(t, "queries.sql", []byte(b.String()))
 }
 
@@ -554,6 +563,33 @@ func TestWatermarkLag(t *testing.T) {
 		age, ok := tc.w.LagAge()
 		if got := tc.w.LagBytes(); got != tc.bytes || age != tc.age || ok != tc.ageKnow {
 			t.Errorf("%+v: lag %d bytes, age %s %v; want %d, %s %v", tc.w, got, age, ok, tc.bytes, tc.age, tc.ageKnow)
+		}
+	}
+}
+
+// TestSplitPages: the ranges start at page 0, follow each other without gap
+// or overlap, the last is open, and small tables stay whole.
+func TestSplitPages(t *testing.T) {
+	for _, tc := range []struct {
+		pages   int64
+		n, min  int
+		wantLen int
+	}{
+		{0, 4, 1, 1}, {3, 4, 1, 3}, {10, 4, 1, 4},
+		{10_000, 4, 1024, 4}, {2047, 4, 1024, 1}, {5000, 4, 1024, 4}, {10, 1, 1, 1},
+	} {
+		got := splitPages(tc.pages, tc.n, tc.min)
+		if len(got) != tc.wantLen {
+			t.Errorf("splitPages(%d, %d, %d) = %v, want %d ranges", tc.pages, tc.n, tc.min, got, tc.wantLen)
+			continue
+		}
+		if got[0].lo != 0 || got[len(got)-1].hi != -1 {
+			t.Errorf("splitPages(%d, %d, %d) = %v: must start at 0 and end open", tc.pages, tc.n, tc.min, got)
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i].lo != got[i-1].hi || got[i].lo <= got[i-1].lo {
+				t.Errorf("splitPages(%d, %d, %d) = %v: range %d does not follow %d", tc.pages, tc.n, tc.min, got, i, i-1)
+			}
 		}
 	}
 }

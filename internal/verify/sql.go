@@ -92,6 +92,21 @@ ORDER BY i.indisprimary DESC, k.ord`
 // write position: with synchronous_commit off a transaction is visible
 // before its commit record is written, so only the insert position is an
 // upper bound for everything the snapshot sees.
+// sqlPages is a table's size in pages (for a partitioned table, its
+// largest partition's), to cut it into ranges for parallel hashing. Only an
+// estimate of balance: the ranges cover every page whatever it says.
+const sqlPages = `SELECT GREATEST(pg_catalog.pg_relation_size($1::int8::oid::regclass),
+  COALESCE((SELECT max(pg_catalog.pg_relation_size(p.relid)) FROM pg_catalog.pg_partition_tree($1::int8::oid::regclass) AS p WHERE p.isleaf), 0))
+  / pg_catalog.current_setting('block_size')::int8`
+
+// sqlExportSnapshot publishes a snapshot transaction's snapshot so the
+// side's other connections can adopt it (sqlImportSnapshot).
+const sqlExportSnapshot = `SELECT pg_catalog.pg_export_snapshot()`
+
+// sqlImportSnapshot must be the first statement of a REPEATABLE READ
+// transaction; the identifier comes from sqlExportSnapshot, quoted.
+const sqlImportSnapshot = `SET TRANSACTION SNAPSHOT `
+
 const sqlSourceLSN = `SELECT pg_catalog.pg_current_wal_insert_lsn()::text`
 
 // hashMask clears the sign bit, so "hash & mask % B" is never negative
@@ -243,21 +258,70 @@ func (p plan) keyText() string {
 }
 
 // exprs returns the FROM clause and, valid over it, the key hash for a seed
-// and the row hash. A whole-row table's key is its row, so the record hash
-// is computed once in a subquery (OFFSET 0 keeps the planner from inlining
-// it back into several evaluations) and both hashes derive from it; withText
-// adds the row text for drill-down's report.
-func (p plan) exprs(withText bool) (from string, key func(seed int) string, row string) {
+// and the row hash, plus the condition that restricts the rows to rng
+// ("" for the whole table). A whole-row table's key is its row, so the
+// record hash is computed once in a subquery (OFFSET 0 keeps the planner
+// from inlining it back into several evaluations), with the range applied
+// inside it, and both hashes derive from it; withText adds the row text for
+// drill-down's report.
+func (p plan) exprs(withText bool, rng tidRange) (from string, key func(seed int) string, row string, cond string) {
 	if p.wholeRow {
 		inner := p.recordHash() + " AS h"
 		if withText {
 			inner += ", " + p.rowText() + " AS r"
 		}
-		return "(SELECT " + inner + " FROM " + p.rel + " AS t OFFSET 0) AS s",
+		w := ""
+		if c := rng.cond("t"); c != "" {
+			w = " WHERE " + c
+		}
+		return "(SELECT " + inner + " FROM " + p.rel + " AS t" + w + " OFFSET 0) AS s",
 			func(seed int) string { return fmt.Sprintf("pg_catalog.hashint8extended(s.h, %d)", seed) },
-			p.mix("s.h")
+			p.mix("s.h"), ""
 	}
-	return p.rel + " AS t", p.keyHash, p.mix(p.recordHash())
+	return p.rel + " AS t", p.keyHash, p.mix(p.recordHash()), rng.cond("t")
+}
+
+// tidRange is a range of heap pages, [lo, hi), or [lo, end of table) when
+// hi is negative. Parallel hashing splits a table into ranges of its
+// physical pages, one query each: TID range scans (PostgreSQL 14+) read
+// only their pages, so N connections read the table once between them,
+// whatever its key. The last range is open, so rows on pages added after
+// the size was read are still counted, by exactly one range. On a
+// partitioned table the condition applies to each partition's own ctid.
+type tidRange struct{ lo, hi int64 }
+
+// wholeTable is the range that needs no condition.
+var wholeTable = tidRange{0, -1}
+
+// cond renders rng as a condition on alias's ctid; "" for the whole table.
+func (r tidRange) cond(alias string) string {
+	var parts []string
+	if r.lo > 0 {
+		parts = append(parts, fmt.Sprintf("%s.ctid >= '(%d,0)'::pg_catalog.tid", alias, r.lo))
+	}
+	if r.hi >= 0 {
+		parts = append(parts, fmt.Sprintf("%s.ctid < '(%d,0)'::pg_catalog.tid", alias, r.hi))
+	}
+	return strings.Join(parts, " AND ")
+}
+
+// splitPages cuts a table of pages pages into at most n ranges of at least
+// minPages pages each (one range when it is smaller than that), covering
+// every page number from 0 up, the last one open-ended.
+func splitPages(pages int64, n, minPages int) []tidRange {
+	k := int64(n)
+	if minPages > 0 {
+		k = min(k, pages/int64(minPages))
+	}
+	if k <= 1 {
+		return []tidRange{wholeTable}
+	}
+	out := make([]tidRange, k)
+	for i := range k {
+		out[i] = tidRange{lo: pages * i / k, hi: pages * (i + 1) / k}
+	}
+	out[k-1].hi = -1
+	return out
 }
 
 // textHash is the 64-bit hash of a text. hashtextextended is the hash
@@ -281,48 +345,57 @@ func bucketExpr(keyHash string, mod int64) string {
 	return fmt.Sprintf("((%s & %s) %% %d)", keyHash, hashMask, mod)
 }
 
-// where renders the filters for levels; parameters are $1..$n in order.
-func where(key func(int) string, levels []level) (string, []any) {
-	if len(levels) == 0 {
-		return "", nil
+// where renders cond and the filters for levels; parameters are $1..$n
+// in order.
+func where(key func(int) string, levels []level, cond string) (string, []any) {
+	var conds []string
+	if cond != "" {
+		conds = append(conds, cond)
 	}
-	conds := make([]string, len(levels))
 	args := make([]any, len(levels))
 	for i, l := range levels {
-		conds[i] = fmt.Sprintf("%s = ANY($%d::int8[])", bucketExpr(key(l.seed), l.mod), i+1)
+		conds = append(conds, fmt.Sprintf("%s = ANY($%d::int8[])", bucketExpr(key(l.seed), l.mod), i+1))
 		args[i] = l.keep
+	}
+	if len(conds) == 0 {
+		return "", nil
 	}
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
 
-// bucketQuery aggregates the rows selected by filters into buckets of
-// (seed, mod): per bucket the row count and the exact sum of the rows'
+// bucketQuery aggregates the rows of rng selected by filters into buckets
+// of (seed, mod): per bucket the row count and the exact sum of the rows'
 // 64-bit hashes. sum(int8) accumulates in 128 bits and returns numeric, so
 // it cannot overflow; it is sent as text and parsed exactly. A sum, unlike
-// XOR, does not cancel when a row appears twice.
-func (p plan) bucketQuery(filters []level, seed int, mod int64) (string, []any) {
-	from, key, row := p.exprs(false)
-	w, args := where(key, filters)
+// XOR, does not cancel when a row appears twice; and because it is a sum,
+// the buckets of a table are the bucket-wise sums of its ranges' buckets.
+func (p plan) bucketQuery(filters []level, seed int, mod int64, rng tidRange) (string, []any) {
+	from, key, row, cond := p.exprs(false, rng)
+	w, args := where(key, filters, cond)
 	return fmt.Sprintf("SELECT %s AS b, count(*), pg_catalog.sum(%s)::text FROM %s%s GROUP BY 1",
 		bucketExpr(key(seed), mod), row, from, w), args
 }
 
-// totalQuery is the whole table's count and hash sum: a bucket query with
+// totalQuery is the count and hash sum of rng's rows: a bucket query with
 // one bucket and no GROUP BY. sum() of no rows is NULL.
-func (p plan) totalQuery() string {
-	from, _, row := p.exprs(false)
-	return fmt.Sprintf("SELECT count(*), pg_catalog.sum(%s)::text FROM %s", row, from)
+func (p plan) totalQuery(rng tidRange) string {
+	from, _, row, cond := p.exprs(false, rng)
+	w := ""
+	if cond != "" {
+		w = " WHERE " + cond
+	}
+	return fmt.Sprintf("SELECT count(*), pg_catalog.sum(%s)::text FROM %s%s", row, from, w)
 }
 
 // rowsQuery fetches (key text, row hash) for the rows selected by filters,
 // at most limit of them.
 func (p plan) rowsQuery(filters []level, limit int) (string, []any) {
-	from, key, row := p.exprs(true)
+	from, key, row, _ := p.exprs(true, wholeTable)
 	text := p.keyText()
 	if p.wholeRow {
 		text = "s.r"
 	}
-	w, args := where(key, filters)
+	w, args := where(key, filters, "")
 	return fmt.Sprintf("SELECT %s, %s FROM %s%s LIMIT %d", text, row, from, w, limit), args
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -16,10 +17,19 @@ import (
 )
 
 // DB is one side of the comparison. *pgx.Conn and *pgxpool.Pool both
-// satisfy it. Verify holds at most one transaction per side at a time, so
-// one connection per side is enough.
+// satisfy it. Verify holds at most one transaction on it at a time. To hash
+// over several connections (Options.Connections) Verify opens more with
+// the DB's own configuration, which a *pgx.Conn offers (see configured);
+// any other DB hashes on one.
 type DB interface {
 	BeginTx(ctx context.Context, txOptions pgx.TxOptions) (pgx.Tx, error)
+}
+
+// configured is a DB that can say how to open another session like it:
+// *pgx.Conn's Config returns a copy of the configuration it connected
+// with (server, credentials, TLS and the pinned startup settings).
+type configured interface {
+	Config() *pgx.ConnConfig
 }
 
 const (
@@ -27,6 +37,9 @@ const (
 	minServerVersion = 110000
 	// typedHashingVersion: hash_record_extended appeared in PostgreSQL 14.
 	typedHashingVersion = 140000
+	// tidRangeVersion: TID range scans, which parallel hashing's page
+	// ranges need to read only their pages, appeared in PostgreSQL 14.
+	tidRangeVersion = 140000
 	// pollFirst and pollMax shape the backoff while waiting for the target
 	// checkpoint: quick for an applier a moment behind, gentle for one
 	// minutes behind.
@@ -49,13 +62,13 @@ func Verify(ctx context.Context, src, dst DB, opts Options) (*Result, error) {
 	}
 	v := &verifier{
 		o:   o,
-		src: &side{role: "source", db: src},
-		dst: &side{role: "target", db: dst},
+		src: newSide("source", src, o.Connections),
+		dst: newSide("target", dst, o.Connections),
 	}
 	for _, s := range specs {
 		v.tables = append(v.tables, &tableState{spec: s})
 	}
-	defer v.endSnapshots(ctx)
+	defer v.closeSides(ctx)
 	return v.run(ctx)
 }
 
@@ -71,11 +84,26 @@ type verifier struct {
 	notes     []string
 }
 
-// side is one database and its current snapshot transaction.
+// side is one database and its current snapshot: the transaction tx on
+// the caller's connection and, for parallel hashing, one transaction on
+// each extra connection that adopted tx's snapshot. All of them see
+// exactly the same rows.
 type side struct {
-	role     string // "source" or "target"
-	db       DB
-	tx       pgx.Tx
+	role string // "source" or "target"
+	db   DB
+	tx   pgx.Tx
+	// open connects another session to db's database; nil when db cannot.
+	open func(context.Context) (*pgx.Conn, error)
+	want int // connections to hash on, Options.Connections
+	// conns are the extra connections, opened at the first snapshot and
+	// kept for every round; workers are their snapshot transactions.
+	conns   []*pgx.Conn
+	opened  bool
+	workers []pgx.Tx
+	// snapshot is tx's exported snapshot identifier, when parallel.
+	snapshot string
+	// note says why fewer than want connections hash, once.
+	note     string
 	encoding string
 	version  int
 	// scanRows and scanTime count the first comparison's full-table scans
@@ -171,6 +199,9 @@ func (v *verifier) round(ctx context.Context, recheck bool) error {
 	if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
 		return err
 	}
+	if err := v.dst.attach(ctx, v.o.ParallelWorkers); err != nil {
+		return err
+	}
 	if !recheck {
 		if err := v.compareServers(); err != nil {
 			return err
@@ -259,6 +290,18 @@ func (v *verifier) beginSource(ctx context.Context) (uint64, error) {
 	if err := v.src.begin(ctx, v.o.ParallelWorkers); err != nil {
 		return 0, err
 	}
+	lsn, err := v.sourceLSNOf(ctx)
+	if err != nil {
+		return 0, err
+	}
+	// The other connections adopt the snapshot taken above, so when they
+	// join does not matter: every source number comes from that snapshot.
+	return lsn, v.src.attach(ctx, v.o.ParallelWorkers)
+}
+
+// sourceLSNOf reads the source WAL position with the SourceLSN hook, or
+// inside the source snapshot's transaction.
+func (v *verifier) sourceLSNOf(ctx context.Context) (uint64, error) {
 	if v.o.SourceLSN != nil {
 		lsn, err := v.o.SourceLSN(ctx)
 		if err != nil {
@@ -308,6 +351,16 @@ func (v *verifier) waitTarget(ctx context.Context, lsn uint64) error {
 	}
 }
 
+// newSide prepares one side of the comparison, hashing on up to want
+// connections.
+func newSide(role string, db DB, want int) *side {
+	s := &side{role: role, db: db, want: want}
+	if c, ok := db.(configured); ok {
+		s.open = func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, c.Config()) }
+	}
+	return s
+}
+
 // begin opens a REPEATABLE READ READ ONLY transaction and pins the settings
 // that make text output identical on both sides. Its first statement takes
 // the snapshot (BEGIN alone does not).
@@ -317,38 +370,143 @@ func (s *side) begin(ctx context.Context, workers int) error {
 		return fmt.Errorf("verify: open %s snapshot: %w", s.role, err)
 	}
 	s.tx = tx
-	rows, err := tx.Query(ctx, settingsSQL(workers))
+	enc, ver, err := pin(ctx, tx, workers)
 	if err != nil {
 		return fmt.Errorf("verify: pin %s session settings: %w", s.role, err)
 	}
+	s.encoding, s.version = enc, ver
+	s.snapshot = ""
+	if s.parallel() {
+		if err := tx.QueryRow(ctx, sqlExportSnapshot).Scan(&s.snapshot); err != nil {
+			return fmt.Errorf("verify: export the %s snapshot for its other connections: %w", s.role, err)
+		}
+	}
+	return nil
+}
+
+// parallel says whether s hashes over several connections: more than one
+// wanted, a way to open them, and TID range scans on the server.
+func (s *side) parallel() bool {
+	return s.want > 1 && s.open != nil && s.version >= tidRangeVersion
+}
+
+// pin runs settingsSQL in tx and returns the server facts it reads.
+func pin(ctx context.Context, tx pgx.Tx, workers int) (string, int, error) {
+	rows, err := tx.Query(ctx, settingsSQL(workers))
+	if err != nil {
+		return "", 0, err
+	}
 	defer rows.Close()
 	if !rows.Next() {
-		return fmt.Errorf("verify: pin %s session settings: %w", s.role, rows.Err())
+		if err := rows.Err(); err != nil {
+			return "", 0, err
+		}
+		return "", 0, errors.New("no row")
 	}
 	vals, err := rows.Values()
-	if err != nil || len(vals) < 2 {
-		return fmt.Errorf("verify: pin %s session settings: %v", s.role, err)
+	if err != nil {
+		return "", 0, err
+	}
+	if len(vals) < 2 {
+		return "", 0, fmt.Errorf("%d columns", len(vals))
 	}
 	enc, ok1 := vals[len(vals)-2].(string)
 	ver, ok2 := vals[len(vals)-1].(int32)
 	if !ok1 || !ok2 {
-		return fmt.Errorf("verify: %s server facts have unexpected types %T, %T", s.role, vals[len(vals)-2], vals[len(vals)-1])
+		return "", 0, fmt.Errorf("server facts have unexpected types %T, %T", vals[len(vals)-2], vals[len(vals)-1])
 	}
-	s.encoding, s.version = enc, int(ver)
 	rows.Close()
-	return rows.Err()
+	return enc, int(ver), rows.Err()
 }
 
-// end rolls back the snapshot. It runs even after the caller's context
-// ended, briefly, so a caller's connection is not left in a transaction.
+// attach shares tx's snapshot with s's other connections for parallel
+// hashing: begin exported it (pg_export_snapshot) and each connection opens
+// a REPEATABLE READ READ ONLY transaction whose first statement is SET
+// TRANSACTION SNAPSHOT, then pins the same settings. PostgreSQL then gives
+// every one of them exactly tx's view of the rows, so a table hashed in
+// ranges over several connections sums to what one connection would have
+// read. tx stays open, as the import requires, until the round ends.
+// Nothing happens with one connection wanted, or on a server without TID
+// range scans. Connections are opened once; if some cannot be, Verify
+// hashes on those it has and says so in a note.
+func (s *side) attach(ctx context.Context, workers int) error {
+	if !s.parallel() {
+		return nil
+	}
+	if !s.opened {
+		s.opened = true
+		for len(s.conns) < s.want-1 {
+			c, err := s.open(ctx)
+			if err != nil {
+				s.note = fmt.Sprintf("hashed on %d of %d connections to the %s: opening another failed: %v", len(s.conns)+1, s.want, s.role, err)
+				break
+			}
+			s.conns = append(s.conns, c)
+		}
+	}
+	id := s.snapshot
+	for i, c := range s.conns {
+		tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return fmt.Errorf("verify: open %s snapshot on connection %d: %w", s.role, i+2, err)
+		}
+		s.workers = append(s.workers, tx)
+		if _, err := tx.Exec(ctx, sqlImportSnapshot+quoteLiteral(id)); err != nil {
+			return fmt.Errorf("verify: adopt %s snapshot %s on connection %d: %w", s.role, id, i+2, err)
+		}
+		if _, _, err := pin(ctx, tx, workers); err != nil {
+			return fmt.Errorf("verify: pin %s session settings on connection %d: %w", s.role, i+2, err)
+		}
+	}
+	return nil
+}
+
+// quoteLiteral renders s as an SQL string literal.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+}
+
+// txs lists the side's snapshot transactions, the caller's first.
+func (s *side) txs() []pgx.Tx {
+	return append([]pgx.Tx{s.tx}, s.workers...)
+}
+
+// ranges cuts a table into one range of pages per snapshot transaction
+// (the whole table when there is only one, or when it is small).
+func (s *side) ranges(sh *shape, minPages int) []tidRange {
+	if len(s.workers) == 0 {
+		return []tidRange{wholeTable}
+	}
+	return splitPages(sh.pages, len(s.workers)+1, minPages)
+}
+
+// end rolls back the snapshot transactions. It runs even after the
+// caller's context ended, briefly, so a caller's connection is not left in
+// a transaction.
 func (s *side) end(ctx context.Context) {
 	if s.tx == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 	defer cancel()
-	_ = s.tx.Rollback(ctx) // read-only: nothing to lose; a dead connection is the caller's to see
+	// Read-only: nothing to lose; a dead connection is the caller's to see.
+	for _, tx := range s.workers {
+		_ = tx.Rollback(ctx)
+	}
+	s.workers = nil
+	_ = s.tx.Rollback(ctx)
 	s.tx = nil
+}
+
+// close ends the snapshot and closes the connections Verify opened.
+func (s *side) close(ctx context.Context) {
+	s.end(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	for _, c := range s.conns {
+		_ = c.Close(ctx)
+	}
+	s.conns = nil
 }
 
 func (v *verifier) endSnapshots(ctx context.Context) {
@@ -356,10 +514,70 @@ func (v *verifier) endSnapshots(ctx context.Context) {
 	v.dst.end(ctx)
 }
 
+func (v *verifier) closeSides(ctx context.Context) {
+	v.src.close(ctx)
+	v.dst.close(ctx)
+}
+
+// job is one query on one of a side's snapshot transactions.
+type job func(ctx context.Context, tx pgx.Tx) error
+
+// run runs jobs on s's snapshot transactions, each transaction taking the
+// next job when it is free (a transaction runs one statement at a time).
+// The first failure cancels the rest and is the one returned, not the
+// others' "context canceled".
+func (s *side) run(ctx context.Context, jobs []job) error {
+	txs := s.txs()
+	n := min(len(txs), len(jobs))
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan job, len(jobs))
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				if err := ctx.Err(); err != nil {
+					errs[i] = err
+					return
+				}
+				if err := j(ctx, txs[i]); err != nil {
+					errs[i] = err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var first error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // compareServers refuses pairs whose text forms cannot match and notes
 // pairs whose text forms may not.
 func (v *verifier) compareServers() error {
 	for _, s := range []*side{v.src, v.dst} {
+		if s.note != "" {
+			v.notes = append(v.notes, s.note)
+		}
 		if s.version < minServerVersion {
 			return fmt.Errorf("%w: %s server is version %d; verify needs PostgreSQL 11 or newer (hashtextextended)", ErrIncomparable, s.role, s.version)
 		}
@@ -391,7 +609,7 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 	err := both(ctx,
 		func(ctx context.Context) error {
 			for _, t := range ts {
-				sh, err := readShape(ctx, v.src.tx, t.spec.src)
+				sh, err := readShape(ctx, v.src.tx, t.spec.src, len(v.src.workers) > 0)
 				if err != nil {
 					return &TableError{Table: t.spec.src.String(), Side: "source", Err: err}
 				}
@@ -401,7 +619,7 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 		},
 		func(ctx context.Context) error {
 			for _, t := range ts {
-				sh, err := readShape(ctx, v.dst.tx, t.spec.dst)
+				sh, err := readShape(ctx, v.dst.tx, t.spec.dst, len(v.dst.workers) > 0)
 				if err != nil {
 					return &TableError{Table: t.spec.dst.String(), Side: "target", Err: err}
 				}
@@ -471,9 +689,19 @@ func (v *verifier) sideOf(s *side, t *tableState) (config.TableName, plan, *shap
 }
 
 // totalsSide runs s's half of the first phase: totals for comparable
-// tables, plain counts for the others. Each goroutine writes only its own
-// side's fields of a tableState.
+// tables, plain counts for the others, each comparable table in ranges
+// over s's snapshot transactions (ranges), the ranges' counts and sums
+// added up. Each goroutine writes only its own job's part; the parts are
+// added to s's fields of the tableStates after all jobs ended.
 func (v *verifier) totalsSide(ctx context.Context, s *side, ts []*tableState, timed bool) error {
+	type part struct {
+		tot *bucketStat
+		got bucketStat
+	}
+	var (
+		jobs  []job
+		parts []*part
+	)
 	for _, t := range ts {
 		if t.direct {
 			continue // summed from its buckets
@@ -484,47 +712,98 @@ func (v *verifier) totalsSide(ctx context.Context, s *side, ts []*tableState, ti
 		if !t.comparable {
 			if sh.exists && (sh.relkind == "r" || sh.relkind == "p") {
 				q := countQuery(relation(pgx.Identifier{tn.Schema, tn.Name}.Sanitize(), sh.relkind))
-				if err := s.tx.QueryRow(ctx, q).Scan(&tot.rows); err != nil {
-					return wrap(err)
-				}
+				jobs = append(jobs, func(ctx context.Context, tx pgx.Tx) error {
+					if err := tx.QueryRow(ctx, q).Scan(&tot.rows); err != nil {
+						return wrap(err)
+					}
+					return nil
+				})
 			}
 			continue
 		}
-		start := time.Now()
-		var sum *string
-		if err := s.tx.QueryRow(ctx, p.totalQuery()).Scan(&tot.rows, &sum); err != nil {
-			return wrap(err)
+		for _, rng := range s.ranges(sh, v.o.rangePagesMin) {
+			pt := &part{tot: tot, got: bucketStat{sum: new(big.Int)}}
+			parts = append(parts, pt)
+			jobs = append(jobs, func(ctx context.Context, tx pgx.Tx) error {
+				var sum *string
+				if err := tx.QueryRow(ctx, p.totalQuery(rng)).Scan(&pt.got.rows, &sum); err != nil {
+					return wrap(err)
+				}
+				if sum != nil {
+					if _, ok := pt.got.sum.SetString(*sum, 10); !ok {
+						return wrap(fmt.Errorf("hash sum %q is not an integer", *sum))
+					}
+				}
+				return nil
+			})
 		}
-		if sum != nil {
-			if _, ok := tot.sum.SetString(*sum, 10); !ok {
-				return wrap(fmt.Errorf("hash sum %q is not an integer", *sum))
-			}
-		}
-		if timed {
-			s.scanRows += tot.rows
-			s.scanTime += time.Since(start)
-		}
+	}
+	start := time.Now()
+	if err := s.run(ctx, jobs); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	var rows int64
+	for _, pt := range parts {
+		pt.tot.rows += pt.got.rows
+		pt.tot.sum.Add(pt.tot.sum, pt.got.sum)
+		rows += pt.got.rows
+	}
+	if timed && len(parts) > 0 {
+		s.scanRows += rows
+		s.scanTime += elapsed
 	}
 	return nil
 }
 
-// bucketsSide runs s's half of the second phase for the tables to split.
+// bucketsSide runs s's half of the second phase for the tables to split,
+// each in ranges over s's snapshot transactions, the ranges' buckets added
+// up bucket by bucket.
 func (v *verifier) bucketsSide(ctx context.Context, s *side, ts []*tableState, timed bool) error {
+	type part struct {
+		out *map[int64]bucketStat
+		got map[int64]bucketStat
+	}
+	var (
+		jobs  []job
+		parts []*part
+	)
 	for _, t := range ts {
 		if !t.split {
 			continue
 		}
-		tn, p, _, _, out := v.sideOf(s, t)
-		start := time.Now()
-		stats, rows, err := s.buckets(ctx, tn, p, nil, 0, t.buckets)
-		if err != nil {
-			return err
+		tn, p, sh, _, out := v.sideOf(s, t)
+		*out = map[int64]bucketStat{}
+		for _, rng := range s.ranges(sh, v.o.rangePagesMin) {
+			pt := &part{out: out}
+			parts = append(parts, pt)
+			jobs = append(jobs, func(ctx context.Context, tx pgx.Tx) (err error) {
+				pt.got, _, err = s.bucketsIn(ctx, tx, tn, p, nil, 0, t.buckets, rng)
+				return err
+			})
 		}
-		*out = stats
-		if timed {
-			s.scanRows += rows
-			s.scanTime += time.Since(start)
+	}
+	start := time.Now()
+	if err := s.run(ctx, jobs); err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	var rows int64
+	for _, pt := range parts {
+		for id, st := range pt.got {
+			cur := (*pt.out)[id]
+			if cur.sum == nil {
+				cur.sum = new(big.Int)
+			}
+			cur.rows += st.rows
+			cur.sum.Add(cur.sum, st.sum)
+			(*pt.out)[id] = cur
+			rows += st.rows
 		}
+	}
+	if timed && len(parts) > 0 {
+		s.scanRows += rows
+		s.scanTime += elapsed
 	}
 	return nil
 }
@@ -539,11 +818,18 @@ func total(m map[int64]bucketStat) bucketStat {
 	return t
 }
 
-// buckets runs a bucket query and returns the stats and the rows counted.
+// buckets runs a bucket query over the whole table in the side's snapshot
+// transaction and returns the stats and the rows counted.
 func (s *side) buckets(ctx context.Context, tn config.TableName, p plan, filters []level, seed int, mod int64) (map[int64]bucketStat, int64, error) {
+	return s.bucketsIn(ctx, s.tx, tn, p, filters, seed, mod, wholeTable)
+}
+
+// bucketsIn runs a bucket query over rng in tx, one of s's snapshot
+// transactions.
+func (s *side) bucketsIn(ctx context.Context, tx pgx.Tx, tn config.TableName, p plan, filters []level, seed int, mod int64, rng tidRange) (map[int64]bucketStat, int64, error) {
 	wrap := func(err error) error { return &TableError{Table: tn.String(), Side: s.role, Err: err} }
-	q, args := p.bucketQuery(filters, seed, mod)
-	rows, err := s.tx.Query(ctx, q, args...)
+	q, args := p.bucketQuery(filters, seed, mod, rng)
+	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return nil, 0, wrap(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,6 +80,13 @@ func (p *pair) verify(t *testing.T, opts Options) *Result {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	opts.textHashing = p.textHashing
+	// Every scenario hashes its small tables in page ranges over three
+	// connections per side, so the scenarios prove parallel hashing's
+	// answers too (one connection is the same code with one range).
+	if opts.Connections == 0 {
+		opts.Connections = 3
+	}
+	opts.rangePagesMin = 1
 	r, err := Verify(ctx, p.src, p.dst, opts)
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
@@ -503,13 +511,14 @@ func testPartitioned(t *testing.T, p *pair) {
 	p.both(t, `CREATE TABLE public.ev (id int, region text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)`,
 		`CREATE TABLE public.ev_n PARTITION OF public.ev FOR VALUES IN ('n')`,
 		`CREATE TABLE public.ev_s PARTITION OF public.ev FOR VALUES IN ('s')`,
-		`INSERT INTO public.ev SELECT g, CASE WHEN g % 2 = 0 THEN 'n' ELSE 's' END FROM generate_series(1, 100) g`)
+		`INSERT INTO public.ev SELECT g, CASE WHEN g % 2 = 0 THEN 'n' ELSE 's' END FROM generate_series(1, 2000) g`)
 	p.target(t, `DELETE FROM public.ev_s WHERE id = 9`)
 	r := p.verify(t, Options{Tables: []string{"public.ev"}})
 	wantVerdict(t, r, Diverged)
 	tr := table(t, r, "public.ev")
-	if tr.SourceRows != 100 || tr.TargetRows != 99 {
-		t.Errorf("rows %d/%d, want 100/99 (partitions included)", tr.SourceRows, tr.TargetRows)
+	// Several pages per partition: the page ranges split each partition.
+	if tr.SourceRows != 2000 || tr.TargetRows != 1999 {
+		t.Errorf("rows %d/%d, want 2000/1999 (partitions included)", tr.SourceRows, tr.TargetRows)
 	}
 	wantSamples(t, tr, SampleKey{Key: "(9,s)", Kind: KindMissing})
 }
@@ -790,5 +799,124 @@ func TestTwoClusters(t *testing.T) {
 		if tr.Rechecks != 1 {
 			t.Errorf("%s rechecks %d, want 1 (a stable difference stops re-checking)", tr.Table, tr.Rechecks)
 		}
+	}
+}
+
+// TestParallelHashingSeesOneSnapshot hashes a table in page ranges over
+// four source connections while a writer keeps updating rows spread over
+// every range. The source's count and checksum must be those of one point
+// in time: the snapshot Verify exported, read again here in a single
+// transaction that adopts it. If the extra connections took snapshots of
+// their own (after the writer committed again, which the SourceLSN hook
+// waits for), their ranges would hash newer rows and the totals would
+// match no single snapshot.
+func TestParallelHashingSeesOneSnapshot(t *testing.T) {
+	c := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	const ddl = `CREATE TABLE public.acct (id int PRIMARY KEY, v int NOT NULL, pad text NOT NULL) WITH (fillfactor = 100)`
+	const fill = `INSERT INTO public.acct SELECT g, 0, repeat('x', 40) FROM generate_series(1, 20000) g`
+	srcURL, dstURL := c.CreateDB(t, "src"), c.CreateDB(t, "dst")
+	c.ExecDB(t, "src", ddl, fill, `VACUUM ANALYZE public.acct`)
+	c.ExecDB(t, "dst", ddl, fill)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src, dst, writer, probe := connect(t, srcURL), connect(t, dstURL), connect(t, srcURL), connect(t, srcURL)
+
+	// The writer moves every twentieth row at a time, so each commit
+	// changes rows on every page range.
+	var commits atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if _, err := writer.Exec(ctx, `UPDATE public.acct SET v = v + 1 WHERE id % 20 = $1`, k%20); err != nil {
+				done <- err
+				return
+			}
+			commits.Add(1)
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Errorf("writer: %v", err)
+		}
+	}()
+
+	type point struct {
+		rows     int64
+		checksum string
+	}
+	var want point
+	sourceLSN := func(ctx context.Context) (uint64, error) {
+		// Verify's source snapshot is open and exported: read the same
+		// table in one transaction that adopts it.
+		before := commits.Load()
+		var id string
+		if err := probe.QueryRow(ctx, `SELECT pg_catalog.pg_ls_dir('pg_snapshots')`).Scan(&id); err != nil {
+			return 0, fmt.Errorf("find the exported snapshot: %w", err)
+		}
+		tx, err := probe.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, sqlImportSnapshot+quoteLiteral(id)); err != nil {
+			return 0, err
+		}
+		if _, _, err := pin(ctx, tx, -1); err != nil {
+			return 0, err
+		}
+		tn := config.TableName{Schema: "public", Name: "acct"}
+		sh, err := readShape(ctx, tx, tn, false)
+		if err != nil {
+			return 0, err
+		}
+		p, _ := plans(tableSpec{src: tn, dst: tn}, sh, sh, HashingTyped)
+		var sum string
+		if err := tx.QueryRow(ctx, p.totalQuery(wholeTable)).Scan(&want.rows, &sum); err != nil {
+			return 0, err
+		}
+		s, ok := new(big.Int).SetString(sum, 10)
+		if !ok {
+			return 0, fmt.Errorf("sum %q", sum)
+		}
+		want.checksum = checksum(s)
+		// Let the writer commit after Verify's snapshot, before the other
+		// connections join it.
+		for commits.Load() <= before {
+			select {
+			case err := <-done:
+				return 0, fmt.Errorf("writer stopped: %v", err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		var lsn string
+		if err := probe.QueryRow(ctx, sqlSourceLSN).Scan(&lsn); err != nil {
+			return 0, err
+		}
+		l, err := pglogrepl.ParseLSN(lsn)
+		return uint64(l), err
+	}
+	for i := range 5 {
+		r, err := Verify(ctx, src, dst, Options{
+			Tables: []string{"public.acct"}, Connections: 4, rangePagesMin: 1, SourceLSN: sourceLSN,
+		})
+		if err != nil {
+			t.Fatalf("verify %d: %v", i, err)
+		}
+		tr := table(t, r, "public.acct")
+		got := point{tr.SourceRows, tr.SourceChecksum}
+		if got != want {
+			t.Fatalf("verify %d: source totals %+v, but the exported snapshot holds %+v: the connections did not hash one snapshot", i, got, want)
+		}
+	}
+	if n := commits.Load(); n < 5 {
+		t.Fatalf("writer committed %d times during the verifies; the test proves nothing", n)
 	}
 }

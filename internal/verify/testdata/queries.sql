@@ -4,21 +4,37 @@
 SELECT ((pg_catalog.hashint8extended(t."id", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t GROUP BY 1;
 -- typed hashing, single bigint key: drill-down fetch after one split
 SELECT t."id"::text, pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0) FROM ONLY "public"."t" AS t WHERE ((pg_catalog.hashint8extended(t."id", 0) & 9223372036854775807) % 64) = ANY($1::int8[]) AND ((pg_catalog.hashint8extended(t."id", 1) & 9223372036854775807) % 256) = ANY($2::int8[]) LIMIT 101;
+-- typed hashing, single bigint key: totals over a middle range of pages (parallel hashing)
+SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid;
+-- typed hashing, single bigint key: bucket pass over the last range of pages
+SELECT ((pg_catalog.hashint8extended(t."id", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid GROUP BY 1;
 
 -- typed hashing, composite key: bucket pass
 SELECT ((pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C"), 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM "public"."t" AS t GROUP BY 1;
 -- typed hashing, composite key: drill-down fetch after one split
 SELECT ROW(t."id", t."Region")::text, pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0) FROM "public"."t" AS t WHERE ((pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C"), 0) & 9223372036854775807) % 64) = ANY($1::int8[]) AND ((pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C"), 1) & 9223372036854775807) % 256) = ANY($2::int8[]) LIMIT 101;
+-- typed hashing, composite key: totals over a middle range of pages (parallel hashing)
+SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid;
+-- typed hashing, composite key: bucket pass over the last range of pages
+SELECT ((pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C"), 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid GROUP BY 1;
 
 -- typed hashing, numeric key: bucket pass
 SELECT ((pg_catalog.hashtextextended(t."amount"::text COLLATE "C", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t GROUP BY 1;
 -- typed hashing, numeric key: drill-down fetch after one split
 SELECT t."amount"::text, pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0) FROM ONLY "public"."t" AS t WHERE ((pg_catalog.hashtextextended(t."amount"::text COLLATE "C", 0) & 9223372036854775807) % 64) = ANY($1::int8[]) AND ((pg_catalog.hashtextextended(t."amount"::text COLLATE "C", 1) & 9223372036854775807) % 256) = ANY($2::int8[]) LIMIT 101;
+-- typed hashing, numeric key: totals over a middle range of pages (parallel hashing)
+SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid;
+-- typed hashing, numeric key: bucket pass over the last range of pages
+SELECT ((pg_catalog.hashtextextended(t."amount"::text COLLATE "C", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid GROUP BY 1;
 
 -- typed hashing, whole row: bucket pass
 SELECT ((pg_catalog.hashint8extended(s.h, 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(s.h, 0))::text FROM (SELECT pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0) AS h FROM ONLY "public"."t" AS t OFFSET 0) AS s GROUP BY 1;
 -- typed hashing, whole row: drill-down fetch after one split
 SELECT s.r, pg_catalog.hashint8extended(s.h, 0) FROM (SELECT pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0) AS h, ROW(t."id", t."Region", t."amount", t."at")::text AS r FROM ONLY "public"."t" AS t OFFSET 0) AS s WHERE ((pg_catalog.hashint8extended(s.h, 0) & 9223372036854775807) % 64) = ANY($1::int8[]) AND ((pg_catalog.hashint8extended(s.h, 1) & 9223372036854775807) % 256) = ANY($2::int8[]) LIMIT 101;
+-- typed hashing, whole row: totals over a middle range of pages (parallel hashing)
+SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(s.h, 0))::text FROM (SELECT pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0) AS h FROM ONLY "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid OFFSET 0) AS s;
+-- typed hashing, whole row: bucket pass over the last range of pages
+SELECT ((pg_catalog.hashint8extended(s.h, 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(s.h, 0))::text FROM (SELECT pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0) AS h FROM ONLY "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid OFFSET 0) AS s GROUP BY 1;
 
 -- text hashing, single bigint key: bucket pass
 SELECT ((pg_catalog.hashint8extended(t."id", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashtextextended(ROW(t."id", t."Region", t."amount", t."at")::text COLLATE "C", 0))::text FROM ONLY "public"."t" AS t GROUP BY 1;
@@ -42,3 +58,10 @@ SELECT s.r, s.h FROM (SELECT pg_catalog.hashtextextended(ROW(t."id", t."Region",
 
 -- session settings, first statement of every snapshot
 SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), pg_catalog.set_config('client_encoding', 'UTF8', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true), pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('extra_float_digits', '3', true), pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('bytea_output', 'hex', true), pg_catalog.set_config('lc_monetary', 'C', true), pg_catalog.set_config('xmloption', 'content', true), pg_catalog.set_config('array_nulls', 'on', true), pg_catalog.set_config('standard_conforming_strings', 'on', true), pg_catalog.set_config('enable_sort', 'off', true), pg_catalog.set_config('jit', 'off', true), pg_catalog.set_config('work_mem', '64MB', true), pg_catalog.current_setting('server_encoding'), pg_catalog.current_setting('server_version_num')::int;
+
+-- parallel hashing: a table's size in pages, then the snapshot shared with the other connections
+SELECT GREATEST(pg_catalog.pg_relation_size($1::int8::oid::regclass),
+  COALESCE((SELECT max(pg_catalog.pg_relation_size(p.relid)) FROM pg_catalog.pg_partition_tree($1::int8::oid::regclass) AS p WHERE p.isleaf), 0))
+  / pg_catalog.current_setting('block_size')::int8;
+SELECT pg_catalog.pg_export_snapshot();
+SET TRANSACTION SNAPSHOT '00000003-0000001B-1';
