@@ -107,7 +107,7 @@
 #define TRELLARA_QUEUE_SLOT_BYTES	(64 * 1024)		/* largest chunk payload */
 #define TRELLARA_FRAME_HEADER_BYTES	6	/* 'F' u8 flags u32 len */
 #define TRELLARA_SLOT_DATA_BYTES	(TRELLARA_FRAME_HEADER_BYTES + TRELLARA_QUEUE_SLOT_BYTES)
-#define TRELLARA_SLOT_ACKS			128
+#define TRELLARA_SLOT_ACKS			512
 #define TRELLARA_CHUNK_MORE			0x01
 
 typedef struct TrellaraAckPoint
