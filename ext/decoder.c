@@ -598,6 +598,8 @@ trellara_decoder_main(Datum main_arg)
 										 ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(loop_context);
 
+	/* a sidecar always reads this session's stream from its start */
+	trellara_relations_once = true;
 	ctx = CreateDecodingContext(InvalidXLogRecPtr, plugin_options(), false,
 								XL_ROUTINE(.page_read = read_local_xlog_page,
 										   .segment_open = wal_segment_open,

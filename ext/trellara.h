@@ -44,11 +44,16 @@
  * attributes in attnum order, skipping dropped and generated ones -- the
  * same set, order, key flags and namespace spelling ("" for pg_catalog) as
  * pgoutput's Relation message, so a consumer computes the same schema
- * fingerprint from either source.  A 'R' frame precedes the first change
- * of every relation in every transaction (and again after a schema change
- * inside the transaction), so each transaction is self-describing and a
- * consumer can start at any transaction boundary.  Transactions with no
- * change left after filtering produce no frames at all.
+ * fingerprint from either source.  Through the SQL functions, a 'R' frame
+ * precedes the first change of every relation in every transaction (and
+ * again after a schema change inside the transaction), so each transaction
+ * is self-describing and a consumer can start at any transaction boundary.
+ * The decoder worker sends it once per decoding session instead, before
+ * the relation's first change and again after any schema change (as
+ * pgoutput does): its stream is always read from the session's start,
+ * because a sidecar that was sent anything and goes away restarts the
+ * decoder (sockserver.c).  Transactions with no change left after
+ * filtering produce no frames at all.
  *
  *-------------------------------------------------------------------------
  */
@@ -157,6 +162,9 @@ typedef struct TrellaraShared
 
 	TrellaraQueueSlot slots[TRELLARA_QUEUE_SLOTS];
 } TrellaraShared;
+
+/* output.c: 'R' once per decoding session, not per transaction */
+extern bool trellara_relations_once;
 
 /* trellara.c */
 extern TrellaraShared *trellara_shared;
