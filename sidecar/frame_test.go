@@ -304,3 +304,33 @@ func FuzzFrameDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestFrameDecodeAllocations: a row frame costs its message and its column
+// slice, nothing per column (values alias the frame). The sidecar decodes
+// every frame of the stream, so a per-column allocation shows up in its
+// CPU profile.
+func TestFrameDecodeAllocations(t *testing.T) {
+	cols := make([]pgoutput.Column, 10)
+	for i := range cols {
+		cols[i] = text(fmt.Sprintf("value %d", i))
+	}
+	for _, tc := range []struct {
+		name string
+		m    pgoutput.Message
+		max  float64
+	}{
+		{"insert", &pgoutput.Insert{RelationID: 1, New: cols}, 2},
+		{"update full", &pgoutput.Update{RelationID: 1, OldKind: pgoutput.TupleOld, Old: cols, New: cols}, 3},
+		{"commit", &pgoutput.Commit{CommitLSN: 10, EndLSN: 20}, 1},
+	} {
+		b := appendFrame(nil, tc.m)
+		n := testing.AllocsPerRun(100, func() {
+			if _, err := DecodeFrame(b, 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n > tc.max {
+			t.Errorf("%s: DecodeFrame allocates %.0f times, want at most %.0f", tc.name, n, tc.max)
+		}
+	}
+}
