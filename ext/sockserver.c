@@ -381,6 +381,9 @@ take_chunks(void)
 	bool		was_full = false;
 	Latch	   *decoder_latch = NULL;
 
+	Assert(outlen == 0);
+	outpos = 0;
+	out_nacks = out_next_ack = 0;
 	LWLockAcquire(trellara_shared->lock, LW_EXCLUSIVE);
 	if (trellara_shared->epoch == stream_epoch &&
 		!trellara_shared->reset_requested)
