@@ -8,8 +8,10 @@
  * The decoding loop is the one pg_logical_slot_get_changes() runs
  * (CreateDecodingContext, then XLogReadRecord + LogicalDecodingProcessRecord
  * from the slot's restart_lsn), with a write callback that copies each
- * frame into the queue instead of a tuplestore.  Frames bigger than a
- * queue slot are split into chunks.  A full queue is backpressure: the
+ * frame into the queue instead of a tuplestore.  Frames are packed into
+ * queue slots, published when a slot is full and after every batch of
+ * records, so a quiet stream is not held back; frames bigger than a slot
+ * are split into chunks (trellara.h).  A full queue is backpressure: the
  * worker waits on its latch (trellara.queue_wait_timeout at a time, then
  * re-checks and logs) and never drops a frame or grows the queue.
  *
@@ -230,38 +232,109 @@ wait_for_space(void)
 }
 
 /*
- * Copy one frame into the queue, split into slot-sized chunks.  ack_lsn is
- * recorded on the last chunk of commit and progress frames: it is what the
- * socket worker lets the sidecar acknowledge.
+ * The producer's open slot: slots[open_head % N], reserved by
+ * wait_for_space and filled with whole messages until the next one does
+ * not fit (or its ack points run out), then published by queue_flush.
+ */
+static TrellaraQueueSlot *open_slot = NULL;
+static uint64 open_head;
+
+/*
+ * Publish the open slot, if any.  The socket worker is woken only when the
+ * queue goes from empty to non-empty: otherwise it has slots still to take
+ * and looks for more before it sleeps.
+ */
+static void
+queue_flush(void)
+{
+	bool		was_empty;
+	Latch	   *socket_latch;
+
+	if (open_slot == NULL)
+		return;
+	Assert(open_slot->len > 0);
+
+	LWLockAcquire(trellara_shared->lock, LW_EXCLUSIVE);
+	Assert(trellara_shared->head == open_head);
+	was_empty = (trellara_shared->head == trellara_shared->tail);
+	trellara_shared->head = open_head + 1;
+	socket_latch = trellara_shared->socket_latch;
+	LWLockRelease(trellara_shared->lock);
+
+	open_slot = NULL;
+	if (was_empty && socket_latch != NULL)
+		SetLatch(socket_latch);
+}
+
+/*
+ * Append one message ('F' header and payload) to the open slot, opening
+ * one if needed; the caller has made sure it fits.  ack_lsn, if valid,
+ * becomes an ack point just past the message.
+ */
+static void
+queue_append(uint8 flags, const char *data, Size len, XLogRecPtr ack_lsn)
+{
+	char	   *p;
+
+	if (open_slot == NULL)
+	{
+		open_head = wait_for_space();
+		open_slot = &trellara_shared->slots[open_head % TRELLARA_QUEUE_SLOTS];
+		open_slot->len = 0;
+		open_slot->nacks = 0;
+	}
+	Assert(open_slot->len + TRELLARA_FRAME_HEADER_BYTES + len <= TRELLARA_SLOT_DATA_BYTES);
+
+	/* the slot is ours until head is advanced: filled outside the lock */
+	p = open_slot->data + open_slot->len;
+	p[0] = 'F';
+	p[1] = (char) flags;
+	for (int i = 0; i < 4; i++)
+		p[2 + i] = (char) ((uint32) len >> (24 - 8 * i));
+	memcpy(p + TRELLARA_FRAME_HEADER_BYTES, data, len);
+	open_slot->len += TRELLARA_FRAME_HEADER_BYTES + (uint32) len;
+	if (!XLogRecPtrIsInvalid(ack_lsn))
+	{
+		Assert(open_slot->nacks < TRELLARA_SLOT_ACKS);
+		open_slot->acks[open_slot->nacks].end = open_slot->len;
+		open_slot->acks[open_slot->nacks].lsn = ack_lsn;
+		open_slot->nacks++;
+	}
+}
+
+/*
+ * Queue one frame.  Frames that fit a slot are packed into the open one
+ * (publishing it first when the frame does not fit or its ack points are
+ * used up); a larger frame is split into slot-sized chunks, one per slot.
+ * ack_lsn is recorded for commit and progress frames: it is what the
+ * socket worker lets the sidecar acknowledge once the frame is sent.
  */
 static void
 queue_push(const char *data, Size len, XLogRecPtr ack_lsn)
 {
-	Size		off = 0;
-
 	Assert(len > 0);
-	while (off < len)
+	if (len <= TRELLARA_QUEUE_SLOT_BYTES)
 	{
-		Size		n = Min(len - off, (Size) TRELLARA_QUEUE_SLOT_BYTES);
-		bool		more = (off + n < len);
-		uint64		head = wait_for_space();
-		TrellaraQueueSlot *slot = &trellara_shared->slots[head % TRELLARA_QUEUE_SLOTS];
-		Latch	   *socket_latch;
+		if (open_slot != NULL &&
+			(open_slot->len + TRELLARA_FRAME_HEADER_BYTES + len > TRELLARA_SLOT_DATA_BYTES ||
+			 (!XLogRecPtrIsInvalid(ack_lsn) && open_slot->nacks == TRELLARA_SLOT_ACKS)))
+			queue_flush();
+		queue_append(0, data, len, ack_lsn);
+	}
+	else
+	{
+		Size		off = 0;
 
-		/* slot [head] is ours until head is advanced: copy outside the lock */
-		memcpy(slot->data, data + off, n);
-		slot->len = (uint32) n;
-		slot->flags = more ? TRELLARA_CHUNK_MORE : 0;
-		slot->ack_lsn = more ? InvalidXLogRecPtr : ack_lsn;
+		while (off < len)
+		{
+			Size		n = Min(len - off, (Size) TRELLARA_QUEUE_SLOT_BYTES);
+			bool		more = (off + n < len);
 
-		LWLockAcquire(trellara_shared->lock, LW_EXCLUSIVE);
-		trellara_shared->head = head + 1;
-		socket_latch = trellara_shared->socket_latch;
-		LWLockRelease(trellara_shared->lock);
-
-		if (socket_latch != NULL)
-			SetLatch(socket_latch);
-		off += n;
+			queue_flush();
+			queue_append(more ? TRELLARA_CHUNK_MORE : 0, data + off, n,
+						 more ? InvalidXLogRecPtr : ack_lsn);
+			off += n;
+		}
 	}
 	if (!XLogRecPtrIsInvalid(ack_lsn))
 		last_ack_pushed = ack_lsn;
@@ -315,6 +388,7 @@ maybe_push_progress(LogicalDecodingContext *ctx)
 	for (int i = 0; i < 8; i++)
 		frame[2 + i] = (char) ((uint64) pos >> (56 - 8 * i));
 	queue_push(frame, sizeof(frame), pos);
+	queue_flush();
 	last_progress_time = now;
 }
 
@@ -524,6 +598,8 @@ trellara_decoder_main(Datum main_arg)
 										 ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(loop_context);
 
+	/* a sidecar always reads this session's stream from its start */
+	trellara_relations_once = true;
 	ctx = CreateDecodingContext(InvalidXLogRecPtr, plugin_options(), false,
 								XL_ROUTINE(.page_read = read_local_xlog_page,
 										   .segment_open = wal_segment_open,
@@ -565,6 +641,9 @@ trellara_decoder_main(Datum main_arg)
 				LogicalDecodingProcessRecord(ctx, ctx->reader);
 			nrecords++;
 		}
+
+		/* what this batch decoded goes out now, however little it is */
+		queue_flush();
 
 		if (nrecords == 0)
 		{

@@ -100,6 +100,15 @@ static HTAB *rel_cache = NULL;
  */
 static uint64 xact_counter = 0;
 
+/* xact_counter of this decoding session's first transaction */
+static uint64 session_first_xact = 1;
+
+/*
+ * Set by the decoder worker before it starts decoding: 'R' frames once per
+ * session instead of once per transaction (see trellara.h).
+ */
+bool		trellara_relations_once = false;
+
 static void trellara_startup(LogicalDecodingContext *ctx,
 							 OutputPluginOptions *opt, bool is_init);
 static void trellara_shutdown(LogicalDecodingContext *ctx);
@@ -557,13 +566,19 @@ write_relation(LogicalDecodingContext *ctx, Relation rel)
 	OutputPluginWrite(ctx, false);
 }
 
-/* Send 'R' unless it was already sent in this transaction (and still valid). */
+/*
+ * Send 'R' unless it was already sent in this transaction (with
+ * trellara_relations_once: in this session) and is still valid.
+ */
 static void
 ensure_relation(LogicalDecodingContext *ctx, Relation rel)
 {
 	TrellaraRelEntry *entry = rel_cache_get(RelationGetRelid(rel));
+	bool		sent = trellara_relations_once ?
+		entry->sent_xact >= session_first_xact :
+		entry->sent_xact == xact_counter;
 
-	if (entry->sent_xact != xact_counter)
+	if (!sent)
 	{
 		write_relation(ctx, rel);
 		entry->sent_xact = xact_counter;
@@ -652,6 +667,7 @@ trellara_startup(LogicalDecodingContext *ctx, OutputPluginOptions *opt,
 
 	parse_options(data, ctx->output_plugin_options);
 	rel_cache_init();
+	session_first_xact = xact_counter + 1;
 }
 
 static void

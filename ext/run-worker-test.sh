@@ -199,6 +199,19 @@ check "timestamptz rendered in UTC" grep -qx "value 4=2024-01-02 03:04:05+00" <<
 check "bytea rendered hex" grep -qx 'value 5=\\x00ff' <<<"$out"
 check "money rendered with lc_monetary C" grep -qx 'value 6=\$1,234.50' <<<"$out"
 
+# Many small transactions, queued while no sidecar is connected: each queue
+# slot packs hundreds of them and the server writes several slots per send,
+# so the probe reads commits from slots whose rest is still being written,
+# and acknowledges each at once.  Every such ack must be accepted.
+psqlc "CREATE TABLE small (id int PRIMARY KEY, v text)"
+psqlc "DO \$\$ BEGIN FOR i IN 1..20000 LOOP INSERT INTO small VALUES (i, repeat('s', 600)); COMMIT; END LOOP; END \$\$"
+small_end=$(psqlc "SELECT pg_current_wal_lsn()")
+out=$(probe --ack --commits 20000 --seconds 60 2>&1)
+check "20000 packed transactions delivered, each acknowledged as soon as read" grep -q "done commits=20000" <<<"$out"
+no_error() { ! grep -q "^error" <<<"$out"; }
+check "no acknowledgement of a delivered commit refused" no_error
+check "slot advances through the packed transactions" wait_for 10 lsn_ge "$(confirmed)" "$small_end"
+
 # A refused acknowledgement while a frame chunk is half sent: the server
 # finishes the message in flight and then sends its 'E'; it must never
 # splice the 'E' into the half-sent chunk, which would complete that frame

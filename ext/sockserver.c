@@ -75,7 +75,6 @@
 
 #define HELLO_LEN					7
 #define ACK_LEN						9
-#define FRAME_HEADER_LEN			6
 
 /* A sidecar must say hello this soon after connecting. */
 #define HELLO_TIMEOUT_MS			10000
@@ -112,11 +111,19 @@ static uint64 stream_epoch;			/* decoder epoch the stream belongs to */
 static char inbuf[16];
 static int	inlen;
 
-/* one outgoing message at a time; the largest is a full frame chunk */
-static char outbuf[FRAME_HEADER_LEN + TRELLARA_QUEUE_SLOT_BYTES];
+/*
+ * What is being sent: one control message, or up to TAKE_SLOTS queue slots
+ * of frame messages (written with as few send() calls as the socket
+ * allows).  out_acks are the ack points of those frames, offsets into
+ * outbuf: each is delivered once outpos passes it.
+ */
+#define TAKE_SLOTS					4
+static char outbuf[TAKE_SLOTS * TRELLARA_SLOT_DATA_BYTES];
 static int	outlen;
 static int	outpos;
-static XLogRecPtr out_ack_lsn;		/* delivered once outbuf is fully sent */
+static TrellaraAckPoint out_acks[TAKE_SLOTS * TRELLARA_SLOT_ACKS];
+static int	out_nacks;
+static int	out_next_ack;		/* first ack point not yet delivered */
 static TimestampTz last_send_time;
 
 /*
@@ -210,7 +217,7 @@ close_client(const char *why)
 	client_fd = PGINVALID_SOCKET;
 	client_state = CLIENT_NONE;
 	outlen = outpos = 0;
-	out_ack_lsn = InvalidXLogRecPtr;
+	out_nacks = out_next_ack = 0;
 	errlen = 0;
 	inlen = 0;
 	if (client_sent_chunks)
@@ -248,7 +255,7 @@ start_error_message(void)
 	memcpy(outbuf, errbuf, errlen);
 	outlen = errlen;
 	outpos = 0;
-	out_ack_lsn = InvalidXLogRecPtr;
+	out_nacks = out_next_ack = 0;
 	errlen = 0;
 }
 
@@ -342,7 +349,7 @@ queue_hello_reply(void)
 	put_u64(outbuf + 20, slot_confirmed_lsn());
 	outlen = 28;
 	outpos = 0;
-	out_ack_lsn = InvalidXLogRecPtr;
+	out_nacks = out_next_ack = 0;
 }
 
 static void
@@ -357,48 +364,72 @@ queue_keepalive(void)
 	put_u64(outbuf + 9, (uint64) unix_us);
 	outlen = 17;
 	outpos = 0;
-	out_ack_lsn = InvalidXLogRecPtr;
+	out_nacks = out_next_ack = 0;
 }
 
 /*
- * Take the next queue slot as an 'F' message, if the queue has one of the
- * epoch we are streaming.  The copy is made under the lock: a restarting
- * decoder resets the indexes and rewrites slots, and must not tear it.
+ * Take the queued slots (up to TAKE_SLOTS) of the epoch we are streaming
+ * into outbuf: they already hold 'F' messages.  The copy is made under the
+ * lock: a restarting decoder resets the indexes and rewrites slots, and
+ * must not tear it.  The decoder is woken only if the queue was full: it
+ * waits for space only then.
  */
 static bool
-take_chunk(void)
+take_chunks(void)
 {
-	bool		taken = false;
+	int			taken = 0;
+	bool		was_full = false;
 	Latch	   *decoder_latch = NULL;
 
+	Assert(outlen == 0);
+	outpos = 0;
+	out_nacks = out_next_ack = 0;
 	LWLockAcquire(trellara_shared->lock, LW_EXCLUSIVE);
 	if (trellara_shared->epoch == stream_epoch &&
-		!trellara_shared->reset_requested &&
-		trellara_shared->head != trellara_shared->tail)
+		!trellara_shared->reset_requested)
 	{
-		TrellaraQueueSlot *slot =
-			&trellara_shared->slots[trellara_shared->tail % TRELLARA_QUEUE_SLOTS];
+		was_full = (trellara_shared->head - trellara_shared->tail >= TRELLARA_QUEUE_SLOTS);
+		while (taken < TAKE_SLOTS && trellara_shared->head != trellara_shared->tail)
+		{
+			TrellaraQueueSlot *slot =
+				&trellara_shared->slots[trellara_shared->tail % TRELLARA_QUEUE_SLOTS];
 
-		if (slot->len > TRELLARA_QUEUE_SLOT_BYTES)
-			elog(ERROR, "trellara: queue slot holds %u bytes", slot->len);
-		outbuf[0] = MSG_FRAME;
-		outbuf[1] = (char) slot->flags;
-		put_u32(outbuf + 2, slot->len);
-		memcpy(outbuf + FRAME_HEADER_LEN, slot->data, slot->len);
-		outlen = FRAME_HEADER_LEN + (int) slot->len;
-		outpos = 0;
-		out_ack_lsn = slot->ack_lsn;
-		trellara_shared->tail++;
+			if (slot->len > TRELLARA_SLOT_DATA_BYTES || slot->nacks > TRELLARA_SLOT_ACKS)
+				elog(ERROR, "trellara: queue slot holds %u bytes and %u ack points",
+					 slot->len, slot->nacks);
+			memcpy(outbuf + outlen, slot->data, slot->len);
+			for (uint32 i = 0; i < slot->nacks; i++)
+			{
+				out_acks[out_nacks].end = outlen + slot->acks[i].end;
+				out_acks[out_nacks].lsn = slot->acks[i].lsn;
+				out_nacks++;
+			}
+			outlen += (int) slot->len;
+			trellara_shared->tail++;
+			taken++;
+		}
 		decoder_latch = trellara_shared->decoder_latch;
-		taken = true;
 	}
 	LWLockRelease(trellara_shared->lock);
 
-	if (decoder_latch != NULL)
+	if (taken == 0)
+		return false;
+	if (was_full && decoder_latch != NULL)
 		SetLatch(decoder_latch);	/* a slot is free */
-	if (taken)
-		client_sent_chunks = true;
-	return taken;
+	client_sent_chunks = true;
+	return true;
+}
+
+/* Every ack point in outbuf the client has been sent in full is delivered. */
+static void
+advance_delivered(void)
+{
+	while (out_next_ack < out_nacks && out_acks[out_next_ack].end <= (uint32) outpos)
+	{
+		if (out_acks[out_next_ack].lsn > delivered_lsn)
+			delivered_lsn = out_acks[out_next_ack].lsn;
+		out_next_ack++;
+	}
 }
 
 /*
@@ -425,15 +456,14 @@ flush_out(void)
 				return false;
 			}
 			outpos += (int) n;
+			advance_delivered();
 			last_send_time = GetCurrentTimestamp();
 		}
 
 		if (outlen == 0)
 			return true;
-		if (!XLogRecPtrIsInvalid(out_ack_lsn) && out_ack_lsn > delivered_lsn)
-			delivered_lsn = out_ack_lsn;
 		outlen = outpos = 0;
-		out_ack_lsn = InvalidXLogRecPtr;
+		out_nacks = out_next_ack = 0;
 		if (client_state != CLIENT_CLOSING)
 			return true;
 		if (errlen == 0)
@@ -786,7 +816,7 @@ trellara_socket_main(Datum main_arg)
 				(void) flush_out();
 			while (client_fd != PGINVALID_SOCKET && outlen == 0 &&
 				   client_state == CLIENT_STREAMING && !reset_pending &&
-				   take_chunk())
+				   take_chunks())
 			{
 				if (!flush_out() || outlen > 0)
 					break;

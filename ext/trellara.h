@@ -44,11 +44,16 @@
  * attributes in attnum order, skipping dropped and generated ones -- the
  * same set, order, key flags and namespace spelling ("" for pg_catalog) as
  * pgoutput's Relation message, so a consumer computes the same schema
- * fingerprint from either source.  A 'R' frame precedes the first change
- * of every relation in every transaction (and again after a schema change
- * inside the transaction), so each transaction is self-describing and a
- * consumer can start at any transaction boundary.  Transactions with no
- * change left after filtering produce no frames at all.
+ * fingerprint from either source.  Through the SQL functions, a 'R' frame
+ * precedes the first change of every relation in every transaction (and
+ * again after a schema change inside the transaction), so each transaction
+ * is self-describing and a consumer can start at any transaction boundary.
+ * The decoder worker sends it once per decoding session instead, before
+ * the relation's first change and again after any schema change (as
+ * pgoutput does): its stream is always read from the session's start,
+ * because a sidecar that was sent anything and goes away restarts the
+ * decoder (sockserver.c).  Transactions with no change left after
+ * filtering produce no frames at all.
  *
  *-------------------------------------------------------------------------
  */
@@ -86,23 +91,42 @@
 
 /*
  * Shared-memory queue between the decoder worker (single producer) and
- * the socket worker (single consumer).  Fixed size: 16 slots of 64 KiB.
- * A frame larger than one slot is split over consecutive slots, all but
- * the last carrying TRELLARA_CHUNK_MORE.  When the queue is full the
- * decoder waits on its latch: frames are never dropped and the queue never
- * grows.
+ * the socket worker (single consumer).  Fixed size: 16 slots.
+ *
+ * A slot holds a run of whole socket messages, already in the wire form
+ * the socket worker sends ('F' u8 flags u32 len payload, see sockserver.c),
+ * so the socket worker writes slots to the socket as they are: many frames
+ * per lock round trip, per wake-up and per send().  Frames are packed into
+ * the producer's open slot until the next one does not fit; a frame larger
+ * than TRELLARA_QUEUE_SLOT_BYTES is split into chunks of that size, one
+ * per slot, all but the last carrying TRELLARA_CHUNK_MORE.  When the queue
+ * is full the decoder waits on its latch: frames are never dropped and the
+ * queue never grows.
+ *
+ * Every commit and progress frame in a slot is an ack point: the byte
+ * offset just past it and the LSN a sidecar may acknowledge once those
+ * bytes are written to it.  A slot is published early when its ack points
+ * are used up.
  */
 #define TRELLARA_QUEUE_SLOTS		16
-#define TRELLARA_QUEUE_SLOT_BYTES	(64 * 1024)
+#define TRELLARA_QUEUE_SLOT_BYTES	(64 * 1024)		/* largest chunk payload */
+#define TRELLARA_FRAME_HEADER_BYTES	6	/* 'F' u8 flags u32 len */
+#define TRELLARA_SLOT_DATA_BYTES	(TRELLARA_FRAME_HEADER_BYTES + TRELLARA_QUEUE_SLOT_BYTES)
+#define TRELLARA_SLOT_ACKS			512
 #define TRELLARA_CHUNK_MORE			0x01
+
+typedef struct TrellaraAckPoint
+{
+	uint32		end;			/* offset in data[] just past the frame */
+	XLogRecPtr	lsn;			/* what a sidecar may ack once it has it */
+} TrellaraAckPoint;
 
 typedef struct TrellaraQueueSlot
 {
-	uint32		len;			/* payload bytes in data[] */
-	uint8		flags;			/* TRELLARA_CHUNK_MORE */
-	/* set on the last chunk of a 'C' or 'P' frame: the LSN a sidecar may ack */
-	XLogRecPtr	ack_lsn;
-	char		data[TRELLARA_QUEUE_SLOT_BYTES];
+	uint32		len;			/* bytes of whole messages in data[] */
+	uint32		nacks;			/* ack points used */
+	TrellaraAckPoint acks[TRELLARA_SLOT_ACKS];
+	char		data[TRELLARA_SLOT_DATA_BYTES];
 } TrellaraQueueSlot;
 
 typedef struct TrellaraShared
@@ -110,9 +134,9 @@ typedef struct TrellaraShared
 	LWLock	   *lock;			/* protects every field below but data[] */
 
 	/*
-	 * head and tail count slots ever written and ever taken; head - tail is
-	 * the fill level.  The single producer fills slots[head % N] outside
-	 * the lock and then advances head under it (the lock orders the copy
+	 * head and tail count slots ever published and ever taken; head - tail
+	 * is the fill level.  The single producer fills slots[head % N] outside
+	 * the lock (once head - tail < N) and then advances head under it (the lock orders the copy
 	 * before the index update); no one else touches that slot meanwhile.
 	 * The consumer copies slots[tail % N] under the lock, because a
 	 * restarting decoder resets head and tail and rewrites slot 0, and the
@@ -133,11 +157,14 @@ typedef struct TrellaraShared
 
 	pid_t		decoder_pid;
 	pid_t		socket_pid;
-	Latch	   *decoder_latch;	/* set when queue space frees or an ack lands */
-	Latch	   *socket_latch;	/* set when a slot is filled */
+	Latch	   *decoder_latch;	/* set when a full queue frees or an ack lands */
+	Latch	   *socket_latch;	/* set when the queue stops being empty */
 
 	TrellaraQueueSlot slots[TRELLARA_QUEUE_SLOTS];
 } TrellaraShared;
+
+/* output.c: 'R' once per decoding session, not per transaction */
+extern bool trellara_relations_once;
 
 /* trellara.c */
 extern TrellaraShared *trellara_shared;

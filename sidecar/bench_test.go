@@ -43,75 +43,94 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 	fence := l.fence(b, "bench")
 
 	b.ResetTimer()
-	relayLog, _, err := segmentlog.Open(b.TempDir(), segmentlog.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer relayLog.Close()
-	rc, err := pgconn.Connect(ctx, l.c.ReplicationURL("postgres"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rc.Close(ctx)
-	var relayDurable uint64
-	rs := relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Config{
-		SourceID: "bench", Slot: "relay", Publication: "pub", Streaming: true,
-		Assembler: relay.AssemblerOptions{SpillDir: b.TempDir()},
-		OnDurable: func(e uint64) { relayDurable = e },
-		Stop:      func() bool { return relayDurable > fence },
-	})
-	go func() {
-		// The walsender appears once the session starts streaming.
-		for i := 0; i < 100 && walsenderPID.Load() == 0; i++ {
-			time.Sleep(10 * time.Millisecond)
-			if p, err := strconv.Atoi(l.query(b, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'walsender'`)); err == nil {
-				walsenderPID.Store(int64(p))
-			}
+	var relaySecs, relayGo, walsenderCPU float64
+	var rs *relay.Session
+	runRelay := func() {
+		relayLog, _, err := segmentlog.Open(b.TempDir(), segmentlog.Options{})
+		if err != nil {
+			b.Fatal(err)
 		}
-	}()
-	self0 := selfCPU()
-	t0 := time.Now()
-	if err := rs.Run(ctx); err != nil {
-		b.Fatal(err)
+		defer relayLog.Close()
+		rc, err := pgconn.Connect(ctx, l.c.ReplicationURL("postgres"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rc.Close(ctx)
+		var relayDurable uint64
+		rs = relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Config{
+			SourceID: "bench", Slot: "relay", Publication: "pub", Streaming: true,
+			Assembler: relay.AssemblerOptions{SpillDir: b.TempDir()},
+			OnDurable: func(e uint64) { relayDurable = e },
+			Stop:      func() bool { return relayDurable > fence },
+		})
+		go func() {
+			// The walsender appears once the session starts streaming.
+			for i := 0; i < 100 && walsenderPID.Load() == 0; i++ {
+				time.Sleep(10 * time.Millisecond)
+				if p, err := strconv.Atoi(l.query(b, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'walsender'`)); err == nil {
+					walsenderPID.Store(int64(p))
+				}
+			}
+		}()
+		self0 := selfCPU()
+		t0 := time.Now()
+		if err := rs.Run(ctx); err != nil {
+			b.Fatal(err)
+		}
+		relaySecs = time.Since(t0).Seconds()
+		relayGo = selfCPU() - self0
+		walsenderCPU = procCPU(int(walsenderPID.Load()))
 	}
-	relaySecs := time.Since(t0).Seconds()
-	relayGo := selfCPU() - self0
-	walsenderCPU := procCPU(int(walsenderPID.Load()))
 
-	sideLog, _, err := segmentlog.Open(b.TempDir(), segmentlog.Options{})
-	if err != nil {
-		b.Fatal(err)
+	var sideSecs, sideGo, decCPU, sockCPU float64
+	var s *Sidecar
+	runSidecar := func() {
+		sideLog, _, err := segmentlog.Open(b.TempDir(), segmentlog.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sideLog.Close()
+		// The workers' CPU is read when the fence is acknowledged: once the
+		// sidecar disconnects the decoder restarts (by design) and its
+		// process is gone.
+		decPID, _ := strconv.Atoi(l.query(b, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'trellara decoder'`))
+		sockPID := procByTitle("trellara socket server")
+		dec0, sock0 := procCPU(decPID), procCPU(sockPID)
+		var acked atomic.Uint64
+		s, err = New(Options{Dial: l.dialer(b), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
+			SpillDir: b.TempDir(), OnDurable: func(e uint64) { acked.Store(e) },
+			Stop: func() bool {
+				if acked.Load() <= fence {
+					return false
+				}
+				if decCPU == 0 {
+					decCPU, sockCPU = procCPU(decPID)-dec0, procCPU(sockPID)-sock0
+				}
+				return true
+			}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		self0 := selfCPU()
+		t1 := time.Now()
+		if err := s.Run(ctx); err != nil {
+			b.Fatal(err)
+		}
+		sideSecs = time.Since(t1).Seconds()
+		sideGo = selfCPU() - self0
 	}
-	defer sideLog.Close()
-	// The workers' CPU is read when the fence is acknowledged: once the
-	// sidecar disconnects the decoder restarts (by design) and its process
-	// is gone.
-	decPID, _ := strconv.Atoi(l.query(b, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'trellara decoder'`))
-	sockPID := procByTitle("trellara socket server")
-	dec0, sock0 := procCPU(decPID), procCPU(sockPID)
-	var decCPU, sockCPU float64
-	var acked atomic.Uint64
-	s, err := New(Options{Dial: l.dialer(b), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
-		SpillDir: b.TempDir(), OnDurable: func(e uint64) { acked.Store(e) },
-		Stop: func() bool {
-			if acked.Load() <= fence {
-				return false
-			}
-			if decCPU == 0 {
-				decCPU, sockCPU = procCPU(decPID)-dec0, procCPU(sockPID)-sock0
-			}
-			return true
-		}})
-	if err != nil {
-		b.Fatal(err)
+
+	// TRELLARA_BENCH_ORDER=sidecar-first swaps the order, so that two runs
+	// give the ABBA sequence (relay, sidecar, sidecar, relay).
+	order := "relay-first"
+	if os.Getenv("TRELLARA_BENCH_ORDER") == "sidecar-first" {
+		order = "sidecar-first"
+		runSidecar()
+		runRelay()
+	} else {
+		runRelay()
+		runSidecar()
 	}
-	self0 = selfCPU()
-	t1 := time.Now()
-	if err := s.Run(ctx); err != nil {
-		b.Fatal(err)
-	}
-	sideSecs := time.Since(t1).Seconds()
-	sideGo := selfCPU() - self0
 	b.StopTimer()
 
 	rst, sst := rs.Stats(), s.Stats()
@@ -122,8 +141,8 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 	b.ReportMetric(float64(txns)/relaySecs, "relay_txn/s")
 	b.ReportMetric(float64(txns)/sideSecs, "sidecar_txn/s")
 	b.ReportMetric(relaySecs/sideSecs, "sidecar/relay")
-	b.Logf("%d TPC-B-like transactions (%d units, %d envelope bytes each path): relay %.2fs, extension+sidecar %.2fs (%d frames), ratio %.2f",
-		txns, sst.Published, sst.Bytes, relaySecs, sideSecs, sst.Frames, relaySecs/sideSecs)
+	b.Logf("%d TPC-B-like transactions (%d units, %d envelope bytes each path), %s: relay %.2fs, extension+sidecar %.2fs (%d frames), ratio %.2f",
+		txns, sst.Published, sst.Bytes, order, relaySecs, sideSecs, sst.Frames, relaySecs/sideSecs)
 	if dst := os.Getenv("TRELLARA_BENCH_SERVERLOG"); dst != "" {
 		lb, _ := os.ReadFile(l.c.LogPath())
 		_ = os.WriteFile(dst, lb, 0o644)

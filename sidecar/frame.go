@@ -203,15 +203,18 @@ func (r *frameReader) tuple(what string) []pgoutput.Column {
 		return nil
 	}
 	cols := make([]pgoutput.Column, n)
+	// Field names are composed only for an error: not per column.
+	r.scope = what
+	defer func() { r.scope = "" }()
 	for i := range cols {
-		k := r.u8(what + " value kind")
+		k := r.u8("value kind")
 		switch k {
 		case colNull:
 			cols[i].Kind = pgoutput.ColumnNull
 		case colUnchanged:
 			cols[i].Kind = pgoutput.ColumnUnchangedToast
 		case colText:
-			cols[i] = pgoutput.Column{Kind: pgoutput.ColumnText, Data: r.str(what + " value")}
+			cols[i] = pgoutput.Column{Kind: pgoutput.ColumnText, Data: r.str("value")}
 		default:
 			if !r.failed() {
 				r.failAt(r.off-1, "%s column %d: value kind %q is not n, u or t", what, i, rune(k))
@@ -232,6 +235,7 @@ type frameReader struct {
 	off    int
 	reason string
 	errOff int
+	scope  string // prefixes field names in errors ("new tuple")
 }
 
 func (r *frameReader) remaining() int { return len(r.buf) - r.off }
@@ -249,19 +253,27 @@ func (r *frameReader) err(at uint64, typ byte) error {
 	return &FrameError{LSN: at, Type: typ, Offset: r.errOff, Reason: r.reason}
 }
 
-func (r *frameReader) need(n int, field string) bool {
+// name is field as errors spell it: within the scope, with suffix.
+func (r *frameReader) name(field, suffix string) string {
+	if r.scope != "" {
+		return r.scope + " " + field + suffix
+	}
+	return field + suffix
+}
+
+func (r *frameReader) need(n int, field, suffix string) bool {
 	if r.reason != "" {
 		return false
 	}
 	if n > r.remaining() {
-		r.fail("truncated: %s needs %d bytes, %d remain", field, n, r.remaining())
+		r.fail("truncated: %s needs %d bytes, %d remain", r.name(field, suffix), n, r.remaining())
 		return false
 	}
 	return true
 }
 
 func (r *frameReader) u8(field string) uint8 {
-	if !r.need(1, field) {
+	if !r.need(1, field, "") {
 		return 0
 	}
 	r.off++
@@ -269,15 +281,17 @@ func (r *frameReader) u8(field string) uint8 {
 }
 
 func (r *frameReader) u16(field string) uint16 {
-	if !r.need(2, field) {
+	if !r.need(2, field, "") {
 		return 0
 	}
 	r.off += 2
 	return binary.BigEndian.Uint16(r.buf[r.off-2:])
 }
 
-func (r *frameReader) u32(field string) uint32 {
-	if !r.need(4, field) {
+func (r *frameReader) u32(field string) uint32 { return r.u32s(field, "") }
+
+func (r *frameReader) u32s(field, suffix string) uint32 {
+	if !r.need(4, field, suffix) {
 		return 0
 	}
 	r.off += 4
@@ -285,7 +299,7 @@ func (r *frameReader) u32(field string) uint32 {
 }
 
 func (r *frameReader) u64(field string) uint64 {
-	if !r.need(8, field) {
+	if !r.need(8, field, "") {
 		return 0
 	}
 	r.off += 8
@@ -301,12 +315,12 @@ func (r *frameReader) time(field string) pgoutput.Timestamp {
 // str reads a u32-length string without copying; the slice's capacity ends
 // at its length so an append by a consumer cannot overwrite what follows.
 func (r *frameReader) str(field string) []byte {
-	n := r.u32(field + " length")
+	n := r.u32s(field, " length")
 	if r.failed() {
 		return nil
 	}
 	if uint64(n) > uint64(r.remaining()) {
-		r.fail("truncated: %s is %d bytes, %d remain", field, n, r.remaining())
+		r.fail("truncated: %s is %d bytes, %d remain", r.name(field, ""), n, r.remaining())
 		return nil
 	}
 	s := r.buf[r.off : r.off+int(n) : r.off+int(n)]

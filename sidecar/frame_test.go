@@ -259,6 +259,9 @@ func TestFrameErrors(t *testing.T) {
 		{"old kind", "01 44 00000001 58", "old tuple kind"},
 		{"value kind", "01 49 00000001 0001 62 00000000", "value kind"},
 		{"huge string", "01 49 00000001 0001 74 ffffffff", "truncated"},
+		{"value length cut", "01 49 00000001 0001 74 000000", "truncated: new tuple value length needs 4 bytes"},
+		{"value cut", "01 55 00000001 4b 0001 74 00000009 61", "truncated: old tuple value is 9 bytes"},
+		{"new value cut", "01 55 00000001 4f 0001 6e 0001 74 0000", "truncated: new tuple value length needs 4 bytes"},
 		{"tuple count", "01 49 00000001 ffff 6e", "cannot fit"},
 		{"truncate flags", "01 54 04 00000001 00000001", "truncate flags"},
 		{"truncate count", "01 54 00 00000002 00000001", "does not match"},
@@ -300,4 +303,34 @@ func FuzzFrameDecode(f *testing.F) {
 			t.Fatalf("re-encoding differs:\n got %x\nwant %x", enc, b)
 		}
 	})
+}
+
+// TestFrameDecodeAllocations: a row frame costs its message and its column
+// slice, nothing per column (values alias the frame). The sidecar decodes
+// every frame of the stream, so a per-column allocation shows up in its
+// CPU profile.
+func TestFrameDecodeAllocations(t *testing.T) {
+	cols := make([]pgoutput.Column, 10)
+	for i := range cols {
+		cols[i] = text(fmt.Sprintf("value %d", i))
+	}
+	for _, tc := range []struct {
+		name string
+		m    pgoutput.Message
+		max  float64
+	}{
+		{"insert", &pgoutput.Insert{RelationID: 1, New: cols}, 2},
+		{"update full", &pgoutput.Update{RelationID: 1, OldKind: pgoutput.TupleOld, Old: cols, New: cols}, 3},
+		{"commit", &pgoutput.Commit{CommitLSN: 10, EndLSN: 20}, 1},
+	} {
+		b := appendFrame(nil, tc.m)
+		n := testing.AllocsPerRun(100, func() {
+			if _, err := DecodeFrame(b, 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n > tc.max {
+			t.Errorf("%s: DecodeFrame allocates %.0f times, want at most %.0f", tc.name, n, tc.max)
+		}
+	}
 }

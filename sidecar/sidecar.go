@@ -411,10 +411,10 @@ func (r *reader) loop(ctx context.Context) error {
 
 func (r *reader) frame(ctx context.Context, f []byte) error {
 	if len(f) > 6 && f[0] == FrameVersion && f[1] == frameRelation {
-		// The extension repeats a relation's 'R' frame in every transaction
-		// (so any transaction decodes alone); the assembler would rebuild
-		// and re-fingerprint identical metadata each time only to ignore
-		// it. Byte-identical to the last one for this relation: nothing new.
+		// The extension re-sends a relation's 'R' frame after any
+		// invalidation, often unchanged; the assembler would rebuild and
+		// re-fingerprint identical metadata only to ignore it.
+		// Byte-identical to the last one for this relation: nothing new.
 		if rf, ok := r.rels[pgoutput.OID(binary.BigEndian.Uint32(f[2:]))]; ok && bytes.Equal(rf.raw, f) {
 			return nil
 		}
