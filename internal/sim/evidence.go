@@ -58,7 +58,7 @@ var (
 		Row:     "pgoutput v2 decode (streaming, subtransaction aborts, TOAST, truncate, messages), one envelope per committed transaction, bounded memory with spill",
 		Command: "go test ./relay/...", Note: "captured corpus, fuzz, relay output = server's own decoding"}
 	evLoop = Evidence{Doc: readme, Section: readmeEv,
-		Row:     "The public loop: init → check → preflight → run --local --verify → verify → status",
+		Row:     "The public loop: init → check → preflight → run --local --verify → the service with verify beside it → status",
 		Command: "go test ./internal/flow", Note: "pipeline SIGKILLed, target killed, source restarted → CONVERGED, exactly once"}
 	evApply = Evidence{Doc: readme, Section: readmeEv,
 		Row:     "Atomic apply: data and checkpoint in one target transaction, redelivery skipped, unchanged TOAST untouched, quarantine with replay command",
