@@ -1,0 +1,468 @@
+// Package schemachange classifies a change to a captured relation's shape —
+// the pgoutput Relation message seen in the stream against the shape pinned
+// when the relation was first captured — into one of eleven kinds, and each
+// kind on three axes: compatibility, decision and the configured apply mode.
+// It also writes the target DDL for the changes Trellara applies itself.
+//
+// Everything here is a pure function of its arguments; docs/SCHEMA.md is
+// the user-facing description of the same rules.
+//
+// What pgoutput tells and what it does not: a Relation message carries, per
+// column, its name, type OID, type modifier and whether it is part of the
+// replica identity key. It carries no NOT NULL flag and no default, and no
+// message at all is sent for a dropped table or for a change that leaves
+// those four facts unchanged (SET NOT NULL, SET DEFAULT). Where a kind
+// depends on NOT NULL or a default (an added column), the caller reads the
+// source catalog at the drift point and passes the facts in Column.Facts;
+// without them an added column is classified as not known to be nullable,
+// which blocks.
+package schemachange
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Kind is a change kind. The string values are part of the envelope's
+// DDLEvent.kind and of `schema ddl-plan`'s JSON.
+type Kind string
+
+// The eleven change kinds.
+const (
+	AddNullableColumn        Kind = "add_nullable_column"
+	AddColumnDefaultNotNull  Kind = "add_column_with_default_or_not_null"
+	DropColumn               Kind = "drop_column"
+	RenameColumn             Kind = "rename_column"
+	WidenType                Kind = "widen_type"
+	NarrowOrIncompatibleType Kind = "narrow_or_incompatible_type"
+	IncreaseVarchar          Kind = "increase_varchar"
+	SetNotNull               Kind = "set_not_null"
+	PrimaryKeyChange         Kind = "primary_key_change"
+	AddTable                 Kind = "add_table"
+	DropOrRenameTable        Kind = "drop_or_rename_table"
+)
+
+// Kinds lists every kind in documentation order.
+var Kinds = []Kind{AddNullableColumn, AddColumnDefaultNotNull, DropColumn, RenameColumn, WidenType,
+	NarrowOrIncompatibleType, IncreaseVarchar, SetNotNull, PrimaryKeyChange, AddTable, DropOrRenameTable}
+
+// Compatibility is the first axis.
+type Compatibility string
+
+// Compatibility values.
+const (
+	Compatible             Compatibility = "compatible"
+	RequiresMapping        Compatibility = "requires-mapping"
+	DestructiveOrAmbiguous Compatibility = "destructive-or-ambiguous"
+	BlockedByPolicy        Compatibility = "blocked-by-policy"
+)
+
+// Decision is the second axis.
+type Decision string
+
+// Decision values.
+const (
+	AutoApply      Decision = "auto-apply"
+	StageThenApply Decision = "stage-then-apply"
+	ManualReview   Decision = "manual-review"
+	Block          Decision = "block"
+)
+
+// Mode is the third axis: the target apply mode (target.mode).
+type Mode string
+
+// Apply modes.
+const (
+	ModeStrict      Mode = "strict"
+	ModePartitioned Mode = "partitioned"
+)
+
+// Facts are what the source catalog says about a column beyond pgoutput.
+type Facts struct {
+	TypeName   string // format_type(atttypid, atttypmod), e.g. "numeric(12,2)"
+	NotNull    bool
+	HasDefault bool
+}
+
+// Column is one column of a relation shape.
+type Column struct {
+	Name    string `json:"name"`
+	TypeOID uint32 `json:"type_oid"`
+	TypeMod int32  `json:"type_modifier"`
+	Key     bool   `json:"key,omitempty"`
+	// Facts, when non-nil, were read from the source catalog.
+	Facts *Facts `json:"catalog,omitempty"`
+}
+
+// Type is the column's SQL type text: the catalog's when known, else the
+// built-in name for its OID and modifier ("" when neither is known).
+func (c Column) Type() string {
+	if c.Facts != nil && c.Facts.TypeName != "" {
+		return c.Facts.TypeName
+	}
+	return TypeName(c.TypeOID, c.TypeMod)
+}
+
+// Shape is a relation's columns in attribute order.
+type Shape struct {
+	Relation string   `json:"relation"` // schema.name as PostgreSQL quotes it
+	OID      uint32   `json:"oid,omitempty"`
+	Columns  []Column `json:"columns"`
+}
+
+// Change is one classified difference between the pinned and the live
+// shape of a relation.
+type Change struct {
+	Kind   Kind   `json:"kind"`
+	Column string `json:"column,omitempty"` // the column concerned (new name for a rename)
+	// From and To describe the column before and after ("" where it did
+	// not exist): name and type.
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+}
+
+// Classification is a change's three axes.
+type Classification struct {
+	Compatibility Compatibility `json:"compatibility"`
+	Decision      Decision      `json:"decision"`
+	Mode          Mode          `json:"mode"`
+	// Why explains the decision in one sentence.
+	Why string `json:"why"`
+}
+
+// Policy is what classification needs from the configuration.
+type Policy struct {
+	Mode Mode
+	// Configured reports whether the relation is one of the flow's
+	// configured tables.
+	Configured bool
+}
+
+// Diff classifies every difference between pinned and live, the same
+// relation's shape before and after. Columns are matched by name; a column
+// that changed name in place (same position, same type, the only
+// difference) is a rename. An empty result means no classified change
+// (the shapes may still differ in facts pgoutput does not carry).
+func Diff(pinned, live Shape) []Change {
+	var out []Change
+	if pinned.Relation != "" && live.Relation != "" && pinned.Relation != live.Relation {
+		return []Change{{Kind: DropOrRenameTable, From: pinned.Relation, To: live.Relation}}
+	}
+	oldBy := index(pinned.Columns)
+	newBy := index(live.Columns)
+	var gone, added []Column
+	for _, c := range pinned.Columns {
+		if _, ok := newBy[c.Name]; !ok {
+			gone = append(gone, c)
+		}
+	}
+	for _, c := range live.Columns {
+		if _, ok := oldBy[c.Name]; !ok {
+			added = append(added, c)
+		}
+	}
+	// A rename: one column gone, one added, at the same position, same
+	// type and key flag.
+	if len(gone) == 1 && len(added) == 1 && len(pinned.Columns) == len(live.Columns) {
+		g, a := gone[0], added[0]
+		if position(pinned.Columns, g.Name) == position(live.Columns, a.Name) &&
+			g.TypeOID == a.TypeOID && g.TypeMod == a.TypeMod && g.Key == a.Key {
+			out = append(out, Change{Kind: RenameColumn, Column: a.Name, From: describe(g), To: describe(a)})
+			gone, added = nil, nil
+		}
+	}
+	for _, g := range gone {
+		out = append(out, Change{Kind: DropColumn, Column: g.Name, From: describe(g)})
+	}
+	keyChanged := false
+	for _, n := range live.Columns {
+		o, ok := oldBy[n.Name]
+		if !ok {
+			continue
+		}
+		if o.Key != n.Key {
+			keyChanged = true
+		}
+		if o.TypeOID != n.TypeOID || o.TypeMod != n.TypeMod {
+			out = append(out, Change{Kind: typeChange(o, n), Column: n.Name, From: describe(o), To: describe(n)})
+		}
+		if o.Facts != nil && n.Facts != nil && !o.Facts.NotNull && n.Facts.NotNull {
+			out = append(out, Change{Kind: SetNotNull, Column: n.Name, From: describe(o), To: describe(n) + " NOT NULL"})
+		}
+	}
+	for _, a := range added {
+		if a.Key {
+			keyChanged = true
+		}
+		k := AddColumnDefaultNotNull
+		if a.Facts != nil && !a.Facts.NotNull && !a.Facts.HasDefault {
+			k = AddNullableColumn
+		}
+		out = append(out, Change{Kind: k, Column: a.Name, To: describe(a)})
+	}
+	for _, g := range gone {
+		if g.Key {
+			keyChanged = true
+		}
+	}
+	if keyChanged {
+		out = append(out, Change{Kind: PrimaryKeyChange, From: keyList(pinned.Columns), To: keyList(live.Columns)})
+	}
+	return out
+}
+
+func index(cols []Column) map[string]Column {
+	m := make(map[string]Column, len(cols))
+	for _, c := range cols {
+		m[c.Name] = c
+	}
+	return m
+}
+
+func position(cols []Column, name string) int {
+	for i, c := range cols {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func describe(c Column) string {
+	t := c.Type()
+	if t == "" {
+		t = fmt.Sprintf("type oid %d", c.TypeOID)
+	}
+	return c.Name + " " + t
+}
+
+func keyList(cols []Column) string {
+	var k []string
+	for _, c := range cols {
+		if c.Key {
+			k = append(k, c.Name)
+		}
+	}
+	return "key (" + strings.Join(k, ", ") + ")"
+}
+
+// Built-in type OIDs the widening rules name.
+const (
+	oidInt2    = 21
+	oidInt4    = 23
+	oidInt8    = 20
+	oidFloat4  = 700
+	oidFloat8  = 701
+	oidNumeric = 1700
+	oidText    = 25
+	oidVarchar = 1043
+)
+
+// typeChange classifies a same-named column whose type or modifier changed.
+// The safe widenings (every value of the old type is a value of the new one,
+// with the same text form, so rows already applied stay correct):
+//
+//	int2 → int4 → int8 (and int2 → int8)
+//	float4 → float8
+//	int2, int4, int8 → numeric without a modifier
+//	numeric(p,s) → numeric(p',s) with p' ≥ p; numeric(p,s) → numeric
+//	varchar(n) → text; varchar → text
+//
+// varchar(n) → varchar(m) with m > n (or no limit) is increase_varchar.
+// Anything else is narrow_or_incompatible_type.
+func typeChange(o, n Column) Kind {
+	switch {
+	case o.TypeOID == oidVarchar && n.TypeOID == oidVarchar:
+		if n.TypeMod < 0 || (o.TypeMod >= 0 && n.TypeMod > o.TypeMod) {
+			return IncreaseVarchar
+		}
+		return NarrowOrIncompatibleType
+	case o.TypeOID == oidVarchar && n.TypeOID == oidText:
+		return WidenType
+	case intRank(o.TypeOID) > 0 && intRank(n.TypeOID) > intRank(o.TypeOID):
+		return WidenType
+	case o.TypeOID == oidFloat4 && n.TypeOID == oidFloat8:
+		return WidenType
+	case intRank(o.TypeOID) > 0 && n.TypeOID == oidNumeric && n.TypeMod < 0:
+		return WidenType
+	case o.TypeOID == oidNumeric && n.TypeOID == oidNumeric:
+		if n.TypeMod < 0 {
+			return WidenType
+		}
+		if o.TypeMod >= 0 {
+			op, os := numericMod(o.TypeMod)
+			np, ns := numericMod(n.TypeMod)
+			if ns == os && np >= op {
+				return WidenType
+			}
+		}
+	}
+	return NarrowOrIncompatibleType
+}
+
+func intRank(oid uint32) int {
+	switch oid {
+	case oidInt2:
+		return 1
+	case oidInt4:
+		return 2
+	case oidInt8:
+		return 3
+	}
+	return 0
+}
+
+// numericMod splits numeric's typmod into precision and scale.
+func numericMod(mod int32) (p, s int) {
+	m := int(mod) - 4
+	return (m >> 16) & 0xffff, m & 0xffff
+}
+
+// TypeName is the SQL text of a built-in type with its modifier, or "" for
+// a type this package does not know by OID (the catalog then names it).
+func TypeName(oid uint32, mod int32) string {
+	switch oid {
+	case 16:
+		return "boolean"
+	case oidInt2:
+		return "smallint"
+	case oidInt4:
+		return "integer"
+	case oidInt8:
+		return "bigint"
+	case oidFloat4:
+		return "real"
+	case oidFloat8:
+		return "double precision"
+	case oidText:
+		return "text"
+	case 17:
+		return "bytea"
+	case 1082:
+		return "date"
+	case 1114:
+		return "timestamp without time zone"
+	case 1184:
+		return "timestamp with time zone"
+	case 2950:
+		return "uuid"
+	case 114:
+		return "json"
+	case 3802:
+		return "jsonb"
+	case oidNumeric:
+		if mod < 0 {
+			return "numeric"
+		}
+		p, s := numericMod(mod)
+		return fmt.Sprintf("numeric(%d,%d)", p, s)
+	case oidVarchar:
+		if mod < 0 {
+			return "character varying"
+		}
+		return fmt.Sprintf("character varying(%d)", mod-4)
+	case 1042:
+		if mod < 0 {
+			return "character"
+		}
+		return fmt.Sprintf("character(%d)", mod-4)
+	}
+	return ""
+}
+
+// Classify puts kind on the three axes under p. Only add_nullable_column,
+// widen_type and increase_varchar are ever compatible, and only on a
+// configured table; in partitioned mode a compatible change must be staged
+// across every partition, which Trellara does not automate, so it blocks.
+func Classify(k Kind, p Policy) Classification {
+	mode := p.Mode
+	if mode == "" {
+		mode = ModeStrict
+	}
+	c := Classification{Mode: mode}
+	switch k {
+	case AddNullableColumn, WidenType, IncreaseVarchar:
+		switch {
+		case !p.Configured:
+			c.Compatibility, c.Decision = BlockedByPolicy, Block
+			c.Why = "the table is not one of the flow's configured tables"
+		case mode == ModePartitioned:
+			c.Compatibility, c.Decision = Compatible, StageThenApply
+			c.Why = "a DDL barrier in partitioned mode must hold every partition at the change; this is not automated, so capture stops"
+		default:
+			c.Compatibility, c.Decision = Compatible, AutoApply
+			c.Why = "every row before the change stays valid on the target; the target DDL is applied in one transaction with the first row after it"
+		}
+	case RenameColumn:
+		c.Compatibility, c.Decision = RequiresMapping, ManualReview
+		c.Why = "a rename looks like a dropped column and an added one; it needs an explicit mapping, which Trellara does not support yet"
+	case AddColumnDefaultNotNull:
+		c.Compatibility, c.Decision = RequiresMapping, ManualReview
+		c.Why = "rows already on the target would need the column's default or a value the source never sent (or the column's nullability is unknown)"
+	case AddTable:
+		c.Compatibility, c.Decision = BlockedByPolicy, Block
+		c.Why = "the table is not configured and unknown_table_policy does not admit it"
+	case DropColumn, NarrowOrIncompatibleType, SetNotNull, PrimaryKeyChange, DropOrRenameTable:
+		c.Compatibility, c.Decision = DestructiveOrAmbiguous, Block
+		c.Why = "rows already applied may no longer fit, or the target cannot be changed to match without losing or re-identifying data"
+	default:
+		c.Compatibility, c.Decision = DestructiveOrAmbiguous, Block
+		c.Why = "unknown change kind"
+	}
+	return c
+}
+
+// AutoApplies reports whether every change in cs is auto-apply under p: the
+// changes then flow through a DDL barrier by themselves.
+func AutoApplies(cs []Change, p Policy) bool {
+	if len(cs) == 0 {
+		return false
+	}
+	for _, c := range cs {
+		if Classify(c.Kind, p).Decision != AutoApply {
+			return false
+		}
+	}
+	return true
+}
+
+// TargetDDL is the statement Trellara runs on the target for change c of
+// relation (the target table's quoted name), or "" when it runs none (the
+// change is not one Trellara applies, or the new type is not known). The
+// statements are idempotent: running one twice leaves the target as once.
+func TargetDDL(relation string, c Change, live Shape) string {
+	var col *Column
+	for i := range live.Columns {
+		if live.Columns[i].Name == c.Column {
+			col = &live.Columns[i]
+		}
+	}
+	if col == nil || col.Type() == "" {
+		return ""
+	}
+	name := quoteIdent(col.Name)
+	switch c.Kind {
+	case AddNullableColumn:
+		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", relation, name, col.Type())
+	case WidenType, IncreaseVarchar:
+		return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", relation, name, col.Type())
+	}
+	return ""
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Summary names the kinds of cs, sorted and without repeats.
+func Summary(cs []Change) string {
+	seen := map[Kind]bool{}
+	var ks []string
+	for _, c := range cs {
+		if !seen[c.Kind] {
+			seen[c.Kind] = true
+			ks = append(ks, string(c.Kind))
+		}
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, ", ")
+}
