@@ -95,6 +95,9 @@ type Stats struct {
 	// ChunkedTxns counts source transactions applied from CHUNK
 	// sequences (also counted in TxnsApplied).
 	ChunkedTxns int64
+	// DDLBarriers counts DDL barrier units applied: target DDL committed
+	// with the first transaction of the new shape.
+	DDLBarriers int64
 	// FoldedTxns counts source transactions the PostgreSQL target wrote
 	// with folded, set-based statements (compact.go) and committed.
 	FoldedTxns int64
@@ -685,6 +688,17 @@ type failure struct {
 // committed on their own and the failing one is isolated and quarantined;
 // nothing after it is applied.
 func (a *Applier) processTxns(ctx context.Context, units []*unit, cur Cursor) error {
+	// A DDL barrier starts a target transaction: every transaction before
+	// it commits first, then the target DDL and the transactions from the
+	// barrier on commit together.
+	for i, u := range units {
+		if i > 0 && envelope.IsBarrier(u.env) {
+			if err := a.processTxns(ctx, units[:i], cur); err != nil {
+				return err
+			}
+			return a.processTxns(ctx, units[i:], cur)
+		}
+	}
 	f, err := a.tryTxns(ctx, units, cur)
 	if err != nil || f == nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/mutation"
 )
@@ -103,6 +104,9 @@ func (a *Applier) commit(ctx context.Context, tx TargetTx, c txnCommit, cur Curs
 	a.stats.MessagesIgnored += int64(c.messages)
 	a.stats.TargetTxns++
 	for _, u := range c.applied {
+		if envelope.IsBarrier(u.env) {
+			a.stats.DDLBarriers++
+		}
 		switch u.kind() {
 		case pb.UnitKind_UNIT_KIND_SNAPSHOT:
 			a.stats.SnapshotBatches++

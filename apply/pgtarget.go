@@ -12,7 +12,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/schemachange"
 )
 
 // pgTarget is the PostgreSQL Target: it owns one connection and turns the
@@ -305,6 +308,11 @@ type stmtMeta struct {
 // batch of them can be folded into set-based statements at Flush; their
 // row counts are known now.
 func (x *pgTx) Apply(ctx context.Context, ui int, env *pb.Envelope) (int, int, error) {
+	if envelope.IsBarrier(env) {
+		if err := x.applyBarrier(ctx, ui, env); err != nil {
+			return 0, 0, err
+		}
+	}
 	if env.GetBoundary().GetKind() == pb.UnitKind_UNIT_KIND_TRANSACTION {
 		rows, msgs := 0, 0
 		for _, r := range env.Rows {
@@ -322,6 +330,55 @@ func (x *pgTx) Apply(ctx context.Context, ui int, env *pb.Envelope) (int, int, e
 		return 0, 0, err
 	}
 	return x.applyRows(ctx, ui, env)
+}
+
+// applyBarrier runs the target DDL of a DDL barrier unit in this
+// transaction, after everything queued before it and before the unit's
+// rows, so the change and the first rows of the new shape commit together.
+// The statements are idempotent (schemachange.Statement): a barrier the
+// relay emits again after a crash changes nothing.
+func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error {
+	if err := x.Flush(ctx); err != nil {
+		return err
+	}
+	t := x.t
+	for _, d := range env.DdlEvents {
+		if d.Column == "" {
+			continue
+		}
+		var rel *pb.Relation
+		for _, r := range env.Relations {
+			if relationName(r) == d.Relation {
+				rel = r
+			}
+		}
+		if rel == nil {
+			return fmt.Errorf("apply: DDL barrier at commit LSN %s: %s of %s names no relation of the unit",
+				envelope.FormatLSN(env.CommitLsn), d.Kind, d.Relation)
+		}
+		p := t.plan(rel)
+		stmt := schemachange.Statement(p.target, schemachange.Kind(d.Kind), d.Column, d.ColumnType)
+		if stmt == "" {
+			return fmt.Errorf("apply: DDL barrier at commit LSN %s: %s of %s.%s is not a change Trellara applies; see %s",
+				envelope.FormatLSN(env.CommitLsn), d.Kind, d.Relation, d.Column, shell.Trellara("schema ddl-plan", t.cfg.ConfigPath))
+		}
+		if _, err := x.tx.Exec(ctx, stmt); err != nil {
+			return t.refusal(ctx, ui, p.source, err)
+		}
+	}
+	// Statements prepared before the change have the old column types as
+	// parameter types: prepare again.
+	if err := t.conn.DeallocateAll(ctx); err != nil {
+		return err
+	}
+	clear(t.prepared)
+	clear(t.plans)
+	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
+		if err := t.prepare(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // applyRows writes env's changes one statement per row.

@@ -10,9 +10,27 @@ import (
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 )
 
-// ProtocolVersion is the only envelope protocol version this package writes
-// and accepts. Part of the wire contract.
+// ProtocolVersion is the envelope protocol version of every unit that is
+// not a DDL barrier. Part of the wire contract.
 const ProtocolVersion = 1
+
+// ProtocolVersionBarrier is the version of a unit that is a DDL barrier:
+// it carries ddl_events with a column, which a reader must apply to the
+// target before the unit's rows. A version 1 reader rejects it rather
+// than apply rows of a shape its target does not have. Readers of this
+// package accept both versions.
+const ProtocolVersionBarrier = 2
+
+// IsBarrier reports whether e carries a DDL event to apply (a version 2
+// DDLEvent, with its column named).
+func IsBarrier(e *pb.Envelope) bool {
+	for _, d := range e.GetDdlEvents() {
+		if d.GetColumn() != "" {
+			return true
+		}
+	}
+	return false
+}
 
 // checksumTag is the key byte of field 13 with wire type 1 (fixed64):
 // (13 << 3) | 1. Part of the wire contract; do not change.
@@ -140,5 +158,8 @@ func Seal(e *pb.Envelope) {
 	e.RowCount = uint64(len(e.Rows))
 	if e.ProtocolVersion == 0 {
 		e.ProtocolVersion = ProtocolVersion
+	}
+	if IsBarrier(e) {
+		e.ProtocolVersion = ProtocolVersionBarrier
 	}
 }

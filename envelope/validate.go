@@ -20,8 +20,14 @@ func Validate(e *pb.Envelope) error {
 		return &InvalidError{SourceID: e.GetSourceId(), CommitLSN: e.GetCommitLsn(), Field: field,
 			Reason: fmt.Sprintf(format, args...)}
 	}
-	if e.ProtocolVersion != ProtocolVersion {
-		return bad("protocol_version", "version %d is not supported (this reader accepts %d)", e.ProtocolVersion, ProtocolVersion)
+	switch {
+	case e.ProtocolVersion == ProtocolVersion && IsBarrier(e):
+		return bad("protocol_version", "version %d cannot carry a DDL barrier (a DDL event naming a column); barriers are version %d",
+			ProtocolVersion, ProtocolVersionBarrier)
+	case e.ProtocolVersion == ProtocolVersionBarrier && !IsBarrier(e):
+		return bad("protocol_version", "version %d is for DDL barriers, and this envelope carries no DDL event naming a column", ProtocolVersionBarrier)
+	case e.ProtocolVersion != ProtocolVersion && e.ProtocolVersion != ProtocolVersionBarrier:
+		return bad("protocol_version", "version %d is not supported (this reader accepts %d and %d)", e.ProtocolVersion, ProtocolVersion, ProtocolVersionBarrier)
 	}
 	if e.SourceId == "" || len(e.SourceId) > sourceIDBytesMax {
 		return bad("source_id", "must be 1..%d bytes, got %d", sourceIDBytesMax, len(e.SourceId))
@@ -77,6 +83,9 @@ func Validate(e *pb.Envelope) error {
 		}
 		if d.Kind == "" {
 			return bad("ddl_events", "event %d has no kind", i)
+		}
+		if d.Column != "" && (d.ColumnType == "" || d.Relation == "") {
+			return bad("ddl_events", "event %d (%s of column %s) has no relation or column type", i, d.Kind, d.Column)
 		}
 	}
 	return nil

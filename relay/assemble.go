@@ -7,11 +7,13 @@ import (
 	"io"
 	"os"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/schemachange"
 )
 
 // Pins remembers the fingerprint each relation was first captured with.
@@ -19,6 +21,15 @@ import (
 type Pins interface {
 	Pinned(relation string) (uint64, bool)
 	Pin(relation string, fingerprint uint64) error
+}
+
+// ShapePins are Pins that also keep each relation's pinned shape, which
+// schema change classification needs (FilePins). With plain Pins every
+// change blocks, unclassified.
+type ShapePins interface {
+	Pins
+	PinnedShape(relation string) (schemachange.Shape, bool)
+	PinShape(relation string, fingerprint uint64, shape schemachange.Shape) error
 }
 
 // AssemblerOptions bound and identify assembly.
@@ -36,6 +47,17 @@ type AssemblerOptions struct {
 	Pins          Pins
 	// InspectCommand is named in schema drift errors.
 	InspectCommand string
+	// Catalog, when set, reads the source catalog's facts about relation's
+	// columns (type name, NOT NULL, default), which pgoutput does not
+	// carry. It is called when a relation is first pinned and at a schema
+	// change; without it an added column's nullability is unknown (blocks).
+	Catalog func(relation string) (map[string]schemachange.Facts, error)
+	// Policy gives the classification policy of relation (configured
+	// table, target mode); nil treats every relation as unconfigured.
+	Policy func(relation string) schemachange.Policy
+	// PlanCommand (trellara schema ddl-plan) is named in a blocked change's
+	// error; Resnapshot is the recovery a blocked plan lists.
+	PlanCommand, Resnapshot string
 }
 
 // Emit receives assembled units in commit order. e is nil for a committed
@@ -52,6 +74,7 @@ type Assembler struct {
 	emit Emit
 
 	rels    map[pgoutput.OID]*relState
+	moves   []pinMove                // pins to move once their barrier is durable
 	cur     *txnBuf                  // open Begin..Commit transaction
 	streams map[pgoutput.XID]*txnBuf // open streamed transactions
 	inBlock *txnBuf                  // target of changes inside a stream block
@@ -75,6 +98,20 @@ type relState struct {
 	rel   *pb.Relation
 	name  string
 	drift *SchemaDriftError
+	// A compatible change: the DDL events every transaction carries until
+	// one carrying them is emitted (barrierOut), and the pin it moves.
+	barrier    []*pb.DDLEvent
+	barrierOut bool
+	shape      schemachange.Shape
+}
+
+// pinMove is a pin to move once the barrier unit ending at endLSN is
+// durable in the transport.
+type pinMove struct {
+	relation    string
+	fingerprint uint64
+	shape       schemachange.Shape
+	endLSN      uint64
 }
 
 // NewAssembler returns an Assembler emitting to emit.
@@ -282,17 +319,179 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 		return nil
 	}
 	st := &relState{rel: rel, name: RelationName(rel)}
-	if a.opts.Pins != nil {
-		if pinned, ok := a.opts.Pins.Pinned(st.name); ok {
-			if pinned != rel.Fingerprint {
-				st.drift = &SchemaDriftError{Relation: st.name, Pinned: pinned, Live: rel.Fingerprint, LSN: uint64(at),
-					LiveColumns: describeColumns(rel), PinnedColumns: "see pins", InspectCommand: a.opts.InspectCommand}
+	prev := a.rels[m.RelationID]
+	a.rels[m.RelationID] = st
+	if a.opts.Pins == nil {
+		return nil
+	}
+	sp, _ := a.opts.Pins.(ShapePins)
+	pinned, ok := a.opts.Pins.Pinned(st.name)
+	switch {
+	case !ok && prev != nil && prev.name != st.name:
+		// The same relation under a new name: renamed.
+		old, _ := a.shapeOf(sp, prev.name, prev.rel, false)
+		live, err := a.shapeOf(sp, st.name, rel, true)
+		if err != nil {
+			return err
+		}
+		st.drift = a.drift(st, prev.rel.Fingerprint, old, live)
+	case !ok:
+		if sp == nil {
+			if err := a.opts.Pins.Pin(st.name, rel.Fingerprint); err != nil {
+				return fmt.Errorf("relay: pin %s: %w", st.name, err)
 			}
-		} else if err := a.opts.Pins.Pin(st.name, rel.Fingerprint); err != nil {
+			return nil
+		}
+		live, err := a.shapeOf(sp, st.name, rel, true)
+		if err != nil {
+			return err
+		}
+		if err := sp.PinShape(st.name, rel.Fingerprint, live); err != nil {
 			return fmt.Errorf("relay: pin %s: %w", st.name, err)
 		}
+	case pinned == rel.Fingerprint:
+		if sp != nil {
+			if _, kept := sp.PinnedShape(st.name); !kept {
+				// A pin taken before shapes were kept: fill it in.
+				live, err := a.shapeOf(sp, st.name, rel, true)
+				if err != nil {
+					return err
+				}
+				if err := sp.PinShape(st.name, rel.Fingerprint, live); err != nil {
+					return fmt.Errorf("relay: pin %s: %w", st.name, err)
+				}
+			}
+		}
+	default:
+		var old schemachange.Shape
+		if sp != nil {
+			old, _ = sp.PinnedShape(st.name)
+		}
+		live, err := a.shapeOf(sp, st.name, rel, true)
+		if err != nil {
+			return err
+		}
+		plan := a.plan(st, old, live)
+		if !plan.AutoApplies() {
+			st.drift = a.drift(st, pinned, old, live)
+			return nil
+		}
+		// Compatible: the first transaction under the new shape carries
+		// the change to the target (a DDL barrier), and the pin moves
+		// once that transaction is durable.
+		st.shape = live
+		for _, c := range plan.Changes {
+			col, typ := c.Column, ""
+			for _, lc := range live.Columns {
+				if lc.Name == col {
+					typ = lc.Type()
+				}
+			}
+			st.barrier = append(st.barrier, &pb.DDLEvent{Kind: string(c.Kind), Relation: st.name, OldFingerprint: pinned,
+				NewFingerprint: rel.Fingerprint, Column: col, ColumnType: typ, Detail: c.TargetDDL})
+		}
 	}
-	a.rels[m.RelationID] = st
+	return nil
+}
+
+// shapeOf is rel's shape, with the source catalog's facts when facts is
+// set and a Catalog is configured.
+func (a *Assembler) shapeOf(sp ShapePins, name string, rel *pb.Relation, facts bool) (schemachange.Shape, error) {
+	var f map[string]schemachange.Facts
+	if facts && a.opts.Catalog != nil {
+		var err error
+		if f, err = a.opts.Catalog(name); err != nil {
+			return schemachange.Shape{}, fmt.Errorf("relay: read the source catalog for %s: %w", name, err)
+		}
+	}
+	return shapeOf(name, rel, f), nil
+}
+
+// shapeOf is rel's shape for classification, with facts where given.
+func shapeOf(name string, rel *pb.Relation, f map[string]schemachange.Facts) schemachange.Shape {
+	sh := schemachange.Shape{Relation: name, OID: rel.Oid}
+	for _, c := range rel.Columns {
+		col := schemachange.Column{Name: c.Name, TypeOID: c.TypeOid, TypeMod: c.TypeModifier, Key: c.Key}
+		if fc, ok := f[c.Name]; ok {
+			fc := fc
+			col.Facts = &fc
+		}
+		sh.Columns = append(sh.Columns, col)
+	}
+	return sh
+}
+
+func (a *Assembler) policy(name string) schemachange.Policy {
+	if a.opts.Policy == nil {
+		return schemachange.Policy{Mode: schemachange.ModeStrict}
+	}
+	return a.opts.Policy(name)
+}
+
+func (a *Assembler) plan(st *relState, old, live schemachange.Shape) *schemachange.Plan {
+	if len(old.Columns) == 0 && old.Relation == "" {
+		// Nothing kept to compare with: unclassified, and blocked.
+		return &schemachange.Plan{Relation: st.name, Live: live, Blocked: true}
+	}
+	return schemachange.NewPlan(relTarget(st.rel), old, live, a.policy(st.name))
+}
+
+func relTarget(r *pb.Relation) string { return pgx.Identifier{r.Schema, r.Name}.Sanitize() }
+
+// drift is the error that stops capture at a blocked change. Its LSN is
+// filled in at the commit of the transaction that first used the new
+// shape (pgoutput sends the Relation message without a WAL position).
+func (a *Assembler) drift(st *relState, pinned uint64, old, live schemachange.Shape) *SchemaDriftError {
+	plan := a.plan(st, old, live)
+	plan.Blocked = true
+	plan.Holds = "the whole flow holds: no table advances past this transaction until the change is resolved"
+	if a.opts.Resnapshot != "" {
+		plan.Commands = append(plan.Commands, a.opts.Resnapshot)
+	}
+	pc := "see pins"
+	if len(old.Columns) > 0 {
+		pc = describeShape(old)
+	}
+	return &SchemaDriftError{Relation: st.name, Pinned: pinned, Live: st.rel.Fingerprint,
+		LiveColumns: describeColumns(st.rel), PinnedColumns: pc, InspectCommand: a.opts.InspectCommand,
+		PlanCommand: a.opts.PlanCommand, Plan: plan}
+}
+
+func describeShape(sh schemachange.Shape) string {
+	s := ""
+	for i, c := range sh.Columns {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%s oid %d", c.Name, c.TypeOID)
+		if c.Key {
+			s += " key"
+		}
+	}
+	return s
+}
+
+// MovePins moves the pin of every barrier durable at durableEnd (the
+// transport holds every unit ending at or before it). A crash before a
+// pin moves leaves the old pin: the next session sees the same change
+// again and emits the barrier again, which the target applies
+// idempotently.
+func (a *Assembler) MovePins(durableEnd uint64) error {
+	keep := a.moves[:0]
+	for _, mv := range a.moves {
+		if mv.endLSN > durableEnd {
+			keep = append(keep, mv)
+			continue
+		}
+		sp, ok := a.opts.Pins.(ShapePins)
+		if !ok {
+			continue
+		}
+		if err := sp.PinShape(mv.relation, mv.fingerprint, mv.shape); err != nil {
+			return fmt.Errorf("relay: move the pin of %s past its DDL barrier at %s: %w", mv.relation, envelope.FormatLSN(mv.endLSN), err)
+		}
+	}
+	a.moves = keep
 	return nil
 }
 
@@ -331,7 +530,16 @@ func (a *Assembler) change(xid pgoutput.XID, relID pgoutput.OID, at pgoutput.LSN
 		return fmt.Errorf("%w: change for relation OID %d at %s before its Relation message", ErrProtocol, relID, at)
 	}
 	if st.drift != nil {
-		return st.drift
+		// Blocked: nothing is assembled under the new shape. The error is
+		// returned at the commit, which gives it its LSN; a transaction
+		// that aborts never stops capture.
+		if t.drift == nil {
+			t.drift = st.drift
+		}
+		return nil
+	}
+	if len(st.barrier) > 0 && !st.barrierOut {
+		t.addBarrier(st)
 	}
 	row, err := build(st.rel)
 	if err != nil {
@@ -368,6 +576,16 @@ func (a *Assembler) add(t *txnBuf, subxid uint32, st *relState, row *pb.Row) err
 // finish emits a committed transaction.
 func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgoutput.Timestamp) error {
 	defer t.discard(a)
+	if t.drift != nil {
+		d := *t.drift
+		d.LSN, d.Xid = commitLSN, t.xid
+		if d.Plan != nil {
+			p := *d.Plan
+			p.LSN, p.Xid = envelope.FormatLSN(commitLSN), t.xid
+			d.Plan = &p
+		}
+		return &d
+	}
 	head := &pb.Envelope{
 		ProtocolVersion:      envelope.ProtocolVersion,
 		SourceId:             a.opts.SourceID,
@@ -412,6 +630,7 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		}
 		head.Rows = rows
 		head.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_TRANSACTION, TotalRows: uint64(len(rows))}
+		a.barrier(t, head, endLSN)
 		envelope.Seal(head)
 		a.stats.Transactions++
 		a.stats.Rows += uint64(len(rows))
@@ -457,6 +676,11 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		e.Rows = rows
 		e.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_CHUNK, ChunkIndex: uint32(idx),
 			ChunkCount: uint32(len(counts)), TotalRows: total}
+		if idx == 0 {
+			// The first chunk carries the barrier: its DDL precedes every
+			// row of the transaction.
+			a.barrier(t, e, endLSN)
+		}
 		envelope.Seal(e)
 		final := idx == len(counts)-1
 		idx++
@@ -482,6 +706,29 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	return nil
 }
 
+// barrier puts the DDL events t carries on e and records the pins they
+// move once e is durable.
+func (a *Assembler) barrier(t *txnBuf, e *pb.Envelope, endLSN uint64) {
+	for _, st := range t.barriers {
+		used := false
+		for _, r := range e.Relations {
+			used = used || r == st.rel
+		}
+		if !used {
+			// Its rows were all in rolled-back subtransactions: the
+			// next transaction using the relation carries the barrier.
+			continue
+		}
+		for _, ev := range st.barrier {
+			d := proto.Clone(ev).(*pb.DDLEvent)
+			d.Seq = uint64(len(e.DdlEvents))
+			e.DdlEvents = append(e.DdlEvents, d)
+		}
+		st.barrierOut = true
+		a.moves = append(a.moves, pinMove{relation: st.name, fingerprint: st.rel.Fingerprint, shape: st.shape, endLSN: endLSN})
+	}
+}
+
 // change is one buffered row and the (sub)transaction that made it.
 type change struct {
 	subxid uint32
@@ -499,10 +746,23 @@ type txnBuf struct {
 	rows       []change
 	memBytes   int64
 	aborted    map[uint32]bool
+	// drift is the blocked change the transaction ran into; barriers are
+	// the relations whose compatible change it carries.
+	drift    *SchemaDriftError
+	barriers []*relState
 
 	spill  *os.File
 	spillW *bufio.Writer
 	buf    []byte
+}
+
+func (t *txnBuf) addBarrier(st *relState) {
+	for _, b := range t.barriers {
+		if b == st {
+			return
+		}
+	}
+	t.barriers = append(t.barriers, st)
 }
 
 func (t *txnBuf) relIndex(st *relState) uint32 {

@@ -208,9 +208,18 @@ func TestSchemaDriftStopsBeforeRows(t *testing.T) {
 	changed.Columns = append(append([]pgoutput.RelationColumn(nil), ordersRel.Columns...), pgoutput.RelationColumn{Name: "extra", TypeOID: 23, TypeModifier: -1})
 	err := feed(t, a, &pgoutput.Begin{FinalLSN: 0x30, Xid: 2}, &changed,
 		&pgoutput.Insert{RelationID: 16400, New: []pgoutput.Column{txt("2"), txt("b"), txt("3")}})
+	if err != nil {
+		t.Fatalf("the drift stops capture at the commit, which gives it its LSN; got %v before", err)
+	}
+	// pgoutput sends every message but a commit with WAL position 0: the
+	// drift's LSN is the commit's.
+	err = feed(t, a, &pgoutput.Commit{CommitLSN: 0x30, EndLSN: 0x40})
 	var drift *SchemaDriftError
 	if !errors.As(err, &drift) || drift.Relation != "public.orders" || drift.Pinned == drift.Live {
 		t.Fatalf("want schema drift, got %v", err)
+	}
+	if drift.LSN != 0x30 || drift.Xid != 2 || !strings.Contains(err.Error(), "LSN 0/30") {
+		t.Fatalf("drift at LSN %x xid %d, want the commit LSN 0/30 of xid 2: %v", drift.LSN, drift.Xid, err)
 	}
 	if !strings.Contains(err.Error(), "trellara status") || len(c.units) != 1 {
 		t.Fatalf("error %q, units %d", err, len(c.units))

@@ -322,8 +322,15 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	if _, err := relay.CreateSlot(ctx, replConn(t, c), "drift"); err != nil {
 		t.Fatal(err)
 	}
-	c.Exec(t, `INSERT INTO ledger VALUES (1)`, `INSERT INTO ledger VALUES (2)`,
-		`ALTER TABLE ledger ADD COLUMN note text`, `INSERT INTO ledger VALUES (3, 'new shape')`)
+	c.Exec(t, `INSERT INTO ledger VALUES (1)`, `INSERT INTO ledger VALUES (2)`, `ALTER TABLE ledger ADD COLUMN note text`)
+	var before, after uint64
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	c.Exec(t, `INSERT INTO ledger VALUES (3, 'new shape')`)
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - '0/0'`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
 	tr := &memTransport{}
 	rc := replConn(t, c)
 	s := relay.NewSession(rc, tr, relay.Resume{}, relay.Config{SourceID: "src", Slot: "drift", Publication: "pub", Streaming: true,
@@ -334,6 +341,10 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	var drift *relay.SchemaDriftError
 	if !errors.As(err, &drift) {
 		t.Fatalf("Run = %v, want a schema drift error", err)
+	}
+	if drift.LSN <= before || drift.LSN > after {
+		t.Fatalf("drift at LSN %s; want the commit of the first transaction under the new shape, in (%s, %s]",
+			envelope.FormatLSN(drift.LSN), envelope.FormatLSN(before), envelope.FormatLSN(after))
 	}
 	got := 0
 	for _, e := range tr.envelopes(t) {

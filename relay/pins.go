@@ -7,20 +7,33 @@ import (
 	"sync"
 
 	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/schemachange"
 )
 
 // FilePins is a Pins store kept as a JSON file beside the flow's transport
 // state. Every Pin rewrites the file durably (write, fsync, rename, fsync
 // directory) so a pin survives a crash the moment it is taken.
+//
+// Beside each fingerprint it keeps the pinned shape (columns, types, key
+// flags and the catalog facts read when it was pinned), which schema change
+// classification compares the live shape with. A file written before shapes
+// were kept has fingerprints only; the shape is filled in the next time the
+// relation is seen unchanged.
 type FilePins struct {
-	path string
-	mu   sync.Mutex
-	pins map[string]uint64
+	path   string
+	mu     sync.Mutex
+	pins   map[string]uint64
+	shapes map[string]schemachange.Shape
+}
+
+type pinsDoc struct {
+	Pins      map[string]string             `json:"pins"`
+	Relations map[string]schemachange.Shape `json:"relations,omitempty"`
 }
 
 // OpenPins loads (or starts) the pin file at path.
 func OpenPins(path string) (*FilePins, error) {
-	p := &FilePins{path: path, pins: map[string]uint64{}}
+	p := &FilePins{path: path, pins: map[string]uint64{}, shapes: map[string]schemachange.Shape{}}
 	b, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
 		return p, nil
@@ -28,9 +41,7 @@ func OpenPins(path string) (*FilePins, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: read schema pins %s: %w", path, err)
 	}
-	var doc struct {
-		Pins map[string]string `json:"pins"`
-	}
+	var doc pinsDoc
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, fmt.Errorf("relay: schema pins %s are damaged: %w", path, err)
 	}
@@ -41,7 +52,29 @@ func OpenPins(path string) (*FilePins, error) {
 		}
 		p.pins[k] = fp
 	}
+	for k, v := range doc.Relations {
+		if _, ok := p.pins[k]; ok {
+			p.shapes[k] = v
+		}
+	}
 	return p, nil
+}
+
+// PinnedShape returns the pinned shape of relation, when one was kept.
+func (p *FilePins) PinnedShape(relation string) (schemachange.Shape, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sh, ok := p.shapes[relation]
+	return sh, ok
+}
+
+// PinShape records relation's fingerprint and shape durably, together.
+func (p *FilePins) PinShape(relation string, fingerprint uint64, shape schemachange.Shape) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pins[relation] = fingerprint
+	p.shapes[relation] = shape
+	return p.writeLocked()
 }
 
 // Pinned returns the pinned fingerprint of relation (schema.name).
@@ -68,9 +101,12 @@ func (p *FilePins) Pin(relation string, fingerprint uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.pins[relation] = fingerprint
-	doc := struct {
-		Pins map[string]string `json:"pins"`
-	}{Pins: map[string]string{}}
+	delete(p.shapes, relation)
+	return p.writeLocked()
+}
+
+func (p *FilePins) writeLocked() error {
+	doc := pinsDoc{Pins: map[string]string{}, Relations: p.shapes}
 	for k, v := range p.pins {
 		doc.Pins[k] = fmt.Sprintf("%016x", v)
 	}

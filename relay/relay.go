@@ -174,6 +174,11 @@ func (s *Session) flush(ctx context.Context) error {
 		return err
 	}
 	s.cur.Reset()
+	// Publish, then move: a barrier's pin moves only once the unit that
+	// carries it is durable (or was already, and skipped).
+	if err := s.asm.MovePins(s.pub.Acked()); err != nil {
+		return err
+	}
 	if published {
 		s.mu.Lock()
 		s.stats.Assembler = s.asm.Stats()

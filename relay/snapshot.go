@@ -151,6 +151,14 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table config.Ta
 		if pinned, ok := opts.Pins.Pinned(name); ok && pinned != rel.Fingerprint {
 			return &SchemaDriftError{Relation: name, Pinned: pinned, Live: rel.Fingerprint, LSN: opts.ConsistentPoint,
 				LiveColumns: describeColumns(rel), PinnedColumns: "see pins", InspectCommand: "trellara status --view diagnostics"}
+		} else if sp, shapes := opts.Pins.(ShapePins); shapes {
+			// Pin (or fill in) the shape too, so the first change after
+			// the snapshot is classified against it.
+			if _, kept := sp.PinnedShape(name); !ok || !kept {
+				if err := sp.PinShape(name, rel.Fingerprint, shapeOf(name, rel, nil)); err != nil {
+					return err
+				}
+			}
 		} else if !ok {
 			if err := opts.Pins.Pin(name, rel.Fingerprint); err != nil {
 				return err

@@ -80,9 +80,9 @@ const (
 
 // Facts are what the source catalog says about a column beyond pgoutput.
 type Facts struct {
-	TypeName   string // format_type(atttypid, atttypmod), e.g. "numeric(12,2)"
-	NotNull    bool
-	HasDefault bool
+	TypeName   string `json:"type_name"` // format_type(atttypid, atttypmod), e.g. "numeric(12,2)"
+	NotNull    bool   `json:"not_null"`
+	HasDefault bool   `json:"has_default"`
 }
 
 // Column is one column of a relation shape.
@@ -438,15 +438,26 @@ func TargetDDL(relation string, c Change, live Shape) string {
 			col = &live.Columns[i]
 		}
 	}
-	if col == nil || col.Type() == "" {
+	if col == nil {
 		return ""
 	}
-	name := quoteIdent(col.Name)
-	switch c.Kind {
+	return Statement(relation, c.Kind, col.Name, col.Type())
+}
+
+// Statement is the target DDL for kind on column (its new SQL type typ) of
+// target, the target table's quoted name; "" for a kind Trellara does not
+// apply or an unknown type. The applier builds a barrier's DDL with it from
+// the envelope's DDLEvent, so the relay's plan and the applier agree.
+func Statement(target string, kind Kind, column, typ string) string {
+	if typ == "" || column == "" {
+		return ""
+	}
+	name := quoteIdent(column)
+	switch kind {
 	case AddNullableColumn:
-		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", relation, name, col.Type())
+		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", target, name, typ)
 	case WidenType, IncreaseVarchar:
-		return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", relation, name, col.Type())
+		return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", target, name, typ)
 	}
 	return ""
 }

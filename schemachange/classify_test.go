@@ -7,7 +7,6 @@ import (
 
 func num(p, s int) int32 { return int32(p<<16|s) + 4 }
 
-
 func TestDiffAndClassifyEveryKind(t *testing.T) {
 	id := Column{Name: "id", TypeOID: oidInt4, TypeMod: -1, Key: true, Facts: &Facts{NotNull: true}}
 	note := Column{Name: "note", TypeOID: oidText, TypeMod: -1, Facts: &Facts{}}

@@ -48,7 +48,7 @@ func App() *cli.App {
 
 			chaosCommand(),
 			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
-			notImplemented("schema", "schema contracts and DDL plans (ddl-plan)", true, configFlag(), formatFlag()),
+			schemaCommand(),
 			notImplemented("reseed", "re-snapshot a consumer past retention with a visibility boundary", true, configFlag(), formatFlag()),
 			streamCommand(),
 			pilotScorecardCommand(),

@@ -644,6 +644,38 @@ func streamCommand() *cli.Command {
 	}
 }
 
+func schemaCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "schema",
+		Usage:  "schema contracts: the pending schema changes and their plans (ddl-plan)",
+		Hidden: true,
+		Subcommands: []*cli.Command{{
+			Name: "ddl-plan",
+			Usage: "each schema change capture stopped at: old and new columns, its kind and classification, " +
+				"the target DDL, the recovery (exit 1 when one is pending)",
+			Flags: []cli.Flag{configFlag(), formatFlag()},
+			Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
+				p, err := f.DDLPlan()
+				if err != nil {
+					return failure(err)
+				}
+				if format == "json" {
+					err = writeJSON(c, len(p.Pending) == 0, p)
+				} else {
+					p.RenderText(c.App.Writer)
+				}
+				if err != nil {
+					return failure(err)
+				}
+				if len(p.Pending) > 0 {
+					return cli.Exit("", ExitFindings)
+				}
+				return nil
+			}),
+		}},
+	}
+}
+
 func repairPlanCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "repair-plan",

@@ -173,6 +173,21 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 	if rows, _ := loc["rows"].([]any); len(rows) == 0 {
 		t.Errorf("locate-local printed no rows: %v", loc)
 	}
+	v.jsonRun(t, ExitOK, "schema", "ddl-plan", "--config", cfg)
+	// A blocked schema change: capture stops at it, ddl-plan and
+	// repair-plan show it.
+	pg.ExecDB(t, "shop", `ALTER TABLE public.posts DROP COLUMN body`, `INSERT INTO public.posts VALUES (1000, 1)`)
+	if _, errOut, code := run(t, "run", "--config", cfg, "--local"); code == ExitOK || !strings.Contains(errOut, "drop_column") {
+		t.Errorf("run past a dropped column: exit %d, stderr %s", code, errOut)
+	}
+	dp := v.jsonRun(t, ExitFindings, "schema", "ddl-plan", "--config", cfg)
+	if pend, _ := dp["pending"].([]any); len(pend) != 1 {
+		t.Errorf("ddl-plan shows %d pending changes, want the dropped column: %v", len(pend), dp)
+	}
+	rp := v.jsonRun(t, ExitFindings, "repair-plan", "--config", cfg)
+	if steps, _ := rp["steps"].([]any); len(steps) == 0 || steps[0].(map[string]any)["kind"] != "schema_change" {
+		t.Errorf("repair-plan does not start with the schema change: %v", rp)
+	}
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--cleanup")
 
 	// Failures: the envelope with the error object, on stdout.

@@ -11,7 +11,10 @@
 // and `trellara run --cleanup` removes all of it:
 //
 //   - log/: the segment log, with the applier's cursor (segmentlog).
-//   - pins.json: each relation's pinned schema fingerprint (relay.FilePins).
+//   - pins.json: each relation's pinned schema fingerprint and shape
+//     (relay.FilePins).
+//   - schema-pending.json: the schema changes capture stopped at, with
+//     their plans (schema.go; `trellara schema ddl-plan` shows them).
 //   - snapshot.done: the slot's consistent point, written once the initial
 //     snapshot is whole in the log; without it an owned slot is refused.
 //   - acks: the highest position acknowledged to the source with no logged
@@ -406,18 +409,20 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	if o.Streaming != nil {
 		close(o.Streaming)
 	}
+	asm := relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
+		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")}
+	f.schemaOptions(ctx, conn, &asm)
 	s := relay.NewSession(repl, tr, res, relay.Config{
 		SourceID: src.ID, Slot: src.Slot, Publication: src.Publication,
 		ProtocolVersion: src.ProtocolVersion, Streaming: src.Streaming,
-		Assembler: relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
-			InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")},
-		Logger: f.Logger, OnFence: o.OnFence, Stop: o.Stop,
+		Assembler: asm,
+		Logger:    f.Logger, OnFence: o.OnFence, Stop: o.Stop,
 		Acks: acks,
 	})
 	if o.Session != nil {
 		o.Session(s)
 	}
-	return s.Run(ctx)
+	return f.recordDrift(s.Run(ctx))
 }
 
 // Cleanup drops the slot and publication a flow owns, empties the target

@@ -18,7 +18,7 @@ import (
 // quarantined transaction ("" when not applicable), and Command, the one
 // command to run after the fix.
 type RepairStep struct {
-	Kind     string `json:"kind"` // quarantine, diverged, past_retention
+	Kind     string `json:"kind"` // schema_change, quarantine, diverged, past_retention, ...
 	Table    string `json:"table"`
 	SQLState string `json:"sqlstate"`
 	LSN      string `json:"lsn"`
@@ -104,6 +104,13 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 		p.Notes = append(p.Notes, "could not compare the source's partitions with the snapshot's: "+err.Error())
 	}
 	p.Steps = append(partSteps, p.Steps...)
+	// A schema change first: capture stopped there, and nothing after it
+	// reaches the target until it is resolved.
+	schemaSteps, err := f.schemaRepairSteps()
+	if err != nil {
+		p.Notes = append(p.Notes, "could not read the pending schema changes: "+err.Error())
+	}
+	p.Steps = append(append([]RepairStep{}, schemaSteps...), p.Steps...)
 	st, err := f.Status(ctx, "report")
 	for _, ss := range st.sinksOrNone(err) {
 		lv := ss.LastVerify

@@ -168,13 +168,19 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		if f.Cfg.Source.Capture == config.CaptureExtension {
 			capture = f.CaptureExtension
 		}
-		fail(capture(ctx, CaptureOptions{
+		err := capture(ctx, CaptureOptions{
 			Streaming: streaming,
 			Snapshot: func(p relay.SnapshotProgress) {
 				report(Progress{Phase: "snapshot", Snapshot: &p})
 			},
 			Session: func(s *relay.Session) { sessMu.Lock(); session = s; sessMu.Unlock() },
-		}))
+		})
+		appliers := make([]*apply.Applier, len(sinks))
+		for i, r := range sinks {
+			appliers[i] = r.applier
+		}
+		f.drainBeforeBarrier(ctx, err, appliers)
+		fail(err)
 	}()
 	for _, r := range sinks {
 		wg.Add(1)

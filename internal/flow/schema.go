@@ -1,0 +1,293 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/schemachange"
+)
+
+// schemaPendingPath holds the schema changes capture stopped at, for
+// `trellara schema ddl-plan` and repair-plan.
+func (f *Flow) schemaPendingPath() string { return filepath.Join(f.dir, "schema-pending.json") }
+
+// PendingChange is a blocked schema change: its plan and the fingerprint
+// pinned when capture stopped at it.
+type PendingChange struct {
+	Plan   *schemachange.Plan `json:"plan"`
+	Pinned string             `json:"pinned_fingerprint"`
+}
+
+// schemaOptions are the assembler's schema-change settings: the source
+// catalog read through src, the policy from the configuration, and the
+// commands a blocked change names.
+func (f *Flow) schemaOptions(ctx context.Context, src *pgx.Conn, o *relay.AssemblerOptions) {
+	o.Catalog = func(relation string) (map[string]schemachange.Facts, error) {
+		return CatalogFacts(ctx, src, relation)
+	}
+	o.Policy = f.SchemaPolicy
+	o.PlanCommand = shell.Trellara("schema ddl-plan", f.ConfigPath)
+	o.Resnapshot = shell.Resnapshot(f.ConfigPath)
+}
+
+// SchemaPolicy is the classification policy of relation (schema.name as
+// relay.RelationName writes it).
+func (f *Flow) SchemaPolicy(relation string) schemachange.Policy {
+	p := schemachange.Policy{Mode: schemachange.ModeStrict}
+	for _, sk := range f.Sinks() {
+		if sk.Target != nil && sk.Target.Mode == config.ModePartitioned {
+			p.Mode = schemachange.ModePartitioned // a barrier must hold every sink
+		}
+	}
+	for _, t := range f.Tables() {
+		if t.String() == relation {
+			p.Configured = true
+		}
+	}
+	return p
+}
+
+// CatalogFacts reads what the source catalog says about relation's columns
+// that pgoutput does not carry. It is the catalog now, which may be later
+// than the stream position being classified.
+func CatalogFacts(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, relation string) (map[string]schemachange.Facts, error) {
+	t, err := config.ParseTableName(relation)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `
+		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, t.Schema, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]schemachange.Facts{}
+	for rows.Next() {
+		var name string
+		var fc schemachange.Facts
+		if err := rows.Scan(&name, &fc.TypeName, &fc.NotNull, &fc.HasDefault); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[name] = fc
+	}
+	return out, rows.Err()
+}
+
+// recordDrift keeps the blocked change err names (if it names one) for
+// ddl-plan and repair-plan, and returns err.
+func (f *Flow) recordDrift(err error) error {
+	var d *relay.SchemaDriftError
+	if !errors.As(err, &d) || d.Plan == nil {
+		return err
+	}
+	pending, rerr := f.PendingSchemaChanges()
+	if rerr != nil {
+		f.Logger.Warn("schema-pending.json unreadable; rewriting it", "error", rerr)
+	}
+	keep := []PendingChange{{Plan: d.Plan, Pinned: fmt.Sprintf("%016x", d.Pinned)}}
+	for _, p := range pending {
+		if p.Plan.Relation != d.Relation {
+			keep = append(keep, p)
+		}
+	}
+	b, _ := json.MarshalIndent(keep, "", "  ")
+	if werr := capture.WriteFileDurable(f.schemaPendingPath(), b); werr != nil {
+		f.Logger.Warn("could not record the pending schema change for ddl-plan", "path", f.schemaPendingPath(), "error", werr)
+	}
+	return err
+}
+
+// PendingSchemaChanges are the blocked schema changes capture stopped at
+// that are still pending: the relation's pin is still the one the change
+// was classified against.
+func (f *Flow) PendingSchemaChanges() ([]PendingChange, error) {
+	b, err := os.ReadFile(f.schemaPendingPath())
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var all []PendingChange
+	if err := json.Unmarshal(b, &all); err != nil {
+		return nil, fmt.Errorf("%s is damaged: %w", f.schemaPendingPath(), err)
+	}
+	var out []PendingChange
+	if f.Pins == nil {
+		return nil, fmt.Errorf("flow %s: the schema pins are not open", f.Cfg.Flow)
+	}
+	for _, p := range all {
+		if p.Plan == nil {
+			continue
+		}
+		if fp, ok := f.Pins.Pinned(p.Plan.Relation); ok && fmt.Sprintf("%016x", fp) == p.Pinned {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Plan.Relation < out[j].Plan.Relation })
+	return out, nil
+}
+
+// DDLPlan is `trellara schema ddl-plan`: every schema change capture is
+// stopped at, classified, with the target DDL and the recovery.
+type DDLPlan struct {
+	Flow    string               `json:"flow"`
+	Pending []*schemachange.Plan `json:"pending"`
+	Notes   []string             `json:"notes"`
+}
+
+// DDLPlan builds the plan from the changes capture recorded.
+func (f *Flow) DDLPlan() (*DDLPlan, error) {
+	p := &DDLPlan{Flow: f.Cfg.Flow, Pending: []*schemachange.Plan{}, Notes: []string{}}
+	pending, err := f.PendingSchemaChanges()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range pending {
+		p.Pending = append(p.Pending, c.Plan)
+	}
+	if len(p.Pending) > 0 {
+		p.Notes = append(p.Notes, "no command moves a blocked change forward in place yet (no mapping, no per-table reseed): "+
+			"the recovery copies the flow's tables again. The target tables keep their old shape: change them to the live column "+
+			"list first, or drop them and let "+shell.Trellara("preflight", f.ConfigPath, "--create-target-tables")+" create them")
+	}
+	return p, nil
+}
+
+// RenderText prints the plan.
+func (p *DDLPlan) RenderText(w io.Writer) {
+	if len(p.Pending) == 0 {
+		fmt.Fprintf(w, "flow %s: no pending schema change (compatible changes flow through DDL barriers by themselves)\n", p.Flow)
+	}
+	for _, pl := range p.Pending {
+		fmt.Fprintf(w, "%s: capture stopped at LSN %s (xid %d): %s\n", pl.Relation, pl.LSN, pl.Xid, pl.Kinds())
+		fmt.Fprintf(w, "  pinned columns: %s\n", columnList(pl.Pinned))
+		fmt.Fprintf(w, "  live columns:   %s\n", columnList(pl.Live))
+		for _, c := range pl.Changes {
+			fmt.Fprintf(w, "  - %s", c.Kind)
+			if c.From != "" {
+				fmt.Fprintf(w, " from %s", c.From)
+			}
+			if c.To != "" {
+				fmt.Fprintf(w, " to %s", c.To)
+			}
+			fmt.Fprintf(w, "\n    compatibility %s · decision %s · mode %s: %s\n", c.Classification.Compatibility,
+				c.Classification.Decision, c.Classification.Mode, c.Classification.Why)
+			ddl := c.TargetDDL
+			if ddl == "" {
+				ddl = "none (Trellara does not apply this change)"
+			}
+			fmt.Fprintf(w, "    target DDL: %s\n", ddl)
+		}
+		if pl.Holds != "" {
+			fmt.Fprintf(w, "  %s\n", pl.Holds)
+		}
+		for _, c := range pl.Commands {
+			fmt.Fprintf(w, "  recovery: %s\n", c)
+		}
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func columnList(sh schemachange.Shape) string {
+	if len(sh.Columns) == 0 {
+		return "(not kept: the pin predates shape pinning)"
+	}
+	parts := make([]string, len(sh.Columns))
+	for i, c := range sh.Columns {
+		t := c.Type()
+		if t == "" {
+			t = fmt.Sprintf("type oid %d", c.TypeOID)
+		}
+		parts[i] = c.Name + " " + t
+		if c.Key {
+			parts[i] += " key"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// schemaRepairSteps are repair-plan's steps for the pending schema changes.
+func (f *Flow) schemaRepairSteps() ([]RepairStep, error) {
+	pending, err := f.PendingSchemaChanges()
+	if err != nil {
+		return nil, err
+	}
+	var out []RepairStep
+	for _, c := range pending {
+		pl := c.Plan
+		out = append(out, RepairStep{Kind: "schema_change", Table: pl.Relation, LSN: pl.LSN,
+			Problem: fmt.Sprintf("capture stopped at a schema change on %s at LSN %s: %s (blocked; %s)", pl.Relation, pl.LSN, pl.Kinds(), pl.Holds),
+			Fix:     "copy the flow's tables again: " + shell.Resnapshot(f.ConfigPath),
+			Then:    "see the classified change and its target DDL with " + shell.Trellara("schema ddl-plan", f.ConfigPath),
+			Command: shell.Trellara("schema ddl-plan", f.ConfigPath),
+		})
+	}
+	return out, nil
+}
+
+// drainBeforeBarrier lets every sink's applier apply every unit already in
+// the log when capture stopped at a blocked schema change (captureErr), so
+// each target holds every transaction before the change: the stop is at
+// the barrier, not wherever an applier happened to be. It returns when the
+// slowest applier has reached the log's end, ctx ends, or the appliers make
+// no progress for drainStall.
+func (f *Flow) drainBeforeBarrier(ctx context.Context, captureErr error, appliers []*apply.Applier) {
+	var d *relay.SchemaDriftError
+	if !errors.As(captureErr, &d) || f.Log == nil || len(appliers) == 0 {
+		return
+	}
+	end := f.Log.NextOffset()
+	slowest := func() apply.Checkpoint {
+		low := appliers[0].Checkpoint()
+		for _, a := range appliers[1:] {
+			if cp := a.Checkpoint(); !cp.HasOffset || (low.HasOffset && cp.Offset < low.Offset) {
+				low = cp
+			}
+		}
+		return low
+	}
+	last, since := slowest(), time.Now()
+	for {
+		cp := slowest()
+		if (cp.HasOffset && cp.Offset+1 >= end) || ctx.Err() != nil {
+			return
+		}
+		if cp != last {
+			last, since = cp, time.Now()
+		} else if time.Since(since) > drainStall {
+			f.Logger.Warn("an applier did not reach the schema change's barrier", "flow", f.Cfg.Flow,
+				"applied_offset", cp.Offset, "log_end", end)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// drainStall bounds drainBeforeBarrier's wait for an applier that has
+// stopped moving (a quarantine, a target that is down).
+const drainStall = 30 * time.Second

@@ -1,0 +1,302 @@
+package flow_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/internal/pgtest"
+)
+
+// schemaFlow is a flow over src and dst run through the CLI binary.
+type schemaFlow struct {
+	t   *testing.T
+	bin string
+	dir string
+	cfg string
+}
+
+func newSchemaFlow(t *testing.T, src, dst *pgtest.Cluster, tables ...string) *schemaFlow {
+	t.Helper()
+	f := &schemaFlow{t: t, bin: buildCLI(t), dir: t.TempDir()}
+	f.cfg = filepath.Join(f.dir, "trellara.yml")
+	body := fmt.Sprintf(`version: 2
+flow: ddl
+source:
+  id: src1
+  database_url: %q
+  owns_slot: true
+  tables: [%s]
+transport:
+  local: {dir: %s}
+target:
+  database_url: %q
+  create_tables: true
+run:
+  evaluate: true
+  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
+`, src.URL("postgres"), strings.Join(tables, ", "), filepath.Join(f.dir, "data"), dst.URL("postgres"), freePort(t), freePort(t))
+	if err := os.WriteFile(f.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *schemaFlow) run(args ...string) (string, int) {
+	f.t.Helper()
+	cmd := exec.Command(f.bin, append(args[:1:1], append([]string{"--config", f.cfg}, args[1:]...)...)...)
+	if args[0] == "schema" {
+		cmd = exec.Command(f.bin, append(args, "--config", f.cfg)...)
+	}
+	cmd.Dir = f.dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		f.t.Fatal(err)
+	}
+	return out.String(), code
+}
+
+func (f *schemaFlow) mustConverge(what string) {
+	f.t.Helper()
+	if out, code := f.run("run", "--local", "--verify"); code != 0 || !strings.Contains(out, "CONVERGED") {
+		f.t.Fatalf("%s: exit %d\n%s", what, code, out)
+	}
+}
+
+func walLSN(t *testing.T, c *pgtest.Cluster) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	conn := c.Connect(ctx)
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	l, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(l)
+}
+
+// ADD COLUMN (nullable) while a workload commits: the column and its values
+// reach the target through a DDL barrier, the flow converges, and a target
+// reader polling throughout never sees the new column without its first
+// rows, nor those rows without the column.
+func TestAddNullableColumnFlowsThroughBarrier(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE orders (id int PRIMARY KEY, qty int NOT NULL)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
+		`INSERT INTO orders SELECT g, g FROM generate_series(1, 50) g`, `INSERT INTO other VALUES (1, 'a')`)
+	f := newSchemaFlow(t, src, dst, "public.orders", "public.other")
+	f.mustConverge("first run")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const firstNew = 1000 // the first row written under the new shape
+	var (
+		wg           sync.WaitGroup
+		observations atomic.Int64
+		violation    atomic.Value
+		werr         error
+	)
+	wg.Add(1)
+	go func() { // the target reader
+		defer wg.Done()
+		conn := dst.Connect(context.Background())
+		defer conn.Close(context.Background())
+		for ctx.Err() == nil {
+			var col, newRows int
+			// One statement, one snapshot: the catalog and the rows.
+			err := conn.QueryRow(context.Background(), `SELECT
+				(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('public.orders') AND attname = 'note' AND NOT attisdropped),
+				(SELECT count(*) FROM orders WHERE id >= $1)`, firstNew).Scan(&col, &newRows)
+			if err != nil {
+				continue // the table may be locked by the barrier; try again
+			}
+			observations.Add(1)
+			if (col == 1) != (newRows > 0) {
+				violation.Store(fmt.Sprintf("column present %v with %d rows of the new shape", col == 1, newRows))
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() { // the source workload: before, the change, after
+		defer wg.Done()
+		conn := src.Connect(context.Background())
+		defer conn.Close(context.Background())
+		exec := func(sql string, args ...any) {
+			if werr == nil {
+				_, werr = conn.Exec(context.Background(), sql, args...)
+			}
+		}
+		for i := 51; i < 200; i++ {
+			exec(`INSERT INTO orders VALUES ($1, $1)`, i)
+			exec(`UPDATE other SET v = v || 'b' WHERE id = 1`)
+		}
+		exec(`ALTER TABLE orders ADD COLUMN note text`)
+		for i := firstNew; i < firstNew+200; i++ {
+			exec(`INSERT INTO orders VALUES ($1, $1, $2)`, i, fmt.Sprintf("note %d", i))
+			if i%10 == 0 {
+				exec(`UPDATE orders SET note = 'updated' WHERE id = $1`, i-5)
+			}
+		}
+	}()
+	// The pipeline runs while the workload commits.
+	for i := 0; i < 3; i++ {
+		if out, code := f.run("run", "--local"); code != 0 {
+			cancel()
+			wg.Wait()
+			t.Fatalf("run %d during the workload: exit %d\n%s", i, code, out)
+		}
+	}
+	f.mustConverge("run after the change")
+	cancel()
+	wg.Wait()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if v := violation.Load(); v != nil {
+		t.Fatalf("a target reader saw a half-applied DDL barrier: %v", v)
+	}
+	if observations.Load() == 0 {
+		t.Fatal("the target reader made no observation")
+	}
+	tc := dst.Connect(context.Background())
+	defer tc.Close(context.Background())
+	var notes int
+	if err := tc.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE note = 'note ' || id OR note = 'updated'`).Scan(&notes); err != nil {
+		t.Fatal(err)
+	}
+	if notes != 200 {
+		t.Fatalf("%d target rows carry the new column's value, want 200", notes)
+	}
+	if out, code := f.run("schema", "ddl-plan"); code != 0 || !strings.Contains(out, "no pending schema change") {
+		t.Fatalf("ddl-plan after a compatible change: exit %d\n%s", code, out)
+	}
+	t.Logf("%d target observations", observations.Load())
+}
+
+// Widening a varchar, a numeric and an integer flows: the target columns
+// change type in the barrier and values only the new types hold arrive.
+func TestWidenTypesFlow(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE prices (id int PRIMARY KEY, code varchar(8) NOT NULL, amount numeric(8,2) NOT NULL, n int NOT NULL)`,
+		`INSERT INTO prices VALUES (1, 'abc', 1.50, 1)`)
+	f := newSchemaFlow(t, src, dst, "public.prices")
+	f.mustConverge("first run")
+	// In one bounded run: a row under the old shape (its statements are
+	// prepared), the change, rows only the new types hold.
+	src.Exec(t, `INSERT INTO prices VALUES (2, 'def', 2.50, 2)`,
+		`ALTER TABLE prices ALTER COLUMN code TYPE varchar(32), ALTER COLUMN amount TYPE numeric(14,2), ALTER COLUMN n TYPE bigint`,
+		`INSERT INTO prices VALUES (3, 'a much longer code', 123456789.25, 3000000000)`,
+		`UPDATE prices SET n = 4000000000, code = 'another long code' WHERE id = 2`)
+	f.mustConverge("run over the widening")
+	tc := dst.Connect(context.Background())
+	defer tc.Close(context.Background())
+	var types string
+	if err := tc.QueryRow(context.Background(), `SELECT string_agg(format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+		FROM pg_attribute WHERE attrelid = 'public.prices'::regclass AND attnum > 0 AND NOT attisdropped`).Scan(&types); err != nil {
+		t.Fatal(err)
+	}
+	if types != "integer, character varying(32), numeric(14,2), bigint" {
+		t.Fatalf("target column types %s", types)
+	}
+}
+
+var lsnRE = regexp.MustCompile(`at LSN ([0-9A-F]+/[0-9A-F]+)`)
+
+// DROP COLUMN and a primary-key change each stop capture at the barrier
+// with the plan and the real LSN; the whole flow holds (another table's
+// later rows wait too), ddl-plan and repair-plan show the change, and the
+// recovery the plan names converges. SET NOT NULL changes nothing pgoutput
+// describes: it is not a schema change to the stream and flows on.
+func TestBlockedSchemaChangesStopWithPlan(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, k int NOT NULL, extra text)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
+		`INSERT INTO a SELECT g, g, 'x' FROM generate_series(1, 20) g`, `INSERT INTO other VALUES (1, 'a')`)
+	f := newSchemaFlow(t, src, dst, "public.a", "public.other")
+	f.mustConverge("first run")
+
+	src.Exec(t, `ALTER TABLE a ALTER COLUMN extra SET NOT NULL`, `INSERT INTO a VALUES (21, 21, 'y')`)
+	f.mustConverge("run over SET NOT NULL")
+
+	for i, tc := range []struct {
+		kind, ddl string
+		fixTarget string // brings the target table to the source's shape for the recovery
+	}{
+		{"drop_column", `ALTER TABLE a DROP COLUMN extra`, `ALTER TABLE a DROP COLUMN extra`},
+		{"primary_key_change", `ALTER TABLE a DROP CONSTRAINT a_pkey, ADD PRIMARY KEY (id, k)`, `ALTER TABLE a DROP CONSTRAINT a_pkey, ADD PRIMARY KEY (id, k)`},
+	} {
+		src.Exec(t, `INSERT INTO other VALUES (2, 'before')`, tc.ddl)
+		before := walLSN(t, src)
+		src.Exec(t, fmt.Sprintf(`INSERT INTO a (id, k) VALUES (%d, 100)`, 100+i))
+		after := walLSN(t, src)
+		src.Exec(t, `INSERT INTO other VALUES (3, 'after')`)
+		out, code := f.run("run", "--local")
+		if code == 0 || !strings.Contains(out, tc.kind) || !strings.Contains(out, "public.a") ||
+			!strings.Contains(out, "trellara schema ddl-plan --config") || !strings.Contains(out, "whole flow holds") {
+			t.Fatalf("%s: run: exit %d, want a stop naming the table, kind and plan\n%s", tc.kind, code, out)
+		}
+		m := lsnRE.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s: no LSN in\n%s", tc.kind, out)
+		}
+		at, err := pglogrepl.ParseLSN(m[1])
+		if err != nil || uint64(at) <= before || uint64(at) > after {
+			t.Fatalf("%s: stopped at LSN %s, want the blocked transaction's commit in (%s, %s]", tc.kind, m[1],
+				pglogrepl.LSN(before), pglogrepl.LSN(after))
+		}
+		// The whole flow holds: the other table has what came before the
+		// change, not what came after.
+		var others []int
+		conn := dst.Connect(context.Background())
+		rows, err := conn.Query(context.Background(), `SELECT id FROM other ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		others, err = pgx.CollectRows(rows, pgx.RowTo[int])
+		conn.Close(context.Background())
+		if err != nil || fmt.Sprint(others) != "[1 2]" {
+			t.Fatalf("%s: target other holds %v (%v), want [1 2]", tc.kind, others, err)
+		}
+		plan, code := f.run("schema", "ddl-plan")
+		if code != 1 || !strings.Contains(plan, tc.kind) || !strings.Contains(plan, m[1]) || !strings.Contains(plan, "destructive-or-ambiguous") ||
+			!strings.Contains(plan, "run --config") || !strings.Contains(plan, "pinned columns:") {
+			t.Fatalf("%s: ddl-plan: exit %d\n%s", tc.kind, code, plan)
+		}
+		rp, code := f.run("repair-plan")
+		if code != 1 || !strings.Contains(rp, "schema change on public.a") {
+			t.Fatalf("%s: repair-plan: exit %d\n%s", tc.kind, code, rp)
+		}
+		// The recovery the plan names: start over with a full snapshot.
+		if out, code := f.run("run", "--cleanup"); code != 0 {
+			t.Fatalf("%s: cleanup: exit %d\n%s", tc.kind, code, out)
+		}
+		dst.Exec(t, tc.fixTarget)
+		f.mustConverge(tc.kind + " recovery")
+		src.Exec(t, `DELETE FROM other WHERE id > 1`)
+		f.mustConverge(tc.kind + " after recovery")
+	}
+}
