@@ -81,8 +81,11 @@
 // is prepared once (so a missing table or column is tied to its relation);
 // the statements of a target transaction are pipelined with pgx.Batch in
 // round trips of at most pipelineStmtsMax. Snapshot batches use COPY in text
-// format (copy.go documents the escaping). DDL events in envelopes are not
-// applied: a target that lacks a new column refuses the row (42703) and the
+// format (copy.go documents the escaping). A DDL barrier unit (envelope
+// version 2, docs/SCHEMA.md) starts a target transaction of its own: every
+// unit before it commits first, then its target DDL runs (pgTx.applyBarrier,
+// schemachange.Statement), then its rows, in that one transaction. Any other
+// shape difference (a target that lacks a column) is refused (42703) and the
 // unit is quarantined.
 //
 // # Target state (schema "trellara" by default)

@@ -360,3 +360,40 @@ func TestSnapshotUnits(t *testing.T) {
 		t.Fatal("a snapshot unit holding an update was accepted")
 	}
 }
+
+// A DDL barrier is version 2, and only a barrier is: Seal stamps it,
+// Validate refuses a barrier under version 1, a version 2 unit without one,
+// and a barrier event without its column type; Decode reads both versions.
+func TestBarrierVersion(t *testing.T) {
+	plain := golden()
+	envelope.Seal(plain)
+	if plain.ProtocolVersion != envelope.ProtocolVersion {
+		t.Fatalf("a unit without a barrier is version %d", plain.ProtocolVersion)
+	}
+	b := golden()
+	b.ProtocolVersion = 0
+	b.DdlEvents = []*pb.DDLEvent{{Seq: 0, Kind: "add_nullable_column", Relation: "public.orders", Column: "note", ColumnType: "text"}}
+	envelope.Seal(b)
+	if b.ProtocolVersion != envelope.ProtocolVersionBarrier {
+		t.Fatalf("a barrier is version %d", b.ProtocolVersion)
+	}
+	wire, err := envelope.Encode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := envelope.Decode(wire); err != nil || got.DdlEvents[0].ColumnType != "text" {
+		t.Fatalf("decode a barrier: %v", err)
+	}
+	for name, mut := range map[string]func(*pb.Envelope){
+		"barrier as version 1":   func(e *pb.Envelope) { e.ProtocolVersion = envelope.ProtocolVersion },
+		"no column type":         func(e *pb.Envelope) { e.DdlEvents[0].ColumnType = "" },
+		"version 2 without one":  func(e *pb.Envelope) { e.DdlEvents[0].Column = "" },
+		"an unknown version (3)": func(e *pb.Envelope) { e.ProtocolVersion = 3 },
+	} {
+		e := proto.Clone(b).(*pb.Envelope)
+		mut(e)
+		if err := envelope.Validate(e); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
