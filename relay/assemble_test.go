@@ -9,6 +9,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/schemachange"
 )
 
 type captured struct {
@@ -235,4 +236,74 @@ func TestProtocolViolations(t *testing.T) {
 	if err := feed(t, a, &pgoutput.Begin{FinalLSN: 1, Xid: 1}, &pgoutput.Insert{RelationID: 1, New: []pgoutput.Column{txt("1")}}); !errors.Is(err, ErrProtocol) {
 		t.Fatalf("change before Relation: %v", err)
 	}
+}
+
+// A compatible change: the first transaction under the new shape carries
+// the DDL barrier (version 2); the pin moves only once that unit is
+// durable. Before that, a new session (a crash) meets the change again and
+// carries the barrier again; after it, nothing more is carried.
+func TestBarrierPinMovesAfterPublish(t *testing.T) {
+	pins, err := OpenPins(t.TempDir() + "/pins.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := AssemblerOptions{SourceID: "src", Pins: pins,
+		Policy: func(string) schemachange.Policy {
+			return schemachange.Policy{Mode: schemachange.ModeStrict, Configured: true}
+		},
+		Catalog: func(string) (map[string]schemachange.Facts, error) {
+			return map[string]schemachange.Facts{"extra": {TypeName: "integer"}}, nil
+		}}
+	var c captured
+	a := NewAssembler(opts, c.emit)
+	if err := feed(t, a, &pgoutput.Begin{FinalLSN: 0x10, Xid: 1}, ordersRel,
+		&pgoutput.Insert{RelationID: 16400, New: []pgoutput.Column{txt("1"), txt("a")}},
+		&pgoutput.Commit{CommitLSN: 0x10, EndLSN: 0x20}); err != nil {
+		t.Fatal(err)
+	}
+	old, _ := pins.Pinned("public.orders")
+	changed := *ordersRel
+	changed.Columns = append(append([]pgoutput.RelationColumn(nil), ordersRel.Columns...), pgoutput.RelationColumn{Name: "extra", TypeOID: 23, TypeModifier: -1})
+	txn := func(a *Assembler, lsn uint64, id string) {
+		t.Helper()
+		if err := feed(t, a, &pgoutput.Begin{FinalLSN: pgoutput.LSN(lsn), Xid: 2}, &changed,
+			&pgoutput.Insert{RelationID: 16400, New: []pgoutput.Column{txt(id), txt("b"), txt("3")}},
+			&pgoutput.Commit{CommitLSN: pgoutput.LSN(lsn), EndLSN: pgoutput.LSN(lsn + 0x10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	barrier := func(what string, want bool) {
+		t.Helper()
+		u := c.units[len(c.units)-1]
+		if got := envelope.IsBarrier(u); got != want {
+			t.Fatalf("%s: barrier %v, want %v (%v)", what, got, want, u.DdlEvents)
+		}
+		if want && (u.ProtocolVersion != envelope.ProtocolVersionBarrier || u.DdlEvents[0].Kind != "add_nullable_column" ||
+			u.DdlEvents[0].Column != "extra" || u.DdlEvents[0].ColumnType != "integer") {
+			t.Fatalf("%s: version %d, events %v", what, u.ProtocolVersion, u.DdlEvents)
+		}
+	}
+	txn(a, 0x30, "2")
+	barrier("first transaction under the new shape", true)
+	txn(a, 0x50, "3")
+	barrier("second transaction, same session", false)
+	if fp, _ := pins.Pinned("public.orders"); fp != old {
+		t.Fatal("the pin moved before the barrier was durable")
+	}
+	// A crash before the barrier is durable: a new session emits it again.
+	a = NewAssembler(opts, c.emit)
+	txn(a, 0x30, "2")
+	barrier("after a crash before the pin moved", true)
+	if err := a.MovePins(0x40); err != nil {
+		t.Fatal(err)
+	}
+	if fp, _ := pins.Pinned("public.orders"); fp == old {
+		t.Fatal("the pin did not move once the barrier was durable")
+	}
+	if sh, ok := pins.PinnedShape("public.orders"); !ok || len(sh.Columns) != 3 {
+		t.Fatalf("pinned shape %+v", sh)
+	}
+	a = NewAssembler(opts, c.emit)
+	txn(a, 0x70, "4")
+	barrier("after the pin moved", false)
 }
