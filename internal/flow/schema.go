@@ -42,7 +42,15 @@ func (f *Flow) schemaOptions(ctx context.Context, src *pgx.Conn, o *relay.Assemb
 	}
 	o.Policy = f.SchemaPolicy
 	o.PlanCommand = shell.Trellara("schema ddl-plan", f.ConfigPath)
-	o.Resnapshot = shell.Resnapshot(f.ConfigPath)
+	o.Resnapshot = f.resnapshot()
+}
+
+// resnapshot is the flow's full re-snapshot recovery, by capture path.
+func (f *Flow) resnapshot() string {
+	if f.Cfg.Source.Capture == config.CaptureExtension {
+		return shell.ResnapshotExtension(f.ConfigPath)
+	}
+	return shell.Resnapshot(f.ConfigPath)
 }
 
 // SchemaPolicy is the classification policy of relation (schema.name as
@@ -102,6 +110,9 @@ func (f *Flow) recordDrift(err error) error {
 	pending, rerr := f.PendingSchemaChanges()
 	if rerr != nil {
 		f.Logger.Warn("schema-pending.json unreadable; rewriting it", "error", rerr)
+	}
+	if len(d.Plan.Commands) == 0 {
+		d.Plan.Commands = []string{f.resnapshot()} // the extension path's assembler knows no commands
 	}
 	keep := []PendingChange{{Plan: d.Plan, Pinned: fmt.Sprintf("%016x", d.Pinned)}}
 	for _, p := range pending {
@@ -239,7 +250,7 @@ func (f *Flow) schemaRepairSteps() ([]RepairStep, error) {
 		pl := c.Plan
 		out = append(out, RepairStep{Kind: "schema_change", Table: pl.Relation, LSN: pl.LSN,
 			Problem: fmt.Sprintf("capture stopped at a schema change on %s at LSN %s: %s (blocked; %s)", pl.Relation, pl.LSN, pl.Kinds(), pl.Holds),
-			Fix:     "copy the flow's tables again: " + shell.Resnapshot(f.ConfigPath),
+			Fix:     "copy the flow's tables again: " + f.resnapshot(),
 			Then:    "see the classified change and its target DDL with " + shell.Trellara("schema ddl-plan", f.ConfigPath),
 			Command: shell.Trellara("schema ddl-plan", f.ConfigPath),
 		})

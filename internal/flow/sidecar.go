@@ -78,12 +78,12 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	}
 	f.Logger.Info("capturing from the trellara extension", "flow", f.Cfg.Flow, "socket", src.Socket,
 		"slot", info.SlotName, "slot_confirmed", envelope.FormatLSN(info.SlotConfirmed), "log_durable", envelope.FormatLSN(res.DurableEnd))
-	return sidecar.Run(ctx, sidecar.Options{
+	return f.recordDrift(sidecar.Run(ctx, sidecar.Options{
 		SocketPath: src.Socket, Transport: tr, SourceID: src.ID, Pins: f.Pins,
 		MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir,
 		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics"),
 		Acks:           acks,
 		GapRecovery:    shell.ResnapshotExtension(f.ConfigPath),
 		Logger:         f.Logger, Stop: o.Stop, OnFence: o.OnFence,
-	})
+	}))
 }
