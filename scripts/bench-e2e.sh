@@ -22,7 +22,7 @@ export TRELLARA_BIN="${TRELLARA_BIN:-$PWD/bin/trellara}"
 [ -x "$TRELLARA_BIN" ] || { echo "bench-e2e: $TRELLARA_BIN missing: run make build" >&2; exit 1; }
 machine="$(nproc) cores · $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) · $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') · kernel $(uname -r) · $(date -u +%F)"
 echo "== machine: $machine"
-echo "== trellara: $("$TRELLARA_BIN" version 2>/dev/null | head -n1 || echo "$TRELLARA_BIN")"
+echo "== $("$TRELLARA_BIN" --version 2>/dev/null | head -n1) ($TRELLARA_BIN) · $(go version | cut -d' ' -f3)"
 echo "== sizes: txns=$TRELLARA_BENCH_TXNS scale=$TRELLARA_BENCH_SCALE rounds=$TRELLARA_BENCH_ROUNDS rate=$TRELLARA_BENCH_RATE/s for ${TRELLARA_BENCH_SECONDS}s"
 run() {
 	echo "== load before: $(uptime)"

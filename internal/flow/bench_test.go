@@ -278,6 +278,13 @@ INSERT INTO branches SELECT g, 0, repeat('b', 80) FROM generate_series(1, %d) g;
 CREATE PUBLICATION pub FOR TABLE accounts, tellers, branches, history, bench_marker;`, 100000*scale, 10*scale, scale)
 }
 
+// e2eTargetSettings are every end-to-end target's settings, native or
+// Trellara alike. wal_retrieve_retry_interval only spaces the PostgreSQL 15
+// launcher's worker starts (5 s by default, for all subscriptions of a
+// cluster); lowered so ENABLE starts the apply worker at once and the
+// native time is apply time, not a launcher wait.
+var e2eTargetSettings = pgtest.Options{Settings: map[string]string{"wal_retrieve_retry_interval": "100ms"}}
+
 const e2eTargetSchema = `
 CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
 CREATE TABLE tellers (id int PRIMARY KEY, balance bigint NOT NULL, filler text);
@@ -327,7 +334,7 @@ type nativeTarget struct {
 func newNativeTarget(b *testing.B, src *pgtest.Cluster, name string) nativeTarget {
 	b.Helper()
 	ctx := context.Background()
-	t := pgtest.Start(b, pgtest.Options{})
+	t := pgtest.Start(b, e2eTargetSettings)
 	t.Exec(b, e2eTargetSchema)
 	t.Exec(b, fmt.Sprintf(`CREATE SUBSCRIPTION %s CONNECTION '%s' PUBLICATION pub WITH (slot_name = '%s')`, name, src.URL("postgres"), name))
 	conn := t.Connect(ctx)
@@ -354,7 +361,7 @@ type trellaraTarget struct {
 
 func newTrellaraTarget(b *testing.B, bin string, src *pgtest.Cluster, flow string) trellaraTarget {
 	b.Helper()
-	t := pgtest.Start(b, pgtest.Options{})
+	t := pgtest.Start(b, e2eTargetSettings)
 	t.Exec(b, e2eTargetSchema)
 	dir := b.TempDir()
 	cfg := filepath.Join(dir, "trellara.yml")
