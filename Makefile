@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/trellara/trellara/internal/buildinfo.Version=$(VE
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo bench fuzz fuzz-short clean
+.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo bench bench-e2e fuzz fuzz-short clean
 
 all: build
 
@@ -67,6 +67,11 @@ demo: build
 
 bench: build
 	./scripts/bench.sh
+
+# bench-e2e: native logical replication vs trellara end to end (backlog
+# catch-up and steady-rate latency), ABBA; sizes in scripts/bench-e2e.sh.
+bench-e2e: build
+	./scripts/bench-e2e.sh
 
 fuzz:
 	$(GO) test ./envelope -run='^$$' -fuzz=FuzzDecode -fuzztime=60s

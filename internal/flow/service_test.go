@@ -228,7 +228,7 @@ run:
 
 func lsnString(v uint64) string { return fmt.Sprintf("%X/%X", uint32(v>>32), uint32(v)) }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
