@@ -179,15 +179,15 @@ type Retention struct {
 
 // Kafka is the broker transport.
 type Kafka struct {
-	Brokers           []string     // brokers: host:port
-	Topic             string       // topic; default trellara.<flow>
-	ConsumerGroup     string       // consumer_group; default trellara.<flow>
+	Brokers       []string // brokers: host:port
+	Topic         string   // topic; default trellara.<flow>
+	ConsumerGroup string   // consumer_group; default trellara.<flow>
 	// StateDir (state_dir) holds what a Kafka flow keeps on the machine
 	// running it (pinned schemas, acknowledged positions, snapshot.done,
 	// partitions, the last verify): everything transport.local.dir holds
 	// but the log. Default trellara-data/<flow>; relative paths are taken
 	// from the config file's directory.
-	StateDir string
+	StateDir          string
 	Profile           KafkaProfile // profile
 	TLS               *TLS         // tls; nil means plaintext
 	SASL              *SASL        // sasl; nil means no SASL
