@@ -188,6 +188,7 @@ func OpenConfig(path string, logger *slog.Logger) (*Flow, error) {
 		if err := f.openBroker(); err != nil {
 			return nil, err
 		}
+		return f, nil
 	}
 	f.dir = cfg.Transport.Local.Dir
 	return f, nil
