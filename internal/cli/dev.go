@@ -26,8 +26,12 @@ func devCommand() *cli.Command {
 				&cli.StringSliceFlag{Name: "seed-topic", Usage: "topic to create at start (one partition); repeatable"},
 				&cli.IntFlag{Name: "port", Usage: "first broker port (the rest follow); 0 picks free ports"},
 				&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "flow config the cluster is for; refused when its environment is production"},
+				formatFlag(),
 			},
 			Action: func(c *cli.Context) error {
+				if _, err := outputFormat(c); err != nil {
+					return err
+				}
 				if devKafkaCluster == nil {
 					return cli.Exit("trellara dev kafka-cluster needs trellara-full (the full edition, built with make build as bin/trellara-full); "+
 						"this binary is trellara "+VersionString(), ExitError)

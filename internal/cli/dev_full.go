@@ -34,9 +34,16 @@ func runKafkaCluster(c *cli.Context) error {
 	defer cl.Close()
 	ctx, stop := signalContext(c)
 	defer stop()
-	w := c.App.Writer
-	fmt.Fprintf(w, "brokers %s\n", strings.Join(cl.ListenAddrs(), ","))
-	fmt.Fprintf(w, "ready: %d-broker in-process Kafka cluster (kfake, memory only, for evaluation); stop with SIGINT or SIGTERM\n", n)
+	if c.String("format") == "json" {
+		// One envelope, written once the brokers listen: its arrival is the ready signal.
+		if err := writeJSON(c, true, map[string]any{"brokers": cl.ListenAddrs(), "ready": true}); err != nil {
+			return err
+		}
+	} else {
+		w := c.App.Writer
+		fmt.Fprintf(w, "brokers %s\n", strings.Join(cl.ListenAddrs(), ","))
+		fmt.Fprintf(w, "ready: %d-broker in-process Kafka cluster (kfake, memory only, for evaluation); stop with SIGINT or SIGTERM\n", n)
+	}
 	<-ctx.Done()
 	return nil
 }
