@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/trellara/trellara/internal/buildinfo.Version=$(VE
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo bench bench-e2e fuzz fuzz-short clean
+.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo demo-kafka bench bench-e2e fuzz fuzz-short clean
 
 all: build
 
@@ -25,6 +25,7 @@ build:
 # from a skip into a failure.
 test: lint generate-check build ext-test
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -race -timeout $(TEST_TIMEOUT) -tags full -run Kafka ./internal/flow
 	$(MAKE) --no-print-directory fuzz-short
 
 # The native extension: -Wall -Werror build, PGXS regression suite and the
@@ -64,6 +65,11 @@ generate-check:
 
 demo: build
 	./scripts/demo.sh
+
+# The public loop over a three-broker in-process Kafka cluster
+# (trellara-full dev kafka-cluster); ends on CONVERGED.
+demo-kafka: build
+	./scripts/demo-kafka.sh
 
 bench: build
 	./scripts/bench.sh

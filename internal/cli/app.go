@@ -31,8 +31,9 @@ func App() *cli.App {
 		Version: VersionString(),
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
-			"Evidence tooling (chaos, stream, pilot-scorecard, pilot-package) and commands not implemented\n" +
-			"yet (fleet, lake, semantics, schema, reseed) are hidden from this list; see docs/CLI.md.",
+			"Evidence tooling (chaos, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
+			"commands not implemented yet (fleet, lake, semantics, schema, reseed) are hidden from this list;\n" +
+			"see docs/CLI.md.",
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			initCommand(),
@@ -53,6 +54,7 @@ func App() *cli.App {
 			streamCommand(),
 			pilotScorecardCommand(),
 			pilotPackageCommand(),
+			devCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // Main decides the exit code
 	}

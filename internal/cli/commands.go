@@ -311,7 +311,7 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		}
 		if format == "json" {
 			return writeJSON(c, true, map[string]any{"flow": f.Cfg.Flow, "dropped": map[string]any{
-				"slot": f.Cfg.Source.Slot, "publication": f.Cfg.Source.Publication, "local_state": f.Cfg.Transport.Local.Dir}})
+				"slot": f.Cfg.Source.Slot, "publication": f.Cfg.Source.Publication, "local_state": f.StateDir()}})
 		}
 		fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
 		for _, t := range emptied {
@@ -340,7 +340,11 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 	} else {
 		w := c.App.Writer
 		fmt.Fprintf(w, "flow          %s\n", res.Flow)
-		fmt.Fprintf(w, "transport     local segment log at %s · fsync %s\n", res.Transport.Dir, res.Transport.Fsync)
+		if res.Transport.Broker != "" {
+			fmt.Fprintf(w, "transport     %s · local state at %s\n", res.Transport.Broker, res.Transport.Dir)
+		} else {
+			fmt.Fprintf(w, "transport     local segment log at %s · fsync %s\n", res.Transport.Dir, res.Transport.Fsync)
+		}
 		fmt.Fprintf(w, "this run      %s published · %s applied atomically (%d redelivered, skipped) · %s\n",
 			flow.Plural(int(*res.ThisRun.PublishedUnits), "unit"), flow.Plural(int(res.ThisRun.TransactionsApplied), "transaction"),
 			res.ThisRun.TransactionsSkipped, flow.Plural(int(res.ThisRun.RowsApplied), "row"))

@@ -179,9 +179,15 @@ type Retention struct {
 
 // Kafka is the broker transport.
 type Kafka struct {
-	Brokers           []string     // brokers: host:port
-	Topic             string       // topic; default trellara.<flow>
-	ConsumerGroup     string       // consumer_group; default trellara.<flow>
+	Brokers       []string // brokers: host:port
+	Topic         string   // topic; default trellara.<flow>
+	ConsumerGroup string   // consumer_group; default trellara.<flow>
+	// StateDir (state_dir) holds what a Kafka flow keeps on the machine
+	// running it (pinned schemas, acknowledged positions, snapshot.done,
+	// partitions, the last verify): everything transport.local.dir holds
+	// but the log. Default trellara-data/<flow>; relative paths are taken
+	// from the config file's directory.
+	StateDir          string
 	Profile           KafkaProfile // profile
 	TLS               *TLS         // tls; nil means plaintext
 	SASL              *SASL        // sasl; nil means no SASL
@@ -356,6 +362,9 @@ func (c *Config) applyDerivedDefaults() {
 		if k.ConsumerGroup == "" {
 			k.ConsumerGroup = "trellara." + c.Flow
 		}
+		if k.StateDir == "" {
+			k.StateDir = "trellara-data/" + c.Flow
+		}
 	}
 }
 
@@ -453,6 +462,9 @@ func Load(path string) (*Config, error) {
 	// written by `trellara init --evaluate` works from any working directory.
 	if l := c.Transport.Local; l != nil && l.Dir != "" && !filepath.IsAbs(l.Dir) {
 		l.Dir = filepath.Join(filepath.Dir(path), l.Dir)
+	}
+	if k := c.Transport.Kafka; k != nil && k.StateDir != "" && !filepath.IsAbs(k.StateDir) {
+		k.StateDir = filepath.Join(filepath.Dir(path), k.StateDir)
 	}
 	return c, nil
 }

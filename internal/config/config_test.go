@@ -114,8 +114,38 @@ func TestParseDerivedDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kt := k.Transport.Kafka; kt.Topic != "trellara.sales" || kt.ConsumerGroup != "trellara.sales" {
-		t.Errorf("topic %q group %q", kt.Topic, kt.ConsumerGroup)
+	if kt := k.Transport.Kafka; kt.Topic != "trellara.sales" || kt.ConsumerGroup != "trellara.sales" || kt.StateDir != "trellara-data/sales" {
+		t.Errorf("topic %q group %q state_dir %q", kt.Topic, kt.ConsumerGroup, kt.StateDir)
+	}
+}
+
+// TestKafkaStateDir: a Kafka flow's local state directory defaults to
+// trellara-data/<flow> beside the config file, a relative state_dir is
+// taken from the config file's directory, and one holding a NUL byte is refused.
+func TestKafkaStateDir(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "trellara.yml")
+	base := readTestdata(t, "kafka-production.yml")
+	for _, tc := range []struct{ in, want string }{
+		{base, filepath.Join(dir, "trellara-data/sales")},
+		{edit(t, base, "    profile: production\n", "    profile: production\n    state_dir: state/k\n"), filepath.Join(dir, "state/k")},
+		{edit(t, base, "    profile: production\n", "    profile: production\n    state_dir: /srv/k\n"), "/srv/k"},
+	} {
+		if err := os.WriteFile(path, []byte(tc.in), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Transport.Kafka.StateDir; got != tc.want {
+			t.Errorf("state_dir = %q, want %q", got, tc.want)
+		}
+	}
+	_, err := Parse([]byte(edit(t, base, "    profile: production\n", "    profile: production\n    state_dir: \"a\\0b\"\n")))
+	errs := validationErrors(t, err)
+	if len(errs) != 1 || errs[0].Path != "transport.kafka.state_dir" {
+		t.Fatalf("state_dir with a NUL byte: %v", err)
 	}
 }
 

@@ -507,6 +507,7 @@ func (d *decoder) kafka(k *Kafka) keyFn {
 			}},
 			{"topic", d.str(&k.Topic)},
 			{"consumer_group", d.str(&k.ConsumerGroup)},
+			{"state_dir", d.str(&k.StateDir)},
 			{"profile", d.str((*string)(&k.Profile))},
 			{"tls", func(p string, n *yaml.Node) {
 				// Present, even empty (`tls: {}` or `tls:`), means TLS on.

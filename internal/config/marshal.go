@@ -70,6 +70,7 @@ func Marshal(c *Config) ([]byte, error) {
 		put(kn, "brokers", listNode(k.Brokers), "")
 		put(kn, "topic", strNode(k.Topic), "")
 		put(kn, "consumer_group", strNode(k.ConsumerGroup), "")
+		put(kn, "state_dir", strNode(k.StateDir), "pins, acknowledged positions, snapshot marker; relative paths are taken from this file's directory")
 		put(kn, "profile", strNode(string(k.Profile)), "development | production (production enforces the contract)")
 		if t := k.TLS; t != nil {
 			tn := mapping(false)

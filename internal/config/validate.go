@@ -279,6 +279,11 @@ func (v *validator) kafka(k *Kafka, prod bool) {
 	if k.ConsumerGroup == "" && v.flowOK {
 		v.add(p+".consumer_group", "name it, or remove the key to use trellara.<flow>", "required")
 	}
+	if k.StateDir == "" && v.flowOK {
+		v.add(p+".state_dir", "set state_dir to a directory, e.g. /var/lib/trellara/sales, or remove the key for trellara-data/<flow>", "required")
+	} else if strings.ContainsRune(k.StateDir, 0) {
+		v.add(p+".state_dir", "write a directory path", "contains a NUL byte")
+	}
 	switch k.Profile {
 	case ProfileDevelopment, ProfileProduction:
 	default:

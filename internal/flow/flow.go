@@ -8,9 +8,10 @@
 // # State directory
 //
 // Everything a flow keeps locally is in transport.local.dir (mode 0700),
-// and `trellara run --cleanup` removes all of it:
+// or transport.kafka.state_dir, and `trellara run --cleanup` removes all of it:
 //
-//   - log/: the segment log, with the applier's cursor (segmentlog).
+//   - log/: the segment log, with the applier's cursor (segmentlog); a
+//     Kafka flow has none (its log is the topic, see Broker).
 //   - pins.json: each relation's pinned schema fingerprint and shape
 //     (relay.FilePins).
 //   - schema-pending.json: the schema changes capture stopped at, with
@@ -45,7 +46,6 @@ import (
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgsession"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -64,6 +64,8 @@ type Flow struct {
 	Repair     *segmentlog.RepairReport
 	Logger     *slog.Logger
 	dir        string
+	// broker is the transport when it is not the local log (Broker).
+	broker Broker
 	// logHeld: OpenReadOnly found the local log locked by the process
 	// running the flow, and left it closed.
 	logHeld bool
@@ -79,15 +81,17 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 	if err := os.MkdirAll(f.dir, 0o700); err != nil { // the log, pins and checkpoints: the service user's only
 		return nil, fmt.Errorf("flow %s: create %s: %w", cfg.Flow, f.dir, err)
 	}
-	if err := f.openLog(); err != nil {
-		return nil, err
+	if f.broker == nil {
+		if err := f.openLog(); err != nil {
+			return nil, err
+		}
 	}
 	if f.Repair != nil {
 		f.Logger.Warn("local log tail repaired", "flow", cfg.Flow, "report", f.Repair.String())
 	}
 	f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json"))
 	if err != nil {
-		f.Log.Close()
+		f.Close()
 		return nil, err
 	}
 	// Register every sink's cursor before anything is appended, so
@@ -113,6 +117,9 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 	}
 	if f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
 		return nil, err
+	}
+	if f.broker != nil {
+		return f, nil
 	}
 	if _, err := os.Stat(f.logDir()); errors.Is(err, fs.ErrNotExist) {
 		return f, nil
@@ -175,13 +182,19 @@ func OpenConfig(path string, logger *slog.Logger) (*Flow, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Transport.Local == nil {
-		return nil, fmt.Errorf("flow %s: transport.kafka is available in trellara-full only; not implemented yet in this build", cfg.Flow)
-	}
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger, dir: cfg.Transport.Local.Dir}, nil
+	f := &Flow{Cfg: cfg, ConfigPath: path, Secrets: sec, Logger: logger}
+	if cfg.Transport.Local == nil {
+		f.dir = cfg.Transport.Kafka.StateDir
+		if err := f.openBroker(); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	f.dir = cfg.Transport.Local.Dir
+	return f, nil
 }
 
 func (f *Flow) logDir() string { return f.Cfg.Transport.Local.LogDir() }
@@ -204,6 +217,9 @@ func (f *Flow) openLog() error {
 // ApplyRetention drops what the retention policy allows (never what a
 // registered cursor still needs, unless transport.local.expire_past_retention).
 func (f *Flow) ApplyRetention() {
+	if f.Log == nil {
+		return // a broker's retention is the cluster's
+	}
 	rep, err := f.Log.ApplyRetention(time.Now())
 	if err != nil {
 		f.Logger.Warn("local log retention failed", "flow", f.Cfg.Flow, "err", err)
@@ -307,7 +323,11 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 	defer conn.Close(context.Background())
-	tr := transport.Local{Log: f.Log}
+	tr, closeTr, err := f.publisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeTr()
 	res, err := capture.ResumeFrom(ctx, tr)
 	if err != nil {
 		return err
@@ -451,7 +471,12 @@ func (f *Flow) Cleanup(ctx context.Context) ([]config.TableName, error) {
 		}
 		emptied = append(emptied, e...)
 	}
-	if err := f.Log.Close(); err != nil {
+	if f.broker != nil {
+		if err := f.broker.Remove(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.Close(); err != nil {
 		return nil, err
 	}
 	return emptied, os.RemoveAll(f.dir)

@@ -66,6 +66,9 @@ func (f *Flow) Locate(ctx context.Context, lsn string, offset uint64, byOffset b
 		}
 		want = uint64(v)
 	}
+	if f.broker != nil {
+		return nil, fmt.Errorf("flow %s has no local log to search (transport.kafka: the units are in topic %s)", f.Cfg.Flow, f.Cfg.Transport.Kafka.Topic)
+	}
 	next := f.Log.NextOffset()
 	from := f.Log.FirstOffset()
 	if byOffset {

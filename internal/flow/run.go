@@ -74,9 +74,18 @@ type sinkRun struct {
 
 // RunTransport names the transport a bounded run used.
 type RunTransport struct {
-	Kind  string `json:"kind"` // "local"
-	Dir   string `json:"dir"`
+	Kind  string `json:"kind"` // "local" or "kafka"
+	Dir   string `json:"dir"`  // the local log's directory, or a broker flow's state directory
 	Fsync string `json:"fsync"`
+	// Broker describes a broker transport (Broker.Describe).
+	Broker string `json:"broker,omitempty"`
+}
+
+func (f *Flow) runTransport() RunTransport {
+	if f.broker != nil {
+		return RunTransport{Kind: "kafka", Dir: f.dir, Broker: f.broker.Describe()}
+	}
+	return RunTransport{Kind: "local", Dir: f.dir, Fsync: f.Cfg.Transport.Local.Fsync}
 }
 
 // RunCounts are transaction and row counts. PublishedUnits is set for
@@ -215,7 +224,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		}
 		return nil, err
 	}
-	res := &RunResult{Flow: f.Cfg.Flow, Transport: RunTransport{Kind: "local", Dir: f.dir, Fsync: f.Cfg.Transport.Local.Fsync}, CatchUpLSN: lsnString(fence)}
+	res := &RunResult{Flow: f.Cfg.Flow, Transport: f.runTransport(), CatchUpLSN: lsnString(fence)}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for caughtUp().EndLSN < fence {

@@ -17,6 +17,7 @@ import (
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -87,6 +88,11 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 		f, err := openForRole(ctx, o)
 		if err != nil {
 			return err
+		}
+		if f.broker != nil {
+			f.Close()
+			return fmt.Errorf("flow %s: not implemented yet: the long-running service over transport.kafka; %s runs the flow over Kafka to a caught-up target and exits",
+				f.Cfg.Flow, shell.Trellara("run", o.ConfigPath, "--local"))
 		}
 		if prev != nil && (prev.Cfg.Source.ID != f.Cfg.Source.ID || prev.Cfg.Flow != f.Cfg.Flow) {
 			metrics.Relay.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)

@@ -7,7 +7,6 @@ import (
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/sidecar"
 )
@@ -62,7 +61,11 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	if err != nil {
 		return err
 	}
-	tr := transport.Local{Log: f.Log}
+	tr, closeTr, err := f.publisher(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeTr()
 	res, err := relay.ResumeFrom(ctx, tr)
 	if err != nil {
 		return err

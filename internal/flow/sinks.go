@@ -71,6 +71,9 @@ func (f *Flow) ConnectSink(ctx context.Context, s config.Sink) (*pgx.Conn, error
 // has not read. The relay registers every sink's before it appends; an
 // applier process registers its own (a sink added to a running flow).
 func (f *Flow) registerCursor(s config.Sink) error {
+	if f.Log == nil {
+		return nil // a broker flow: each sink reads from its checkpoint (Broker.Reader)
+	}
 	if _, ok, err := f.Log.CursorOffset(s.Cursor()); err != nil {
 		return err
 	} else if ok {
@@ -92,6 +95,14 @@ func (f *Flow) Applier(conn *pgx.Conn, s config.Sink, applied func(commitTimesUn
 func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, s config.Sink, a *apply.Applier, stop func(apply.Checkpoint) bool) error {
 	if err := apply.EnsureSchema(ctx, conn, s.Target.Schema); err != nil {
 		return err
+	}
+	if f.broker != nil {
+		rd, err := f.broker.Reader(ctx, s)
+		if err != nil {
+			return err
+		}
+		defer rd.Close()
+		return a.Run(ctx, rd, rd, stop)
 	}
 	rd, err := transport.NewCursorReader(f.Log, s.Cursor())
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/internal/shell"
 	"io"
 	"log/slog"
 	"os"
@@ -296,7 +297,7 @@ func (b *builder) status(ctx context.Context) error {
 }
 
 func verifyCommand(configPath string) string {
-	return "trellara run --config " + configPath + " --local --verify"
+	return shell.Trellara("run", configPath, "--local", "--verify")
 }
 
 // chaos runs the failure-matrix catalogue as `trellara chaos report` does,

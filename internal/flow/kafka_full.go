@@ -1,0 +1,85 @@
+//go:build full
+
+package flow
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/transport/kafka"
+)
+
+// The full edition runs transport.kafka flows (internal/transport/kafka).
+func init() { RegisterBroker(newKafkaBroker) }
+
+// kafkaBroker is a flow's Kafka transport in strict mode: the relay
+// publishes through kafka.Producer, the applier reads through
+// kafka.Reader. The topic is checked (and created) once per process,
+// before the first of them uses it.
+type kafkaBroker struct {
+	f   *Flow
+	cfg kafka.Config
+
+	mu      sync.Mutex
+	checked bool
+}
+
+func newKafkaBroker(f *Flow) (Broker, error) {
+	return &kafkaBroker{f: f, cfg: kafka.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Kafka: f.Cfg.Transport.Kafka, ConfigPath: f.ConfigPath}}, nil
+}
+
+// checkTopic runs kafka.CheckTopic once: it creates the topic if needed,
+// refuses one that breaks a guarantee and logs each warning.
+func (b *kafkaBroker) checkTopic(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.checked {
+		return nil
+	}
+	warn, err := kafka.CheckTopic(ctx, b.cfg)
+	if err != nil {
+		return err
+	}
+	for _, w := range warn {
+		b.f.Logger.Warn("kafka topic: "+w.Message, "flow", b.f.Cfg.Flow, "topic", b.cfg.Kafka.Topic, "setting", w.Key, "fix", w.Fix)
+	}
+	b.checked = true
+	return nil
+}
+
+func (b *kafkaBroker) Publisher(ctx context.Context) (capture.Transport, func(), error) {
+	if err := b.checkTopic(ctx); err != nil {
+		return nil, nil, err
+	}
+	p, err := kafka.NewProducer(b.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, p.Close, nil
+}
+
+// Reader reads for sink s. Each sink commits its own consumer group (the
+// default sink transport.kafka.consumer_group, another sink that group
+// with "." and its name), so each group's lag is that sink's.
+func (b *kafkaBroker) Reader(ctx context.Context, s config.Sink) (BrokerReader, error) {
+	if err := b.checkTopic(ctx); err != nil {
+		return nil, err
+	}
+	c := b.cfg
+	if s.Name != config.DefaultSinkName {
+		k := *c.Kafka
+		k.ConsumerGroup += "." + s.Name
+		c.Kafka = &k
+	}
+	return kafka.NewReader(ctx, c)
+}
+
+func (b *kafkaBroker) Remove(ctx context.Context) error { return kafka.Remove(ctx, b.cfg) }
+
+func (b *kafkaBroker) Describe() string {
+	k := b.cfg.Kafka
+	return fmt.Sprintf("kafka topic %s (partition %d, strict mode) on %d broker(s), profile %s", k.Topic, kafka.Partition, len(k.Brokers), k.Profile)
+}

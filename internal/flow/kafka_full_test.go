@@ -1,0 +1,256 @@
+//go:build full
+
+package flow_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/trellara/trellara/internal/pgtest"
+)
+
+// buildFull compiles trellara-full (build tag full) for child processes.
+func buildFull(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "trellara-full")
+	cmd := exec.Command("go", "build", "-tags", "full", "-o", out, "github.com/trellara/trellara/cmd/trellara-full")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build trellara-full: %v\n%s", err, b)
+	}
+	return out
+}
+
+// kafkaFlowConfig is a development flow over transport.kafka.
+func kafkaFlowConfig(src, dst *pgtest.Cluster, brokers []string) string {
+	return fmt.Sprintf(`version: 2
+environment: development
+flow: kflow
+source:
+  id: src1
+  database_url: '%s'
+  owns_slot: true
+  tables: [public.orders, public.line_items, public.counters]
+transport:
+  kafka:
+    brokers: [%s]
+    profile: development
+    state_dir: state
+target:
+  database_url: '%s'
+  create_tables: true
+run: {evaluate: true}
+`, src.URL("postgres"), strings.Join(brokers, ", "), dst.URL("postgres"))
+}
+
+// kafkaHarness runs trellara-full against one source, one target and a
+// three-broker kfake cluster that lives in the test process, so it
+// outlives every child it kills.
+type kafkaHarness struct {
+	t        *testing.T
+	bin, dir string
+	cfg      string
+	src, dst *pgtest.Cluster
+	kc       *kfake.Cluster
+	next     int // next workload transaction id
+	rng      *rand.Rand
+}
+
+func newKafkaHarness(t *testing.T) *kafkaHarness {
+	pgtest.Require(t)
+	h := &kafkaHarness{t: t, bin: buildFull(t), dir: t.TempDir(), rng: rand.New(rand.NewPCG(18, 4)), next: 1}
+	h.src = pgtest.Start(t, pgtest.Options{})
+	h.dst = pgtest.Start(t, pgtest.Options{})
+	h.src.Exec(t, crashSchema)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	h.kc = kc
+	h.cfg = filepath.Join(h.dir, "trellara.yml")
+	if err := os.WriteFile(h.cfg, []byte(kafkaFlowConfig(h.src, h.dst, kc.ListenAddrs())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *kafkaHarness) cmd(args ...string) *exec.Cmd {
+	c := exec.Command(h.bin, args...)
+	c.Dir = h.dir
+	return c
+}
+
+// workload commits n transactions on the source.
+func (h *kafkaHarness) workload(n int) {
+	h.t.Helper()
+	ctx := context.Background()
+	conn := h.src.Connect(ctx)
+	defer conn.Close(ctx)
+	for i := 0; i < n; i++ {
+		if err := workloadTxn(ctx, conn, h.next, h.rng); err != nil {
+			h.t.Fatal(err)
+		}
+		h.next++
+	}
+}
+
+// runVerify is `run --local --verify --format json`; it must end CONVERGED.
+func (h *kafkaHarness) runVerify() map[string]any {
+	h.t.Helper()
+	out, err := h.cmd("run", "--config", h.cfg, "--local", "--verify", "--format", "json").Output()
+	var stderr []byte
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		stderr = ee.Stderr
+	}
+	if err != nil {
+		h.t.Fatalf("run --local --verify: %v\n%s\n%s", err, out, stderr)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(out, &res); err != nil {
+		h.t.Fatalf("run output: %v\n%s", err, out)
+	}
+	v, _ := res["verify"].(map[string]any)
+	if v == nil || v["verdict"] != "CONVERGED" {
+		h.t.Fatalf("run --local --verify did not end CONVERGED:\n%s", out)
+	}
+	if tr, _ := res["transport"].(map[string]any); tr == nil || tr["kind"] != "kafka" {
+		h.t.Fatalf("run used transport %v, want kafka", res["transport"])
+	}
+	return res
+}
+
+// same checks that every source transaction is on the target exactly
+// once: each transaction bumps a counter, so a lost one leaves a counter
+// short and a doubled one leaves it long.
+func (h *kafkaHarness) same() {
+	h.t.Helper()
+	ctx := context.Background()
+	q := `SELECT (SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM counters),
+	             (SELECT count(*) FROM orders), (SELECT count(*) FROM line_items)`
+	read := func(c *pgtest.Cluster) string {
+		conn := c.Connect(ctx)
+		defer conn.Close(ctx)
+		var counters string
+		var orders, items int64
+		if err := conn.QueryRow(ctx, q).Scan(&counters, &orders, &items); err != nil {
+			h.t.Fatal(err)
+		}
+		return fmt.Sprintf("counters %s; %d orders; %d line items", counters, orders, items)
+	}
+	s, d := read(h.src), read(h.dst)
+	if s != d {
+		h.t.Fatalf("target differs from source:\nsource %s\ntarget %s", s, d)
+	}
+	if want := fmt.Sprintf("%d orders", h.next-1); !strings.Contains(d, want) {
+		h.t.Fatalf("target %s, want %s", d, want)
+	}
+}
+
+// confirmedFlush is the slot's confirmed_flush_lsn, as text.
+func (h *kafkaHarness) confirmedFlush(conn *pgx.Conn) string {
+	var lsn string
+	if err := conn.QueryRow(context.Background(),
+		"SELECT coalesce(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = 'trellara_kflow'").Scan(&lsn); err != nil {
+		h.t.Fatal(err)
+	}
+	return lsn
+}
+
+// killOnProduce starts `run --local` and SIGKILLs it from inside the
+// cluster when its relay's first produce request arrives. written decides
+// whether the cluster then writes the request's records (the relay dies
+// after its records are in the topic, before it could acknowledge the
+// slot) or drops them (the relay dies before they are durable). Before a
+// dropped request is killed, the relay is given until its slot moves (or
+// 10 s): a relay that acknowledged the source before the cluster
+// acknowledged the records has moved it by then.
+func (h *kafkaHarness) killOnProduce(written bool) {
+	h.t.Helper()
+	child := h.cmd("run", "--config", h.cfg, "--local")
+	if err := child.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	var fired atomic.Bool
+	conn := h.src.Connect(context.Background())
+	defer conn.Close(context.Background())
+	before := h.confirmedFlush(conn)
+	// The relay is the cluster's only producer.
+	h.kc.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !written {
+			h.kc.SleepControl(func() {
+				for end := time.Now().Add(10 * time.Second); time.Now().Before(end) && h.confirmedFlush(conn) == before; {
+					time.Sleep(50 * time.Millisecond)
+				}
+			})
+		}
+		fired.Store(true)
+		_ = child.Process.Signal(syscall.SIGKILL)
+		_, _ = child.Process.Wait()
+		if written {
+			h.kc.DropControl()
+			return nil, nil, false // the cluster writes the records
+		}
+		return nil, errors.New("relay killed"), true // connection closed, nothing written
+	})
+	err := child.Wait()
+	if !fired.Load() {
+		h.t.Fatalf("run --local ended (%v) without producing", err)
+	}
+}
+
+// TestKafkaFlowEndToEnd: source → relay → Kafka (three kfake brokers) →
+// applier → target through the trellara-full CLI. A first run snapshots
+// and ends CONVERGED; a restarted run resumes from the topic and the
+// target checkpoint and applies each new transaction once; a relay killed
+// after its records are in the topic, before it acknowledged the slot,
+// and one killed before its records were written, each restart to
+// CONVERGED with nothing lost and nothing applied twice.
+func TestKafkaFlowEndToEnd(t *testing.T) {
+	h := newKafkaHarness(t)
+	h.workload(40)
+	h.runVerify()
+	h.same()
+	if _, err := os.Stat(filepath.Join(h.dir, "state", "snapshot.done")); err != nil {
+		t.Fatalf("state_dir holds no snapshot marker: %v", err)
+	}
+
+	// Restart: the second run resumes, nothing is published or applied twice.
+	h.workload(40)
+	res := h.runVerify()
+	h.same()
+	tr, _ := res["this_run"].(map[string]any)
+	if n, _ := tr["transactions_applied"].(float64); n < 40 {
+		t.Fatalf("the restarted run applied %v transactions, want the 40 new ones (and its fences)", tr)
+	}
+
+	t.Run("relay killed after produce, before slot acknowledgement", func(t *testing.T) {
+		h.t = t
+		h.workload(40)
+		h.killOnProduce(true)
+		h.runVerify()
+		h.same()
+	})
+	t.Run("relay killed before its records are durable", func(t *testing.T) {
+		h.t = t
+		h.workload(40)
+		h.killOnProduce(false)
+		h.runVerify()
+		h.same()
+	})
+}
