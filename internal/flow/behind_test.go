@@ -85,11 +85,11 @@ run:
 		WatermarkLSN        string   `json:"watermark_lsn"`
 		TargetCheckpointLSN string   `json:"target_checkpoint_lsn"`
 		LagBytes            uint64   `json:"lag_bytes"`
-		LagAgeMS            *int64   `json:"lag_age_ms"`
+		LagAgeSeconds       *float64 `json:"lag_age_seconds"`
 		Recovery            string   `json:"recovery"`
 		Notes               []string `json:"notes"`
 		Watermark           struct {
-			WaitedMS int64 `json:"waited_ms"`
+			WaitedSeconds float64 `json:"waited_seconds"`
 		} `json:"watermark"`
 		Tables []struct {
 			Verdict    string `json:"verdict"`
@@ -109,15 +109,15 @@ run:
 	if cp >= wm || res.LagBytes != uint64(wm-cp) {
 		t.Errorf("lag_bytes %d, want watermark %s - checkpoint %s > 0", res.LagBytes, wm, cp)
 	}
-	if res.LagAgeMS == nil || *res.LagAgeMS < 0 {
-		t.Errorf("lag_age_ms %v, want the time since the target last applied (its checkpoint row records it)", res.LagAgeMS)
+	if res.LagAgeSeconds == nil || *res.LagAgeSeconds < 0 {
+		t.Errorf("lag_age_seconds %v, want the time since the target last applied (its checkpoint row records it)", res.LagAgeSeconds)
 	}
 	wantCatchUp := "trellara run --config " + cfg + " --local --verify"
 	if res.Recovery != wantCatchUp {
 		t.Errorf("recovery %q, want %q", res.Recovery, wantCatchUp)
 	}
-	if res.Watermark.WaitedMS != 0 || len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "slot trellara_behind is not active") {
-		t.Errorf("waited %d ms, notes %q; want no wait and a note on the inactive slot", res.Watermark.WaitedMS, res.Notes)
+	if res.Watermark.WaitedSeconds != 0 || len(res.Notes) != 1 || !strings.Contains(res.Notes[0], "slot trellara_behind is not active") {
+		t.Errorf("waited %gs, notes %q; want no wait and a note on the inactive slot", res.Watermark.WaitedSeconds, res.Notes)
 	}
 	for _, tr := range res.Tables {
 		if tr.Verdict != "BEHIND" || tr.Recovery != "" || len(tr.SampleKeys) == 0 {

@@ -101,30 +101,30 @@ const (
 
 // FormatVersion is the "format_version" of the JSON form. Bump it when a
 // field is removed or changes meaning; adding a field does not.
-const FormatVersion = 1
+const FormatVersion = 2
 
 // Result is Verify's answer. Its JSON form (MarshalJSON) is a stable
 // interface for scripts and for `trellara status`; field names never change
 // within a FormatVersion:
 //
 //	{
-//	  "format_version": 1,
+//	  "format_version": 2,
 //	  "verdict": "CONVERGED" | "DIVERGED" | "BEHIND",
 //	  "started_at": RFC 3339 time,
-//	  "duration_ms": int,
+//	  "duration_seconds": float,
 //	  "source_rows_per_second": float,   // rows hashed per second of source scan time
 //	  "target_rows_per_second": float,
 //	  "row_hash": "typed" | "text",       // how rows were hashed (see Hashing)
 //	  "watermark_lsn": null | "X/X",      // = watermark.source_lsn
 //	  "target_checkpoint_lsn": null | "X/X", // = watermark.target_checkpoint
 //	  "lag_bytes": null | int,            // watermark_lsn - target_checkpoint_lsn; 0 when caught up
-//	  "lag_age_ms": null | int,           // when BEHIND: how long before the check the target last applied a transaction
+//	  "lag_age_seconds": null | float,           // when BEHIND: how long before the check the target last applied a transaction
 //	  "recovery": string,                 // command to run: repair-plan when DIVERGED, CatchUpCommand when BEHIND, "" when CONVERGED
 //	  "watermark": null | {
 //	    "source_lsn": "X/X",              // source WAL position of the compared snapshot (the last round's)
 //	    "target_checkpoint": "X/X",       // applier checkpoint read before the compared target snapshot
 //	    "caught_up": bool,                // target_checkpoint >= source_lsn
-//	    "waited_ms": int,                 // time spent waiting for the target
+//	    "waited_seconds": float,                 // time spent waiting for the target
 //	    "checked_at": RFC 3339 time,      // when target_checkpoint was read (this host's clock)
 //	    "target_applied_at": null | RFC 3339 time // the target's last apply (its clock), when known
 //	  },
@@ -291,36 +291,41 @@ func (r *Result) MarshalJSON() ([]byte, error) {
 	}
 	out := struct {
 		*plain
-		DurationMS          int64   `json:"duration_ms"`
-		WatermarkLSN        *string `json:"watermark_lsn"`
-		TargetCheckpointLSN *string `json:"target_checkpoint_lsn"`
-		LagBytes            *uint64 `json:"lag_bytes"`
-		LagAgeMS            *int64  `json:"lag_age_ms"`
-	}{plain: (*plain)(&c), DurationMS: r.Duration.Milliseconds()}
+		DurationSeconds     float64  `json:"duration_seconds"`
+		WatermarkLSN        *string  `json:"watermark_lsn"`
+		TargetCheckpointLSN *string  `json:"target_checkpoint_lsn"`
+		LagBytes            *uint64  `json:"lag_bytes"`
+		LagAgeSeconds       *float64 `json:"lag_age_seconds"`
+	}{plain: (*plain)(&c), DurationSeconds: r.Duration.Seconds()}
 	if wm := r.Watermark; wm != nil {
 		w, t, lag := wm.SourceLSN.String(), wm.TargetCheckpoint.String(), wm.LagBytes()
 		out.WatermarkLSN, out.TargetCheckpointLSN, out.LagBytes = &w, &t, &lag
 		if age, ok := wm.LagAge(); ok {
-			ms := age.Milliseconds()
-			out.LagAgeMS = &ms
+			secs := age.Seconds()
+			out.LagAgeSeconds = &secs
 		}
 	}
 	return json.Marshal(out)
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote, so a stored result (the
-// last verify, shown by `trellara status`) keeps its duration.
+// last verify, shown by `trellara status`) keeps its duration; a result
+// stored in format 1 (milliseconds) reads the same.
 func (r *Result) UnmarshalJSON(b []byte) error {
 	type plain Result
 	var j struct {
 		*plain
-		DurationMS int64 `json:"duration_ms"`
+		DurationSeconds *float64 `json:"duration_seconds"`
+		DurationMS      int64    `json:"duration_ms"` // format 1
 	}
 	j.plain = (*plain)(r)
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
 	r.Duration = time.Duration(j.DurationMS) * time.Millisecond
+	if j.DurationSeconds != nil {
+		r.Duration = seconds(*j.DurationSeconds)
+	}
 	return nil
 }
 
@@ -329,15 +334,16 @@ type watermarkJSON struct {
 	SourceLSN        string     `json:"source_lsn"`
 	TargetCheckpoint string     `json:"target_checkpoint"`
 	CaughtUp         bool       `json:"caught_up"`
-	WaitedMS         int64      `json:"waited_ms"`
+	WaitedSeconds    float64    `json:"waited_seconds"`
+	WaitedMS         int64      `json:"waited_ms,omitempty"` // format 1, read only
 	CheckedAt        *time.Time `json:"checked_at"`
 	TargetAppliedAt  *time.Time `json:"target_applied_at"`
 }
 
 // MarshalJSON renders LSNs as "X/X" and unknown times as null.
 func (w Watermark) MarshalJSON() ([]byte, error) {
-	return json.Marshal(watermarkJSON{w.SourceLSN.String(), w.TargetCheckpoint.String(), w.CaughtUp(), w.Waited.Milliseconds(),
-		timeOrNil(w.CheckedAt), timeOrNil(w.TargetAppliedAt)})
+	return json.Marshal(watermarkJSON{SourceLSN: w.SourceLSN.String(), TargetCheckpoint: w.TargetCheckpoint.String(), CaughtUp: w.CaughtUp(),
+		WaitedSeconds: w.Waited.Seconds(), CheckedAt: timeOrNil(w.CheckedAt), TargetAppliedAt: timeOrNil(w.TargetAppliedAt)})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote, so a stored result can be
@@ -356,6 +362,9 @@ func (w *Watermark) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("verify: watermark target_checkpoint: %w", err)
 	}
 	*w = Watermark{SourceLSN: src, TargetCheckpoint: dst, Waited: time.Duration(j.WaitedMS) * time.Millisecond}
+	if j.WaitedSeconds != 0 {
+		w.Waited = seconds(j.WaitedSeconds)
+	}
 	if j.CheckedAt != nil {
 		w.CheckedAt = *j.CheckedAt
 	}
@@ -364,6 +373,9 @@ func (w *Watermark) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// seconds is the duration of s seconds, to the microsecond.
+func seconds(s float64) time.Duration { return time.Duration(s*1e6) * time.Microsecond }
 
 func timeOrNil(t time.Time) *time.Time {
 	if t.IsZero() {

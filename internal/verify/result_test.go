@@ -141,7 +141,7 @@ func TestJSONGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{`"watermark":null`, `"watermark_lsn":null`, `"target_checkpoint_lsn":null`, `"lag_bytes":null`, `"lag_age_ms":null`, `"notes":[]`, `"sample_keys":[]`, `"mismatching_buckets":[]`, `"reasons":[]`, `"duration_ms":0`} {
+	for _, field := range []string{`"watermark":null`, `"watermark_lsn":null`, `"target_checkpoint_lsn":null`, `"lag_bytes":null`, `"lag_age_seconds":null`, `"notes":[]`, `"sample_keys":[]`, `"mismatching_buckets":[]`, `"reasons":[]`, `"duration_seconds":0`} {
 		if !strings.Contains(string(js), field) {
 			t.Errorf("JSON lacks %s: %s", field, js)
 		}
@@ -173,7 +173,7 @@ func TestWatermarkJSONRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"source_lsn":"2/10","target_checkpoint":"1/FFFFFFFF","caught_up":false,"waited_ms":1500,"checked_at":null,"target_applied_at":null}`; string(js) != want {
+	if want := `{"source_lsn":"2/10","target_checkpoint":"1/FFFFFFFF","caught_up":false,"waited_seconds":1.5,"checked_at":null,"target_applied_at":null}`; string(js) != want {
 		t.Errorf("got %s, want %s", js, want)
 	}
 	var out Watermark
@@ -590,6 +590,23 @@ func TestSplitPages(t *testing.T) {
 			if got[i].lo != got[i-1].hi || got[i].lo <= got[i-1].lo {
 				t.Errorf("splitPages(%d, %d, %d) = %v: range %d does not follow %d", tc.pages, tc.n, tc.min, got, i, i-1)
 			}
+		}
+	}
+}
+
+// A last verify stored by format 1 (milliseconds) reads back with the same
+// durations as one stored by format 2 (seconds).
+func TestResultReadsFormatOne(t *testing.T) {
+	for _, tc := range []struct{ name, js string }{
+		{"format 1", `{"format_version":1,"duration_ms":1500,"watermark":{"source_lsn":"0/10","target_checkpoint":"0/10","caught_up":true,"waited_ms":250}}`},
+		{"format 2", `{"format_version":2,"duration_seconds":1.5,"watermark":{"source_lsn":"0/10","target_checkpoint":"0/10","caught_up":true,"waited_seconds":0.25}}`},
+	} {
+		var r Result
+		if err := json.Unmarshal([]byte(tc.js), &r); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if r.Duration != 1500*time.Millisecond || r.Watermark == nil || r.Watermark.Waited != 250*time.Millisecond {
+			t.Errorf("%s: duration %s, watermark %+v; want 1.5s and waited 250ms", tc.name, r.Duration, r.Watermark)
 		}
 	}
 }

@@ -683,7 +683,7 @@ func testWatermarkNeverCatchesUp(t *testing.T, p *pair) {
 		t.Fatal(err)
 	}
 	if j["verdict"] != "BEHIND" || j["watermark_lsn"] != wm.SourceLSN.String() || j["target_checkpoint_lsn"] != "0/1000000" ||
-		j["lag_bytes"] != float64(wm.LagBytes()) || j["lag_age_ms"] == nil {
+		j["lag_bytes"] != float64(wm.LagBytes()) || j["lag_age_seconds"] == nil {
 		t.Errorf("JSON %s lacks the verdict and lag", js)
 	}
 }
