@@ -54,8 +54,8 @@ type FileAcks struct {
 	lsn  uint64
 }
 
-// OpenFileAcks opens the store AckFile in dir. When it does not exist yet,
-// the older files are read (the highest position either holds) and the
+// OpenFileAcks opens the store AckFile in dir. The older files, when any
+// is there, are read too (the highest position of all is kept) and the
 // store is written durably; only once it is are the older files removed.
 func OpenFileAcks(dir string) (*FileAcks, error) {
 	a := &FileAcks{path: filepath.Join(dir, AckFile)}
@@ -68,20 +68,26 @@ func OpenFileAcks(dir string) (*FileAcks, error) {
 		return nil, err
 	}
 	a.lsn = lsn
-	if !ok {
-		found := false
-		for _, l := range legacy {
-			v, ok, err := readLSNFile(filepath.Join(dir, l.name), l.parse)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				a.lsn, found = max(a.lsn, v), true
-			}
+	// The older files are read even beside the store: a previous release
+	// run on this directory after the store was written (a downgrade, then
+	// the upgrade again) recorded its acknowledgements there only, and the
+	// slot has them. A file a crash left behind after migrating holds no
+	// more than the store, so the higher position is right in both cases.
+	found := false
+	for _, l := range legacy {
+		v, present, err := readLSNFile(filepath.Join(dir, l.name), l.parse)
+		if err != nil {
+			return nil, err
 		}
-		if !found {
-			return a, nil
+		if present {
+			found = true
+			a.lsn = max(a.lsn, v)
 		}
+	}
+	if !found {
+		return a, nil
+	}
+	if !ok || a.lsn > lsn {
 		if err := a.write(a.lsn); err != nil {
 			return nil, err
 		}

@@ -65,13 +65,24 @@ func TestFileAcksMigratesBothTakingTheHigher(t *testing.T) {
 	checkMigrated(t, dir, 1<<32, "1/0\n")
 }
 
-// Once the store exists it is the record: an older file a crash left
-// behind after the store was written is removed, not read.
+// An older file a crash left behind after the store was written holds no
+// more than the store: it is removed and the store keeps its position.
 func TestFileAcksStoreWinsOverLeftovers(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, capture.AckFile), "0/200\n")
-	write(t, filepath.Join(dir, "idle-ack"), "4096\n")
+	write(t, filepath.Join(dir, "idle-ack"), "256\n")
 	checkMigrated(t, dir, 0x200, "0/200\n")
+}
+
+// A previous release run on the directory after the store was written (a
+// downgrade) records its acknowledgements in idle-ack only, and the slot
+// has them: reopening takes the higher position, or the next start would
+// report a gap that is not there.
+func TestFileAcksTakesANewerIdleAckAfterADowngrade(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, capture.AckFile), "0/200\n")
+	write(t, filepath.Join(dir, "idle-ack"), "4096\n") // 0x1000
+	checkMigrated(t, dir, 0x1000, "0/1000\n")
 }
 
 func TestFileAcksRecordSurvivesReopen(t *testing.T) {
