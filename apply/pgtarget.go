@@ -15,6 +15,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/schemachange"
 )
 
@@ -181,7 +182,7 @@ func (t *pgTarget) Stop(ctx context.Context) {
 func (t *pgTarget) Quarantine(ctx context.Context, q QuarantineRecord) (int64, error) {
 	var id int64
 	err := t.conn.QueryRow(ctx, t.sql.recordQuarantine, q.Flow, q.SourceID, q.Key, q.Unit,
-		formatLSN(q.CommitLSN), formatLSN(q.EndLSN), q.CommitTime, int64(q.Offset), q.Relation,
+		lsn.Format(q.CommitLSN), lsn.Format(q.EndLSN), q.CommitTime, int64(q.Offset), q.Relation,
 		q.Error, q.SQLState, q.Envelope).Scan(&id)
 	return id, err
 }
@@ -492,7 +493,7 @@ const copyBufKeepMax = 8 << 20
 func (x *pgTx) SetProgress(ctx context.Context, p SnapshotProgress) error {
 	var boundary any
 	if p.Done {
-		boundary = formatLSN(p.BoundaryLSN)
+		boundary = lsn.Format(p.BoundaryLSN)
 	}
 	return x.queue(ctx, stmtMeta{unit: -1}, x.t.sql.upsertProgress, x.t.cfg.Flow, x.t.cfg.SourceID, p.Relation,
 		int64(p.NextBatch), p.Done, boundary, p.Rows)
@@ -507,7 +508,7 @@ func (x *pgTx) SetCheckpoint(ctx context.Context, u CheckpointUpdate) error {
 	}
 	var commit, end any
 	if u.MovesLSN {
-		commit, end = formatLSN(u.CommitLSN), formatLSN(u.EndLSN)
+		commit, end = lsn.Format(u.CommitLSN), lsn.Format(u.EndLSN)
 	}
 	return x.queue(ctx, m, t.sql.applyCheckpoint, t.cfg.Flow, t.cfg.SourceID, commit, end,
 		int64(u.Offset), u.TxnsApplied, u.TxnsSkipped, u.RowsApplied)

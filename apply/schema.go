@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/trellara/trellara/lsn"
 )
 
 // DB is what the catalog and status helpers need from a target or source
@@ -186,24 +186,12 @@ func newStateSQL(schema string) stateSQL {
 	}
 }
 
-// formatLSN renders an LSN for a pg_lsn parameter.
-func formatLSN(lsn uint64) string {
-	return strconv.FormatUint(lsn>>32, 16) + "/" + strconv.FormatUint(lsn&0xffffffff, 16)
-}
-
-// parseLSN parses PostgreSQL's pg_lsn text form ("16/B374D848").
+// parseLSN parses PostgreSQL's pg_lsn text form ("16/B374D848") as read
+// back from the target's state tables.
 func parseLSN(s string) (uint64, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
-		return 0, fmt.Errorf("apply: malformed LSN %q", s)
-	}
-	h, err := strconv.ParseUint(hi, 16, 32)
+	v, err := lsn.Parse(s)
 	if err != nil {
-		return 0, fmt.Errorf("apply: malformed LSN %q: %w", s, err)
+		return 0, fmt.Errorf("apply: %w", err)
 	}
-	l, err := strconv.ParseUint(lo, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("apply: malformed LSN %q: %w", s, err)
-	}
-	return h<<32 | l, nil
+	return uint64(v), nil
 }

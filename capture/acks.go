@@ -10,7 +10,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/trellara/trellara/lsn"
 
 	"github.com/trellara/trellara/envelope"
 )
@@ -132,7 +132,7 @@ func (a *FileAcks) write(lsn uint64) error {
 }
 
 func parseXX(s string) (uint64, error) {
-	v, err := pglogrepl.ParseLSN(s)
+	v, err := lsn.Parse(s)
 	return uint64(v), err
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/trellara/trellara/lsn"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
@@ -56,11 +56,11 @@ func ParseStart(s string) (Start, error) {
 	case "latest":
 		return Start{Kind: StartLatest}, nil
 	}
-	lsn, err := pglogrepl.ParseLSN(s)
+	pos, err := lsn.Parse(s)
 	if err != nil {
 		return Start{}, fmt.Errorf("consumer: start %q: want earliest, latest, cursor or an LSN like 0/16B3748", s)
 	}
-	return Start{Kind: StartLSN, LSN: uint64(lsn)}, nil
+	return Start{Kind: StartLSN, LSN: uint64(pos)}, nil
 }
 
 // Options configure a Consumer. The zero value starts at the cursor and

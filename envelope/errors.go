@@ -3,6 +3,8 @@ package envelope
 import (
 	"errors"
 	"fmt"
+
+	"github.com/trellara/trellara/lsn"
 )
 
 // ErrChecksum is returned (wrapped) when an encoded envelope's checksum does
@@ -27,7 +29,7 @@ func (e *InvalidError) Error() string {
 		e.Field, e.SourceID, FormatLSN(e.CommitLSN), e.Reason)
 }
 
-// FormatLSN renders an LSN the way PostgreSQL does: two hex halves.
-func FormatLSN(lsn uint64) string {
-	return fmt.Sprintf("%X/%X", uint32(lsn>>32), uint32(lsn))
-}
+// FormatLSN renders an LSN the way PostgreSQL does: two hex halves. It is
+// lsn.Format, kept here because envelope's uint64 positions are printed
+// this way across the repository.
+func FormatLSN(v uint64) string { return lsn.Format(v) }

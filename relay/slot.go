@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/lsn"
 )
 
 // SlotInfo is what pg_replication_slots says about a slot.
@@ -46,15 +47,15 @@ func LookupSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, err
 		si.WALStatus = *walStatus
 	}
 	if confirmed != nil {
-		lsn, err := pglogrepl.ParseLSN(*confirmed)
+		pos, err := lsn.Parse(*confirmed)
 		if err != nil {
 			return si, fmt.Errorf("relay: slot %s confirmed_flush_lsn %q: %w", slot, *confirmed, err)
 		}
-		si.ConfirmedFlush = uint64(lsn)
+		si.ConfirmedFlush = uint64(pos)
 	}
 	if restart != nil {
-		lsn, _ := pglogrepl.ParseLSN(*restart)
-		si.RestartLSN = uint64(lsn)
+		pos, _ := lsn.Parse(*restart)
+		si.RestartLSN = uint64(pos)
 	}
 	return si, nil
 }
@@ -196,7 +197,7 @@ func CreateSlot(ctx context.Context, repl *pgconn.PgConn, slot string) (CreatedS
 	if err != nil {
 		return CreatedSlot{}, fmt.Errorf("relay: create slot %s: %w", slot, err)
 	}
-	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	cp, err := lsn.Parse(res.ConsistentPoint)
 	if err != nil {
 		return CreatedSlot{}, fmt.Errorf("relay: slot %s consistent point %q: %w", slot, res.ConsistentPoint, err)
 	}
@@ -223,6 +224,6 @@ func EmitFence(ctx context.Context, conn *pgx.Conn, token string) (uint64, error
 	if err := conn.QueryRow(ctx, `SELECT pg_logical_emit_message(true, $1, $2)::text`, FencePrefix, token).Scan(&s); err != nil {
 		return 0, fmt.Errorf("relay: write fence: %w", err)
 	}
-	lsn, err := pglogrepl.ParseLSN(s)
-	return uint64(lsn), err
+	pos, err := lsn.Parse(s)
+	return uint64(pos), err
 }

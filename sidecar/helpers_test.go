@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/trellara/trellara/lsn"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
@@ -182,7 +182,7 @@ func (l *live) lsn(t testing.TB, sql string) uint64 {
 	if s == "" {
 		return 0
 	}
-	v, err := pglogrepl.ParseLSN(s)
+	v, err := lsn.Parse(s)
 	if err != nil {
 		t.Fatalf("%s: %q: %v", sql, s, err)
 	}

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/trellara/trellara/lsn"
 )
 
 // ServerInfo is what CheckServer found about the extension on a server.
@@ -76,11 +76,11 @@ func CheckServer(ctx context.Context, conn *pgx.Conn) (ServerInfo, error) {
 	default:
 		info.SlotExists = true
 		if confirmed != nil {
-			lsn, err := pglogrepl.ParseLSN(*confirmed)
+			pos, err := lsn.Parse(*confirmed)
 			if err != nil {
 				return info, fmt.Errorf("sidecar: slot %s confirmed_flush_lsn %q: %w", info.SlotName, *confirmed, err)
 			}
-			info.SlotConfirmed = uint64(lsn)
+			info.SlotConfirmed = uint64(pos)
 		}
 		drop := fmt.Sprintf("SELECT pg_drop_replication_slot('%s'); the decoder re-creates it (a flow that captured from the old slot then stops with a gap and must start over with a full snapshot)",
 			strings.ReplaceAll(info.SlotName, "'", "''"))

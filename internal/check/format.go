@@ -8,29 +8,20 @@ import (
 	"time"
 
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/lsn"
 )
 
-// LSN is a WAL position.
-type LSN uint64
+// LSN is a WAL position (the repository's one type for it).
+type LSN = lsn.LSN
 
 // parseLSN reads PostgreSQL's "X/Y" hex form.
 func parseLSN(s string) (LSN, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
-		return 0, fmt.Errorf("check: bad LSN %q", s)
-	}
-	h, err := strconv.ParseUint(hi, 16, 32)
+	v, err := lsn.Parse(s)
 	if err != nil {
-		return 0, fmt.Errorf("check: bad LSN %q: %w", s, err)
+		return 0, fmt.Errorf("check: %w", err)
 	}
-	l, err := strconv.ParseUint(lo, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("check: bad LSN %q: %w", s, err)
-	}
-	return LSN(h<<32 | l), nil
+	return v, nil
 }
-
-func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint64(l)&0xFFFFFFFF) }
 
 // fmtBytes renders a byte count with a binary unit, as PostgreSQL's
 // pg_size_pretty does (kB = 1024 bytes).

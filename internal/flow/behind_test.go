@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/trellara/trellara/lsn"
 
 	"github.com/trellara/trellara/internal/pgtest"
 )
@@ -104,8 +104,8 @@ run:
 	if res.Verdict != "BEHIND" || !lsnForm.MatchString(res.WatermarkLSN) || !lsnForm.MatchString(res.TargetCheckpointLSN) {
 		t.Fatalf("verify JSON: verdict %q watermark %q checkpoint %q, want BEHIND and X/X LSNs\n%s", res.Verdict, res.WatermarkLSN, res.TargetCheckpointLSN, out)
 	}
-	wm, _ := pglogrepl.ParseLSN(res.WatermarkLSN)
-	cp, _ := pglogrepl.ParseLSN(res.TargetCheckpointLSN)
+	wm, _ := lsn.Parse(res.WatermarkLSN)
+	cp, _ := lsn.Parse(res.TargetCheckpointLSN)
 	if cp >= wm || res.LagBytes != uint64(wm-cp) {
 		t.Errorf("lag_bytes %d, want watermark %s - checkpoint %s > 0", res.LagBytes, wm, cp)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -120,7 +121,7 @@ func currentLSN(b *testing.B, c *pgtest.Cluster) uint64 {
 	if err := c.Connect(context.Background()).QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
 		b.Fatal(err)
 	}
-	v, _ := pglogrepl.ParseLSN(s)
+	v, _ := lsn.Parse(s)
 	return uint64(v)
 }
 

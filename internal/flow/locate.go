@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/trellara/trellara/lsn"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
@@ -57,12 +57,12 @@ func tupleText(vals []*pb.Value) string {
 
 // Locate finds a unit by offset, or the first unit whose commit LSN equals
 // lsn. It returns nil when nothing matches.
-func (f *Flow) Locate(ctx context.Context, lsn string, offset uint64, byOffset bool) (*Located, error) {
+func (f *Flow) Locate(ctx context.Context, at string, offset uint64, byOffset bool) (*Located, error) {
 	var want uint64
 	if !byOffset {
-		v, err := pglogrepl.ParseLSN(lsn)
+		v, err := lsn.Parse(at)
 		if err != nil {
-			return nil, fmt.Errorf("--lsn %q: %w (write it as X/X, e.g. 0/16B3748)", lsn, err)
+			return nil, fmt.Errorf("--lsn: %w", err)
 		}
 		want = uint64(v)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 )
 
@@ -106,7 +107,7 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		add(Check{Name: "slot", Detail: fmt.Sprintf("%s uses plugin %s", f.Cfg.Source.Slot, si.Plugin),
 			Fix: fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s')) or configure another source.slot", f.Cfg.Source.Slot)})
 	case si.Exists:
-		add(Check{Name: "slot", OK: true, Detail: fmt.Sprintf("%s exists (confirmed %s, wal_status %s)", f.Cfg.Source.Slot, lsnString(si.ConfirmedFlush), si.WALStatus)})
+		add(Check{Name: "slot", OK: true, Detail: fmt.Sprintf("%s exists (confirmed %s, wal_status %s)", f.Cfg.Source.Slot, lsn.Format(si.ConfirmedFlush), si.WALStatus)})
 	case f.Cfg.Source.OwnsSlot:
 		var free int
 		_ = src.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int - count(*) FROM pg_replication_slots`).Scan(&free)

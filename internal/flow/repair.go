@@ -10,6 +10,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
+	"github.com/trellara/trellara/lsn"
 )
 
 // RepairStep is one thing to do, in order.
@@ -89,8 +90,8 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			where = "sink " + sk.Name + ": "
 		}
 		for _, q := range st.Quarantine {
-			p.Steps = append(p.Steps, RepairStep{Kind: "quarantine", Table: q.Relation, SQLState: q.SQLState, LSN: lsnString(q.CommitLSN),
-				Problem: where + fmt.Sprintf("quarantined %s at commit %s on %s: %s (%d attempts)", q.Unit, lsnString(q.CommitLSN), q.Relation, withSQLState(q.Error, q.SQLState), q.Attempts),
+			p.Steps = append(p.Steps, RepairStep{Kind: "quarantine", Table: q.Relation, SQLState: q.SQLState, LSN: lsn.Format(q.CommitLSN),
+				Problem: where + fmt.Sprintf("quarantined %s at commit %s on %s: %s (%d attempts)", q.Unit, lsn.Format(q.CommitLSN), q.Relation, withSQLState(q.Error, q.SQLState), q.Attempts),
 				Fix:     sqlstateFix(q.SQLState, q.Relation, f.ConfigPath),
 				Then:    rerun,
 				Command: rerunCmd,
@@ -129,11 +130,11 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			if t.Verdict != verify.Diverged {
 				continue // a BEHIND table is not a divergence: behindStep covers it
 			}
-			lsn := ""
+			at := ""
 			if w := lv.Watermark; w != nil {
-				lsn = w.SourceLSN.String()
+				at = w.SourceLSN.String()
 			}
-			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: lsn,
+			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: at,
 				Problem: where + fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
 				Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
 				Then:    verifyAfterRun(f.ConfigPath),
@@ -184,11 +185,11 @@ func behindStep(r *verify.Result, configPath string) (RepairStep, bool) {
 	if r.Verdict != verify.Behind {
 		return RepairStep{}, false
 	}
-	lsn := ""
+	at := ""
 	if w := r.Watermark; w != nil {
-		lsn = w.SourceLSN.String()
+		at = w.SourceLSN.String()
 	}
-	return RepairStep{Kind: "behind", LSN: lsn, Command: verify.CatchUpCommand(configPath),
+	return RepairStep{Kind: "behind", LSN: at, Command: verify.CatchUpCommand(configPath),
 		Problem: fmt.Sprintf("the last verify (%s) found the target behind, not diverged: %s",
 			r.StartedAt.Format(time.RFC3339), strings.TrimPrefix(r.Headline(), "BEHIND: ")),
 		Fix: verify.CatchUpAdvice(configPath),

@@ -12,6 +12,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/verify"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 )
 
@@ -224,7 +225,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		}
 		return nil, err
 	}
-	res := &RunResult{Flow: f.Cfg.Flow, Transport: f.runTransport(), CatchUpLSN: lsnString(fence)}
+	res := &RunResult{Flow: f.Cfg.Flow, Transport: f.runTransport(), CatchUpLSN: lsn.Format(fence)}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for caughtUp().EndLSN < fence {
@@ -234,7 +235,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 			return nil, f.runError(firstErr, ctx)
 		case <-tick.C:
 			cp := caughtUp()
-			p := Progress{Phase: "applying", Applied: cp.TxnsApplied, Checkpoint: lsnString(cp.EndLSN), Target: lsnString(fence)}
+			p := Progress{Phase: "applying", Applied: cp.TxnsApplied, Checkpoint: lsn.Format(cp.EndLSN), Target: lsn.Format(fence)}
 			sessMu.Lock()
 			if session != nil {
 				p.Published = session.Stats().Published
@@ -274,7 +275,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	sessMu.Unlock()
 	for i, r := range sinks {
 		cp, st := r.applier.Checkpoint(), r.applier.Stats()
-		res.Sinks = append(res.Sinks, SinkRunResult{Sink: r.sink.Name, Checkpoint: lsnString(cp.EndLSN),
+		res.Sinks = append(res.Sinks, SinkRunResult{Sink: r.sink.Name, Checkpoint: lsn.Format(cp.EndLSN),
 			ThisRun: RunCounts{PublishedUnits: &published, TransactionsApplied: st.TxnsApplied, TransactionsSkipped: st.TxnsSkipped, RowsApplied: st.RowsApplied},
 			Totals:  RunCounts{TransactionsApplied: cp.TxnsApplied, TransactionsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied},
 			Verify:  verified[i]})
@@ -293,8 +294,6 @@ func (f *Flow) runError(first error, ctx context.Context) error {
 	}
 	return ctx.Err()
 }
-
-func lsnString(v uint64) string { return fmt.Sprintf("%X/%X", uint32(v>>32), uint32(v)) }
 
 func (f *Flow) createTargetTables(ctx context.Context, tgt *pgx.Conn) error {
 	src, err := f.ConnectSource(ctx)

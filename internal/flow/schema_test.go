@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/lsn"
 )
 
 // schemaFlow is a flow over src and dst run through the CLI binary.
@@ -88,7 +89,7 @@ func walLSN(t *testing.T, c *pgtest.Cluster) uint64 {
 	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
-	l, err := pglogrepl.ParseLSN(s)
+	l, err := lsn.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func TestBlockedSchemaChangesStopWithPlan(t *testing.T) {
 		if m == nil {
 			t.Fatalf("%s: no LSN in\n%s", tc.kind, out)
 		}
-		at, err := pglogrepl.ParseLSN(m[1])
+		at, err := lsn.Parse(m[1])
 		if err != nil || uint64(at) <= before || uint64(at) > after {
 			t.Fatalf("%s: stopped at LSN %s, want the blocked transaction's commit in (%s, %s]", tc.kind, m[1],
 				pglogrepl.LSN(before), pglogrepl.LSN(after))

@@ -19,6 +19,7 @@ import (
 	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -451,7 +452,7 @@ func (f *Flow) startApplier(ctx context.Context, wg *sync.WaitGroup,
 			return f.Apply(ctx, tgt, sk, a, func(cp apply.Checkpoint) bool {
 				ar.set(cp)
 				am.CheckpointLSNBytes.WithLabelValues(l...).Set(float64(cp.EndLSN))
-				h.Detail("checkpoint_lsn", lsnString(cp.EndLSN))
+				h.Detail("checkpoint_lsn", lsn.Format(cp.EndLSN))
 				if last != nil {
 					am.TxnsApplied.WithLabelValues(l...).Add(float64(max(0, cp.TxnsApplied-last.TxnsApplied)))
 					am.TxnsSkipped.WithLabelValues(l...).Add(float64(max(0, cp.TxnsSkipped-last.TxnsSkipped)))
@@ -504,7 +505,7 @@ func (f *Flow) exportRelay(ctx context.Context, m *obs.RelayMetrics, h *obs.Heal
 			}
 			last = account(s)
 			m.AcknowledgedLSNBytes.WithLabelValues(l...).Set(float64(last.DurableEnd))
-			h.Detail("acknowledged_lsn", lsnString(last.DurableEnd))
+			h.Detail("acknowledged_lsn", lsn.Format(last.DurableEnd))
 			h.Detail("published_units", last.Published)
 		}
 		ls := f.Log.Stats()

@@ -25,6 +25,7 @@ import (
 
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -198,8 +199,8 @@ run:
 	if len(down) != 1 {
 		t.Fatalf("shutdown records %v", down)
 	}
-	if got := down[0]["confirmed_lsn"]; got != lsnString(si.ConfirmedFlush) {
-		t.Errorf("shutdown line confirmed_lsn %v, slot confirmed_flush_lsn %s", got, lsnString(si.ConfirmedFlush))
+	if got := down[0]["confirmed_lsn"]; got != lsn.Format(si.ConfirmedFlush) {
+		t.Errorf("shutdown line confirmed_lsn %v, slot confirmed_flush_lsn %s", got, lsn.Format(si.ConfirmedFlush))
 	}
 	if got, _ := down[0]["checkpoint_lsn"].(string); !regexp.MustCompile(`^[0-9A-F]+/[0-9A-F]+$`).MatchString(got) {
 		t.Errorf("shutdown line checkpoint_lsn %q, want X/X", got)
@@ -222,11 +223,9 @@ run:
 		// Idle advancement may confirm past the last transaction only when
 		// nothing of ours was pending; the last unit is the fence-free
 		// workload transaction, so compare with the server's view instead.
-		t.Logf("slot confirmed %s, log durable end %s (idle advancement)", lsnString(si.ConfirmedFlush), lsnString(res.DurableEnd))
+		t.Logf("slot confirmed %s, log durable end %s (idle advancement)", lsn.Format(si.ConfirmedFlush), lsn.Format(res.DurableEnd))
 	}
 }
-
-func lsnString(v uint64) string { return fmt.Sprintf("%X/%X", uint32(v>>32), uint32(v)) }
 
 func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -383,7 +382,7 @@ func checkServiceMetrics(t *testing.T, endpoints map[string]string, get func(str
 	if err := json.Unmarshal([]byte(hz), &health); err != nil {
 		t.Fatal(err)
 	}
-	if got := lsnString(uint64(cp.value)); cp.value == 0 || got != health["checkpoint_lsn"] {
+	if got := lsn.Format(uint64(cp.value)); cp.value == 0 || got != health["checkpoint_lsn"] {
 		t.Errorf("trellara_applier_checkpoint_lsn_bytes %v = %s, /healthz checkpoint_lsn %v", cp.value, got, health["checkpoint_lsn"])
 	}
 	if ack, ok := find(relayS, "trellara_relay_acknowledged_lsn_bytes"); !ok || ack.value == 0 {

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/trellara/trellara/lsn"
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
@@ -260,11 +260,11 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 			st.Notes = append(st.Notes, err.Error())
 		} else {
 			ss := &SlotStatus{Name: f.Cfg.Source.Slot, Exists: si.Exists, Active: si.Active, WALStatus: si.WALStatus,
-				ConfirmedFlushLSN: lsnString(si.ConfirmedFlush), RestartLSN: lsnString(si.RestartLSN)}
+				ConfirmedFlushLSN: lsn.Format(si.ConfirmedFlush), RestartLSN: lsn.Format(si.RestartLSN)}
 			var cur string
 			if err := src.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END::text`).Scan(&cur); err == nil {
 				ss.CurrentLSN = cur
-				if l, err := pglogrepl.ParseLSN(cur); err == nil && si.Exists {
+				if l, err := lsn.Parse(cur); err == nil && si.Exists {
 					ss.RetainedWALBytes = int64(uint64(l) - min(uint64(l), si.RestartLSN))
 					ss.LagBytes = int64(uint64(l) - min(uint64(l), si.ConfirmedFlush))
 				}
@@ -333,7 +333,7 @@ func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorS
 		st.Notes = append(st.Notes, "the applier has not run against this target yet")
 	default:
 		cp := as.Checkpoint
-		st.Checkpoint = &CheckpointState{CommitLSN: lsnString(cp.CommitLSN), EndLSN: lsnString(cp.EndLSN),
+		st.Checkpoint = &CheckpointState{CommitLSN: lsn.Format(cp.CommitLSN), EndLSN: lsn.Format(cp.EndLSN),
 			TxnsApplied: cp.TxnsApplied, TxnsSkipped: cp.TxnsSkipped, RowsApplied: cp.RowsApplied}
 		if !cp.AppliedAt.IsZero() {
 			at, since := cp.AppliedAt.UTC(), time.Since(cp.AppliedAt).Seconds()
@@ -341,7 +341,7 @@ func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorS
 		}
 		for _, sp := range as.Snapshots {
 			st.Snapshots = append(st.Snapshots, SnapshotStatus{Relation: sp.Relation, NextBatch: sp.NextBatch, Done: sp.Done,
-				BoundaryLSN: lsnString(sp.BoundaryLSN), Rows: sp.Rows, Ready: sp.Ready})
+				BoundaryLSN: lsn.Format(sp.BoundaryLSN), Rows: sp.Rows, Ready: sp.Ready})
 		}
 		st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal, Entries: []QuarantineEntry{},
 			Show:   shell.Trellara("status", f.ConfigPath, "--view", "quarantine"),
@@ -349,7 +349,7 @@ func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorS
 		if view == "quarantine" {
 			for _, e := range as.Quarantine {
 				st.Quarantine.Entries = append(st.Quarantine.Entries, QuarantineEntry{ID: e.ID, Unit: e.Unit,
-					CommitLSN: lsnString(e.CommitLSN), EndLSN: lsnString(e.EndLSN), Offset: e.Offset, Relation: e.Relation,
+					CommitLSN: lsn.Format(e.CommitLSN), EndLSN: lsn.Format(e.EndLSN), Offset: e.Offset, Relation: e.Relation,
 					Error: e.Error, SQLState: e.SQLState, Attempts: e.Attempts, QuarantinedAt: e.QuarantinedAt.UTC()})
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pglogrepl"
+	"github.com/trellara/trellara/lsn"
 
 	"github.com/trellara/trellara/internal/shell"
 )
@@ -184,8 +184,8 @@ type Result struct {
 // taken. The target snapshot therefore holds everything up to at least
 // TargetCheckpoint, and CaughtUp says whether that covers SourceLSN.
 type Watermark struct {
-	SourceLSN        pglogrepl.LSN
-	TargetCheckpoint pglogrepl.LSN
+	SourceLSN        lsn.LSN
+	TargetCheckpoint lsn.LSN
 	Waited           time.Duration
 	// CheckedAt is when TargetCheckpoint was read, on this host's clock.
 	CheckedAt time.Time
@@ -353,11 +353,11 @@ func (w *Watermark) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	src, err := pglogrepl.ParseLSN(j.SourceLSN)
+	src, err := lsn.Parse(j.SourceLSN)
 	if err != nil {
 		return fmt.Errorf("verify: watermark source_lsn: %w", err)
 	}
-	dst, err := pglogrepl.ParseLSN(j.TargetCheckpoint)
+	dst, err := lsn.Parse(j.TargetCheckpoint)
 	if err != nil {
 		return fmt.Errorf("verify: watermark target_checkpoint: %w", err)
 	}

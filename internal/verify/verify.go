@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/lsn"
 )
 
 // DB is one side of the comparison. *pgx.Conn and *pgxpool.Pool both
@@ -217,8 +217,8 @@ func (v *verifier) watermark() *Watermark {
 		return nil
 	}
 	return &Watermark{
-		SourceLSN:        pglogrepl.LSN(v.sourceLSN),
-		TargetCheckpoint: pglogrepl.LSN(v.target.EndLSN),
+		SourceLSN:        lsn.LSN(v.sourceLSN),
+		TargetCheckpoint: lsn.LSN(v.target.EndLSN),
 		Waited:           v.waited,
 		CheckedAt:        v.checkedAt.UTC(),
 		TargetAppliedAt:  v.target.AppliedAt,
@@ -313,11 +313,11 @@ func (v *verifier) sourceLSNOf(ctx context.Context) (uint64, error) {
 	if err := v.src.tx.QueryRow(ctx, sqlSourceLSN).Scan(&text); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrSourceLSN, err)
 	}
-	lsn, err := pglogrepl.ParseLSN(text)
+	pos, err := lsn.Parse(text)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %q: %w", ErrSourceLSN, text, err)
 	}
-	return uint64(lsn), nil
+	return uint64(pos), nil
 }
 
 // waitTarget polls the target checkpoint with backoff until it reaches lsn

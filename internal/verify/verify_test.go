@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/lsn"
 )
 
 // The integration tests share one throwaway cluster and give each test its
@@ -578,11 +578,11 @@ func currentLSN(t *testing.T, url string) uint64 {
 	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		t.Fatal(err)
 	}
-	lsn, err := pglogrepl.ParseLSN(s)
+	pos, err := lsn.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return uint64(lsn)
+	return uint64(pos)
 }
 
 func testWatermarkCatchesUp(t *testing.T, p *pair) {
@@ -747,7 +747,7 @@ func testRecheckComparesEverything(t *testing.T, p *pair) {
 		t.Fatalf("%d source snapshots, want a re-check", len(lsns))
 	}
 	if r.Watermark == nil || uint64(r.Watermark.SourceLSN) != lsns[len(lsns)-1] || !r.Watermark.CaughtUp() {
-		t.Errorf("watermark %+v, want the last round's source LSN %s (of %d rounds), caught up", r.Watermark, pglogrepl.LSN(lsns[len(lsns)-1]), len(lsns))
+		t.Errorf("watermark %+v, want the last round's source LSN %s (of %d rounds), caught up", r.Watermark, lsn.LSN(lsns[len(lsns)-1]), len(lsns))
 	}
 	for _, tr := range r.Tables {
 		if tr.Rechecks != len(lsns)-1 {
@@ -896,11 +896,11 @@ func TestParallelHashingSeesOneSnapshot(t *testing.T) {
 			case <-time.After(time.Millisecond):
 			}
 		}
-		var lsn string
-		if err := probe.QueryRow(ctx, sqlSourceLSN).Scan(&lsn); err != nil {
+		var text string
+		if err := probe.QueryRow(ctx, sqlSourceLSN).Scan(&text); err != nil {
 			return 0, err
 		}
-		l, err := pglogrepl.ParseLSN(lsn)
+		l, err := lsn.Parse(text)
 		return uint64(l), err
 	}
 	for i := range 5 {
