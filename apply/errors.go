@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/envelope"
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/shell"
 )
 
@@ -22,7 +23,7 @@ var (
 	// transactions across partitions and needs a manifest-barrier
 	// coordinator this applier does not have yet. Strict mode's chunk
 	// sequences (one large transaction, consecutive in the log) are applied.
-	ErrPartitioned = errors.New("apply: partitioned mode not implemented yet (target.mode: partitioned); use target.mode: strict")
+	ErrPartitioned = fmt.Errorf("apply: partitioned mode %w (target.mode: partitioned); use target.mode: strict", buildinfo.ErrNotImplemented)
 	// ErrSequence means the transport delivered units in an order the relay
 	// never writes (a snapshot batch gap, a snapshot ending before all of its
 	// batches were applied, a chunk sequence cut short by anything other

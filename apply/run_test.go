@@ -10,6 +10,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -106,7 +107,7 @@ func TestRunControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused("partitioned", cb, ErrPartitioned, "not implemented yet")
+	refused("partitioned", cb, buildinfo.ErrNotImplemented, "use target.mode: strict")
 
 	damaged := append([]byte(nil), two...)
 	damaged[5] ^= 0x40

@@ -5,9 +5,16 @@
 package buildinfo
 
 import (
+	"errors"
 	"fmt"
 	"runtime/debug"
 )
+
+// ErrNotImplemented is wrapped by every refusal of a feature this build does
+// not have: the placeholder commands, transport.kafka outside the full
+// edition, partitioned apply. Callers test it with errors.Is, never by the
+// text; the CLI exits 2 (could not run) for it.
+var ErrNotImplemented = errors.New("not implemented yet")
 
 // Version and Commit are stamped at link time (-ldflags -X).
 var (

@@ -136,7 +136,7 @@ func notImplemented(name, usage string, hidden bool, flags ...cli.Flag) *cli.Com
 		// user typed, the answer is the same honest one.
 		SkipFlagParsing: false,
 		Action: func(*cli.Context) error {
-			return cli.Exit("not implemented yet: "+name, ExitError)
+			return &exitErr{err: fmt.Errorf("%w: %s", buildinfo.ErrNotImplemented, name), code: ExitError}
 		},
 	}
 }

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/trellara/trellara/internal/buildinfo"
 )
 
 func run(t *testing.T, args ...string) (string, string, int) {
@@ -73,7 +77,25 @@ func TestEveryReportingCommandTakesFormat(t *testing.T) {
 
 func TestNotImplementedExitsTwo(t *testing.T) {
 	_, errOut, code := run(t, "fleet", "scorecard")
-	if code != ExitError || !strings.Contains(errOut, "not implemented yet: fleet") {
+	if code != ExitError || !strings.Contains(errOut, buildinfo.ErrNotImplemented.Error()+": fleet") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// The JSON envelope classifies a wrapped sentinel wherever it sits in the
+// message (the service's Kafka refusal starts with the flow's name).
+func TestClassifyNotImplemented(t *testing.T) {
+	err := fmt.Errorf("flow sales: %w: the long-running service over transport.kafka", buildinfo.ErrNotImplemented)
+	if got := classify(err, "t.yml").Code; got != codeNotImplemented {
+		t.Fatalf("code %q, want %q", got, codeNotImplemented)
+	}
+}
+
+// A placeholder command's error is the sentinel, so callers and the JSON
+// envelope classify it with errors.Is.
+func TestNotImplementedIsSentinel(t *testing.T) {
+	err := notImplemented("fleet", "fleet", true).Action(nil)
+	if !errors.Is(err, buildinfo.ErrNotImplemented) {
+		t.Fatalf("fleet action: %v, want buildinfo.ErrNotImplemented", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/trellara/trellara/consumer"
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
@@ -414,8 +415,8 @@ func serve(c *cli.Context, ctx context.Context) error {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil
 	}
-	if strings.HasPrefix(err.Error(), "not implemented yet") {
-		return cli.Exit(err.Error(), ExitError)
+	if errors.Is(err, buildinfo.ErrNotImplemented) {
+		return &exitErr{err: err, code: ExitError}
 	}
 	return failure(err)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
 )
@@ -127,7 +128,7 @@ func classify(err error, configPath string) *jsonError {
 		je.Code = codeUsage
 		je.Fix = "see " + "trellara <command> --help" + " and docs/CLI.md for the command's flags"
 		return je
-	case strings.HasPrefix(msg, "not implemented yet"):
+	case errors.Is(err, buildinfo.ErrNotImplemented):
 		je.Code = codeNotImplemented
 		je.Fix = "the feature has not landed; docs/CLI.md lists what works today"
 		return je

@@ -15,6 +15,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/internal/shell"
@@ -92,8 +93,8 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 		}
 		if f.broker != nil {
 			f.Close()
-			return fmt.Errorf("flow %s: not implemented yet: the long-running service over transport.kafka; %s runs the flow over Kafka to a caught-up target and exits",
-				f.Cfg.Flow, shell.Trellara("run", o.ConfigPath, "--local"))
+			return fmt.Errorf("flow %s: %w: the long-running service over transport.kafka; %s runs the flow over Kafka to a caught-up target and exits",
+				f.Cfg.Flow, buildinfo.ErrNotImplemented, shell.Trellara("run", o.ConfigPath, "--local"))
 		}
 		if prev != nil && (prev.Cfg.Source.ID != f.Cfg.Source.ID || prev.Cfg.Flow != f.Cfg.Flow) {
 			metrics.Relay.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
