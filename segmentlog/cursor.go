@@ -113,7 +113,7 @@ func (l *Log) lockCursors() (func(), error) {
 			return nil, fmt.Errorf("segmentlog: lock %s: %w", path, err)
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("segmentlog: lock %s: another process held it for more than %s; look for a stuck trellara process using %s", path, cursorLockWait, l.dir)
+			return nil, fmt.Errorf("segmentlog: lock %s: another process held it for more than %s; look for a stuck process using %s", path, cursorLockWait, l.dir)
 		}
 		time.Sleep(wait)
 	}

@@ -168,5 +168,6 @@
 // successor was created more than Retention.MaxAge ago. A segment that a
 // registered cursor still needs is kept unless Retention.Expire is set; then
 // the cursor is marked past-retention before the segment is removed and its
-// reader gets *PastRetentionError naming the reseed command.
+// reader gets *PastRetentionError. Errors name no commands: the caller adds
+// its recovery (AddRecovery).
 package segmentlog

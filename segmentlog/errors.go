@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/segmentlog/internal/vfs"
 )
 
@@ -58,8 +57,37 @@ func (e *CorruptionError) Error() string {
 		at += fmt.Sprintf(" (offset %d)", e.Offset)
 	}
 	return fmt.Sprintf("segmentlog: corruption in %s: %s; acknowledged data is damaged, so the log will not truncate it: "+
-		"restore the directory from a replica or backup, or %s", at, e.Reason, shell.Resnapshot(""))
+		"restore the directory from a replica or backup", at, e.Reason)
 }
+
+// AddRecovery ends err's message with the caller's recovery when err is or
+// wraps a *CorruptionError (", or <recovery>", after restoring from a
+// backup) or a *PastRetentionError (": <recovery>"); other errors are
+// returned unchanged. The log's errors say what happened and why; the
+// command that fixes it belongs to the caller that knows the flow's
+// configuration (internal/flow, from internal/shell). The result unwraps
+// to err.
+func AddRecovery(err error, recovery string) error {
+	if err == nil || recovery == "" {
+		return err
+	}
+	if IsCorruption(err) {
+		return &recoveryError{err: err, tail: ", or " + recovery}
+	}
+	if p := (*PastRetentionError)(nil); errors.As(err, &p) {
+		return &recoveryError{err: err, tail: ": " + recovery}
+	}
+	return err
+}
+
+// recoveryError is an error with the caller's recovery appended.
+type recoveryError struct {
+	err  error
+	tail string
+}
+
+func (e *recoveryError) Error() string { return e.err.Error() + e.tail }
+func (e *recoveryError) Unwrap() error { return e.err }
 
 // IsCorruption reports whether err is or wraps a *CorruptionError.
 func IsCorruption(err error) bool {
@@ -90,7 +118,8 @@ func (e *FatalError) Unwrap() []error { return []error{ErrMustReopen, e.Err} }
 // needs an offset that retention has already deleted. With
 // Retention.Expire set, retention deletes segments that a registered
 // cursor still needs and marks the cursor; the consumer cannot continue
-// without a gap, and the flow has to start over (shell.Resnapshot).
+// without a gap, and the flow has to start over: the caller names how
+// (AddRecovery).
 type PastRetentionError struct {
 	Consumer    string // cursor name; empty for an anonymous reader
 	Offset      uint64 // offset the consumer needs
@@ -103,8 +132,8 @@ func (e *PastRetentionError) Error() string {
 		who = fmt.Sprintf("consumer %q", e.Consumer)
 	}
 	return fmt.Sprintf("segmentlog: %s needs offset %d but retention removed everything before offset %d; "+
-		"the consumer would skip data, so it cannot continue: %s",
-		who, e.Offset, e.FirstOffset, shell.Resnapshot(""))
+		"the consumer would skip data, so it cannot continue",
+		who, e.Offset, e.FirstOffset)
 }
 
 // OptionsError names the option that failed validation and its allowed range.

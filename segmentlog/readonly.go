@@ -57,7 +57,7 @@ func OpenReadOnly(dir string, opts Options) (*Log, error) {
 	}
 	if err := l.refresh(); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s: %v; the writer publishes it when it opens the log, so start the flow's relay once (trellara run --config FILE)",
+			return nil, fmt.Errorf("%w: %s: %v; the writer publishes it when it opens the log, so the writer has to open it once",
 				ErrNoDurableEnd, dir, err)
 		}
 		return nil, err

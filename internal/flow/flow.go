@@ -155,7 +155,7 @@ func OpenApplier(path string, logger *slog.Logger, sink string) (*Flow, error) {
 		Logger:          f.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("flow %s: open local log read-only: %w", f.Cfg.Flow, err)
+		return nil, fmt.Errorf("flow %s: open local log read-only: %w", f.Cfg.Flow, f.logError(err))
 	}
 	if f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
 		f.Log.Close()
@@ -209,9 +209,20 @@ func (f *Flow) openLog() error {
 		Logger:          f.Logger,
 	})
 	if err != nil {
-		return fmt.Errorf("flow %s: open local log: %w", f.Cfg.Flow, err)
+		return fmt.Errorf("flow %s: open local log: %w", f.Cfg.Flow, f.logError(err))
 	}
 	return nil
+}
+
+// logError adds the flow's recovery to an error from the local log, which
+// names no commands itself: damaged acknowledged data or a consumer past
+// retention means starting the flow over (segmentlog.AddRecovery), and a
+// read-only open before any writer opened the log means starting the relay.
+func (f *Flow) logError(err error) error {
+	if errors.Is(err, segmentlog.ErrNoDurableEnd) {
+		return fmt.Errorf("%w; start the flow's relay once: `%s`", err, shell.Trellara("run", f.ConfigPath, "--role", "relay"))
+	}
+	return segmentlog.AddRecovery(err, f.resnapshot())
 }
 
 // ApplyRetention drops what the retention policy allows (never what a

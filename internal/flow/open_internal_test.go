@@ -3,13 +3,18 @@ package flow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/trellara/trellara/internal/buildinfo"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/segmentlog"
 )
 
 // Open creates the flow's directory (log, pins, checkpoints) for the
@@ -80,3 +85,21 @@ target:
 
 // stubBroker is a broker the service refuses before using it.
 type stubBroker struct{ Broker }
+
+// The local log's errors name no command; the flow adds its own recovery
+// (the full re-snapshot of this config, or starting the relay first).
+func TestLogErrorAddsRecovery(t *testing.T) {
+	f := &Flow{Cfg: &config.Config{Flow: "sales"}, ConfigPath: "/etc/trellara/sales.yml"}
+	corrupt := fmt.Errorf("read: %w", &segmentlog.CorruptionError{Path: "/log/0.seg", Reason: "bad checksum"})
+	if got := f.logError(corrupt).Error(); !strings.HasSuffix(got, ", or "+shell.Resnapshot(f.ConfigPath)) {
+		t.Errorf("corruption: %q", got)
+	}
+	past := &segmentlog.PastRetentionError{Consumer: "sink-a", Offset: 1, FirstOffset: 5}
+	if got := f.sinkLogError(config.Sink{Name: "a"}, past).Error(); !strings.Contains(got, shell.Resnapshot(f.ConfigPath)) || !strings.Contains(got, "sink a") {
+		t.Errorf("past retention: %q", got)
+	}
+	noEnd := fmt.Errorf("%w: /log: missing", segmentlog.ErrNoDurableEnd)
+	if got := f.logError(noEnd); !errors.Is(got, segmentlog.ErrNoDurableEnd) || !strings.Contains(got.Error(), shell.Trellara("run", f.ConfigPath, "--role", "relay")) {
+		t.Errorf("no durable end: %q", got)
+	}
+}

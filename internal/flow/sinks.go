@@ -10,7 +10,6 @@ import (
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
-	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/transport"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -112,14 +111,19 @@ func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, s config.Sink, a *appl
 	return f.sinkLogError(s, a.Run(ctx, rd, transport.Cursor{Log: f.Log, Name: s.Cursor()}, stop))
 }
 
-// sinkLogError adds the recovery to a sink's cursor that retention
-// expired (transport.local.expire_past_retention): the log no longer
-// holds what that sink has not applied.
+// sinkLogError adds the flow's recovery to a log error met by a sink
+// (logError), and names the sink whose cursor retention expired
+// (transport.local.expire_past_retention): the log no longer holds what
+// that sink has not applied.
 func (f *Flow) sinkLogError(s config.Sink, err error) error {
+	if err == nil {
+		return nil
+	}
+	err = f.logError(err)
 	var pr *segmentlog.PastRetentionError
-	if err == nil || !errors.As(err, &pr) {
+	if !errors.As(err, &pr) {
 		return err
 	}
-	return fmt.Errorf("flow %s: sink %s (cursor %s) is past the local log's retention: %w; the other sinks are unaffected. Recover: %s",
-		f.Cfg.Flow, s.Name, s.Cursor(), err, shell.Resnapshot(f.ConfigPath))
+	return fmt.Errorf("flow %s: sink %s (cursor %s) is past the local log's retention; the other sinks are unaffected: %w",
+		f.Cfg.Flow, s.Name, s.Cursor(), err)
 }
