@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,9 +165,14 @@ func TestPublishBatchWaitsForAcks(t *testing.T) {
 	c := cluster(t)
 	_, p := setup(t, c)
 	arrived, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		close(arrived)
-		c.SleepControl(func() { <-release })
+		// The control may see more than one produce request (a retry, or
+		// another broker's): hold only the first.
+		first.Do(func() {
+			close(arrived)
+			c.SleepControl(func() { <-release })
+		})
 		return nil, nil, false // then the cluster writes and answers it
 	})
 	done := make(chan error, 1)
