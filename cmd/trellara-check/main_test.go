@@ -73,6 +73,10 @@ var masks = []struct {
 	{regexp.MustCompile(`no WAL written during the [^\n]*`), "(RATE BASIS)"},
 	{regexp.MustCompile(`\d+(\.\d+)? (B|kB|MB|GB|TB|PB)\b`), "SIZE"},
 	{regexp.MustCompile(`~?\b\d+(d\d+h|h\d+m|h|m|s)\b`), "DUR"},
+	// The summary line adds how long a slot has stalled only when the
+	// sample measured a WAL rate to estimate it from; a loaded machine can
+	// sample none.
+	{regexp.MustCompile(`(?m)^(slots +\d+ stalled) DUR$`), "$1"},
 }
 
 func mask(s string) string {
