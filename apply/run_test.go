@@ -43,7 +43,10 @@ func TestRunControl(t *testing.T) {
 	t.Run("cancel", func(t *testing.T) {
 		cctx, ccancel := context.WithCancel(ctx)
 		time.AfterFunc(200*time.Millisecond, ccancel)
-		err := newApplier(t, conn, nil).Run(cctx, &memSource{block: true}, nil, nil)
+		// Its own connection: a cancel that lands in a query (the idle
+		// applier polls the target's flushed WAL position) closes it.
+		own := connect(t, c.URL("target"))
+		err := newApplier(t, own, nil).Run(cctx, &memSource{block: true}, nil, nil)
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Run = %v, want context.Canceled", err)
 		}
@@ -53,7 +56,7 @@ func TestRunControl(t *testing.T) {
 		other := connect(t, c.URL("target"))
 		lctx, lcancel := context.WithCancel(ctx)
 		running := make(chan error, 1)
-		a := newApplier(t, conn, nil)
+		a := newApplier(t, connect(t, c.URL("target")), nil) // cancelled below: its own connection, as above
 		go func() { running <- a.Run(lctx, &memSource{block: true}, nil, nil) }()
 		deadline := time.Now().Add(30 * time.Second)
 		for queryInt(t, other, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted") == 0 {
