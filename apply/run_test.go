@@ -75,7 +75,16 @@ func TestRunControl(t *testing.T) {
 		}
 		lcancel()
 		<-running
-		// Released: another flow, or the same one now, can run.
+		// Released: by the applier on its way out, or, when the cancel
+		// closed its connection mid-query, by the server once it sees the
+		// session end (moments later).
+		for queryInt(t, other, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted") != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the stopped applier's lock was never released")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		// Another flow, or the same one now, can run.
 		if err := drain(t, newApplier(t, other, nil), nil, 0, nil); err != nil {
 			t.Fatalf("after the first applier stopped: %v", err)
 		}
