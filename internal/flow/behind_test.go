@@ -1,7 +1,6 @@
 package flow_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -33,21 +32,7 @@ func TestVerifyBehindCatchUpDiverged(t *testing.T) {
 	dst.Exec(t, ddl)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "trellara.yml")
-	run := func(args ...string) (string, int) {
-		t.Helper()
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), code
-	}
+	run := cliRunner(t, bin, dir)
 	body := fmt.Sprintf(`version: 2
 flow: behind
 source:

@@ -1,8 +1,6 @@
 package flow_test
 
 import (
-	"bytes"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,20 +20,7 @@ func TestQuarantineRepairPlanReplay(t *testing.T) {
 	dst.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, name varchar(3) NOT NULL)`) // too narrow for what comes
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "trellara.yml")
-	run := func(args ...string) (string, int) {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), code
-	}
+	run := cliRunner(t, bin, dir)
 	if out, code := run("init", "--source-database-url", src.URL("postgres"), "--target-database-url", dst.URL("postgres"),
 		"--table", "public.items", "--flow", "repair", "--evaluate", "--output", cfg); code != 0 {
 		t.Fatalf("init: %s", out)
