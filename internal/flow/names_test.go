@@ -34,6 +34,20 @@ func cliRunner(t *testing.T, bin, dir string) func(args ...string) (string, int)
 	}
 }
 
+// mustRunner is cliRunner for steps that must succeed: a non-zero exit
+// fails the test with the command's output.
+func mustRunner(t *testing.T, bin, dir string) func(args ...string) string {
+	run := cliRunner(t, bin, dir)
+	return func(args ...string) string {
+		t.Helper()
+		out, code := run(args...)
+		if code != 0 {
+			t.Fatalf("trellara %s: exit %d\n%s", strings.Join(args, " "), code, out)
+		}
+		return out
+	}
+}
+
 // Names that need quoting: mixed case, dots, double quotes, spaces,
 // semicolons, keywords and non-ASCII letters in the schema, table and column
 // names travel from the config through preflight, the publication, the

@@ -1,8 +1,6 @@
 package flow_test
 
 import (
-	"bytes"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,16 +32,7 @@ func TestTypesEndToEnd(t *testing.T) {
 		 (NULL, '{}', 'null', '[]', 0, '', NULL, NULL, NULL, 'sad', 1, '', NULL, 'NaN', 'empty')`)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "trellara.yml")
-	run := func(args ...string) string {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("trellara %s: %v\n%s", strings.Join(args, " "), err, out.String())
-		}
-		return out.String()
-	}
+	run := mustRunner(t, bin, dir)
 	run("init", "--source-database-url", src.URL("postgres"), "--target-database-url", dst.URL("postgres"),
 		"--table", "public.kinds", "--flow", "kinds", "--evaluate", "--output", cfg)
 	run("run", "--config", cfg, "--local")

@@ -1,9 +1,7 @@
 package flow_test
 
 import (
-	"bytes"
 	"context"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -138,16 +136,7 @@ func TestTypesUnderHostileSessionSettings(t *testing.T) {
 
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "trellara.yml")
-	run := func(args ...string) string {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("trellara %s: %v\n%s", strings.Join(args, " "), err, out.String())
-		}
-		return out.String()
-	}
+	run := mustRunner(t, bin, dir)
 	run("init", "--source-database-url", src.URL("postgres"), "--target-database-url", dst.URL("postgres"),
 		"--table", "public.kinds", "--flow", "kinds", "--evaluate", "--output", cfg)
 	run("run", "--config", cfg, "--local")
