@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/transport"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -22,9 +23,7 @@ import (
 // is available or ctx is done; offset is the entry's transport offset,
 // strictly increasing. The applier copies payload before the next call, so a
 // Source may reuse its buffer. The segment log reader has this shape.
-type Source interface {
-	Next(ctx context.Context) (offset uint64, payload []byte, err error)
-}
+type Source = transport.Reader
 
 // Rewinder is a Source that can go back to an earlier offset; the local
 // segment log's cursor reader is one (transport.CursorReader). Run uses it
@@ -32,25 +31,13 @@ type Source interface {
 // (resume): a target that lost commits the cursor has already passed is
 // given them again from the transport. Offsets of a flow's transport start
 // at 0.
-type Rewinder interface {
-	// Position returns the offset the next Next returns: at start, the
-	// consumer cursor.
-	Position() uint64
-	// Oldest returns the oldest offset the transport still holds.
-	Oldest() uint64
-	// Rewind makes offset the one the next Next returns and durably moves
-	// the consumer cursor back to it, so the transport keeps every entry
-	// from offset on.
-	Rewind(offset uint64) error
-}
+type Rewinder = transport.Rewinder
 
 // Cursor records how far the consumer got. The applier calls Commit with the
 // offset of the last unit of a target transaction only after that target
 // transaction has committed, so a crash between the two costs a redelivery
 // (detected and skipped), never a gap.
-type Cursor interface {
-	Commit(offset uint64) error
-}
+type Cursor = transport.Cursor
 
 // Checkpoint mirrors the flow's checkpoint row on the target.
 type Checkpoint struct {

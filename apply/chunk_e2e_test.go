@@ -14,7 +14,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/segmentlog"
@@ -171,7 +171,7 @@ func chunkEndToEnd(t *testing.T, mode string) {
 		a := newApplier(t, tconn, func(c *Config) { c.MaxBatchTxns, c.SynchronousCommit = 4, mode })
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		err = a.Run(ctx, &logSource{rd: rd, log: lg, onChunk: onChunk}, transport.Cursor{Log: lg, Name: cursor}, nil)
+		err = a.Run(ctx, &logSource{rd: rd, log: lg, onChunk: onChunk}, transport.LocalCursor{Log: lg, Name: cursor}, nil)
 		if errors.Is(err, errDrained) {
 			err = nil
 		}

@@ -12,7 +12,7 @@ import (
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -61,7 +61,7 @@ func runUntil(t *testing.T, conn *pgx.Conn, lg *segmentlog.Log, last uint64) (*A
 	a := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns = 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	err = a.Run(ctx, rd, transport.Cursor{Log: lg, Name: "applier"}, func(cp Checkpoint) bool {
+	err = a.Run(ctx, rd, transport.LocalCursor{Log: lg, Name: "applier"}, func(cp Checkpoint) bool {
 		return cp.HasOffset && cp.Offset >= last
 	})
 	return a, err

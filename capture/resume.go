@@ -21,6 +21,7 @@ package capture
 import (
 	"context"
 	"fmt"
+	"github.com/trellara/trellara/transport"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
@@ -33,16 +34,10 @@ import (
 // seen everything the source committed before it was written.
 const FencePrefix = "trellara.fence"
 
-// Transport is where capture publishes. Publish returns only once the
-// payload is durable: that is the licence to acknowledge the source.
-type Transport interface {
-	Publish(ctx context.Context, payload []byte) (offset uint64, err error)
-	// PublishBatch makes every payload durable together (one fsync or one
-	// produce round), returning once all are durable.
-	PublishBatch(ctx context.Context, payloads [][]byte) error
-	// Last returns the newest durable payload, ok false when empty.
-	Last(ctx context.Context) (payload []byte, ok bool, err error)
-}
+// Transport is where capture publishes (transport.Publisher). Publish
+// returns only once the payload is durable: that is the licence to
+// acknowledge the source.
+type Transport = transport.Publisher
 
 // Resume is where a capture session starts, derived from the transport.
 //

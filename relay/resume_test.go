@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/trellara/trellara/envelope"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
 

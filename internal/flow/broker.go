@@ -7,7 +7,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 )
 
 // Broker is a flow's transport when it is a broker cluster rather than the

@@ -9,10 +9,10 @@ import (
 
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
-	"github.com/trellara/trellara/internal/transport/kafka"
+	"github.com/trellara/trellara/transport/kafka"
 )
 
-// The full edition runs transport.kafka flows (internal/transport/kafka).
+// The full edition runs transport.kafka flows (transport/kafka).
 func init() { RegisterBroker(newKafkaBroker) }
 
 // kafkaBroker is a flow's Kafka transport in strict mode: the relay

@@ -19,7 +19,7 @@ import (
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"

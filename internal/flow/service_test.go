@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"

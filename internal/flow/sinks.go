@@ -10,7 +10,7 @@ import (
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -108,7 +108,7 @@ func (f *Flow) Apply(ctx context.Context, conn *pgx.Conn, s config.Sink, a *appl
 		return f.sinkLogError(s, err)
 	}
 	defer rd.Close()
-	return f.sinkLogError(s, a.Run(ctx, rd, transport.Cursor{Log: f.Log, Name: s.Cursor()}, stop))
+	return f.sinkLogError(s, a.Run(ctx, rd, transport.LocalCursor{Log: f.Log, Name: s.Cursor()}, stop))
 }
 
 // sinkLogError adds the flow's recovery to a log error met by a sink

@@ -18,7 +18,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/internal/transport"
+	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/segmentlog"
@@ -1051,7 +1051,7 @@ func (c *simCursor) Commit(offset uint64) error {
 	if act == actCrash {
 		return errApplierDied
 	}
-	return transport.Cursor{Log: c.h.lg, Name: cursorName}.Commit(offset)
+	return transport.LocalCursor{Log: c.h.lg, Name: cursorName}.Commit(offset)
 }
 
 func (h *harness) killApplier(why string) {

@@ -1,6 +1,3 @@
-// Package transport adapts the durable transports (the local segment log;
-// Kafka in the full edition) to the relay's publish side and the applier's
-// read side.
 package transport
 
 import (
@@ -42,15 +39,15 @@ func (l Local) Last(ctx context.Context) ([]byte, bool, error) {
 	return b, true, nil
 }
 
-// Cursor commits a named consumer's position in the log.
-type Cursor struct {
+// LocalCursor commits a named consumer's position in the log.
+type LocalCursor struct {
 	Log  *segmentlog.Log
 	Name string
 }
 
 // Commit records that everything through offset has been processed; the
 // reader resumes at offset+1.
-func (c Cursor) Commit(offset uint64) error {
+func (c LocalCursor) Commit(offset uint64) error {
 	return c.Log.CommitCursor(c.Name, offset+1)
 }
 
