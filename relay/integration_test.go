@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/capture"
 	"strings"
 	"testing"
 	"time"
@@ -17,9 +18,9 @@ import (
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/transport"
 )
 
 // memTransport is the in-memory transport with a decoding helper.
@@ -146,7 +147,7 @@ func TestRelayMatchesServerDecoding(t *testing.T) {
 
 	tr := &memTransport{}
 	s := runUntilFence(t, c, conn, tr, "relay_a", "end-1", relay.Config{
-		Assembler: relay.AssemblerOptions{MemoryBytesMax: 32 << 10, ChunkBytesMax: 1 << 20, SpillDir: t.TempDir()}})
+		Assembler: capture.AssemblerOptions{MemoryBytesMax: 32 << 10, ChunkBytesMax: 1 << 20, SpillDir: t.TempDir()}})
 	got := tr.envelopes(t)
 	st := s.Stats()
 	if st.Assembler.Spilled == 0 || st.Assembler.AbortedSubxid == 0 {
@@ -160,7 +161,7 @@ func TestRelayMatchesServerDecoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []*pb.Envelope
-	asm := relay.NewAssembler(relay.AssemblerOptions{SourceID: "src", ChunkBytesMax: 1 << 20}, func(e *pb.Envelope, _ uint64, _ bool) error {
+	asm := capture.NewAssembler(capture.AssemblerOptions{SourceID: "src", ChunkBytesMax: 1 << 20}, func(e *pb.Envelope, _ uint64, _ bool) error {
 		if e != nil {
 			want = append(want, proto.Clone(e).(*pb.Envelope))
 		}
@@ -312,7 +313,7 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pins, err := relay.OpenPins(t.TempDir() + "/pins.json")
+	pins, err := capture.OpenPins(t.TempDir() + "/pins.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,11 +335,11 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	tr := &memTransport{}
 	rc := replConn(t, c)
 	s := relay.NewSession(rc, tr, relay.Resume{}, relay.Config{SourceID: "src", Slot: "drift", Publication: "pub", Streaming: true,
-		Assembler: relay.AssemblerOptions{Pins: pins}})
+		Assembler: capture.AssemblerOptions{Pins: pins}})
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = s.Run(rctx)
-	var drift *relay.SchemaDriftError
+	var drift *capture.SchemaDriftError
 	if !errors.As(err, &drift) {
 		t.Fatalf("Run = %v, want a schema drift error", err)
 	}
@@ -376,7 +377,7 @@ func TestResumeAfterPartialChunksAtBackToBackCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := relay.Config{Assembler: relay.AssemblerOptions{ChunkBytesMax: 4 << 10}}
+	cfg := relay.Config{Assembler: capture.AssemblerOptions{ChunkBytesMax: 4 << 10}}
 	probe := &memTransport{}
 	a, b := -1, -1 // indexes in probe of A and of B's first chunk
 	for attempt := 0; attempt < 5 && a < 0; attempt++ {

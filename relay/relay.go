@@ -52,7 +52,7 @@ type Config struct {
 	// when the server does not ask; it also asks the server for a reply so
 	// an idle slot advances (see Run).
 	StatusInterval time.Duration
-	Assembler      AssemblerOptions
+	Assembler      capture.AssemblerOptions
 	Logger         *slog.Logger
 	// OnFence is called after a fence transaction is durable.
 	OnFence func(token string, commitLSN uint64)
@@ -75,7 +75,7 @@ type Stats struct {
 	Bytes       uint64
 	DurableEnd  uint64 // last position acknowledged
 	ServerEnd   uint64 // last server WAL end seen
-	Assembler   AssemblerStats
+	Assembler   capture.AssemblerStats
 	LastCommit  time.Time
 	StartedFrom uint64
 }
@@ -84,7 +84,7 @@ type Stats struct {
 type Session struct {
 	cfg  Config
 	conn *pgconn.PgConn
-	asm  *Assembler
+	asm  *capture.Assembler
 	dec  pgoutput.Decoder
 	res  Resume
 	log  *slog.Logger
@@ -118,7 +118,7 @@ func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Sess
 	s := &Session{cfg: cfg, conn: conn, res: res, log: cfg.Logger}
 	s.pub = capture.NewPublisher(capture.PublisherOptions{Transport: tr, Name: "relay", Acks: cfg.Acks,
 		OnDurable: cfg.OnDurable, OnFence: cfg.OnFence}, res.DurableEnd, res.DurableEnd)
-	s.asm = NewAssembler(cfg.Assembler, s.emit)
+	s.asm = capture.NewAssembler(cfg.Assembler, s.emit)
 	s.stats.StartedFrom = res.DurableEnd
 	return s
 }
@@ -264,7 +264,7 @@ func (s *Session) Run(ctx context.Context) error {
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
 			if err := s.handleCopyData(ctx, msg.Data); err != nil {
-				var drift *SchemaDriftError
+				var drift *capture.SchemaDriftError
 				if errors.As(err, &drift) {
 					// Capture stops at the drifting change, but the whole
 					// transactions assembled before it are good: publish

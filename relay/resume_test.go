@@ -6,13 +6,23 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/capture"
 	"strings"
 	"testing"
 
 	"github.com/trellara/trellara/envelope"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/transport"
 )
+
+// ordersRel is the relation the session tests stream: orders(id bigint
+// key, note text).
+var ordersRel = &pgoutput.Relation{RelationID: 16400, Namespace: "public", Name: "orders", ReplicaIdentity: 'd',
+	Columns: []pgoutput.RelationColumn{{Key: true, Name: "id", TypeOID: 20, TypeModifier: -1}, {Name: "note", TypeOID: 25, TypeModifier: -1}}}
+
+func txt(s string) pgoutput.Column {
+	return pgoutput.Column{Kind: pgoutput.ColumnText, Data: []byte(s)}
+}
 
 // xlogData frames a pgoutput message as the server's XLogData CopyData.
 func xlogData(walStart uint64, m pgoutput.Message) []byte {
@@ -74,7 +84,7 @@ func TestResumeAfterPartialChunksBackToBack(t *testing.T) {
 	)
 	ctx := context.Background()
 	full := &transport.Memory{}
-	opts := Config{SourceID: "src", Slot: "s", Assembler: AssemblerOptions{ChunkBytesMax: 4 << 10}}
+	opts := Config{SourceID: "src", Slot: "s", Assembler: capture.AssemblerOptions{ChunkBytesMax: 4 << 10}}
 	s := NewSession(nil, full, Resume{Empty: true}, opts)
 	a := []pgoutput.Message{
 		&pgoutput.Begin{FinalLSN: cA, Xid: 700},

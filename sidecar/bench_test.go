@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/trellara/trellara/capture"
 	"os"
 	"strconv"
 	"strings"
@@ -15,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 // BenchmarkSidecarVsRelay drains the same TPC-B-like history twice on one
@@ -59,7 +60,7 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 		var relayDurable uint64
 		rs = relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Config{
 			SourceID: "bench", Slot: "relay", Publication: "pub", Streaming: true,
-			Assembler: relay.AssemblerOptions{SpillDir: b.TempDir()},
+			Assembler: capture.AssemblerOptions{SpillDir: b.TempDir()},
 			OnDurable: func(e uint64) { relayDurable = e },
 			Stop:      func() bool { return relayDurable > fence },
 		})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"github.com/trellara/trellara/capture"
 	"os"
 	"sort"
 	"strings"
@@ -84,8 +85,8 @@ var eqWorkload = []string{
 // assemblyOptions are shared by both capture paths so that both cut large
 // transactions into the same CHUNK units; small, so the 5 000-row
 // transaction spills and chunks.
-func assemblyOptions(t *testing.T) relay.AssemblerOptions {
-	return relay.AssemblerOptions{SourceID: "eq", MemoryBytesMax: 256 << 10, ChunkBytesMax: 64 << 10, SpillDir: t.TempDir()}
+func assemblyOptions(t *testing.T) capture.AssemblerOptions {
+	return capture.AssemblerOptions{SourceID: "eq", MemoryBytesMax: 256 << 10, ChunkBytesMax: 64 << 10, SpillDir: t.TempDir()}
 }
 
 // TestEquivalence captures one history twice on one server, with the

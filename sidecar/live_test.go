@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 func TestMain(m *testing.M) {

@@ -16,7 +16,6 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
 
@@ -42,11 +41,11 @@ type Options struct {
 
 	Transport capture.Transport
 	SourceID  string
-	Pins      relay.Pins
+	Pins      capture.Pins
 	// MemoryBytesMax bounds row data held for open transactions before
 	// the assembler spills to SpillDir (default 64 MiB); ChunkBytesMax is
 	// the largest unit before a transaction is split into CHUNK units
-	// (default 4 MiB). Both as in relay.AssemblerOptions: the two capture
+	// (default 4 MiB). Both as in capture.AssemblerOptions: the two capture
 	// paths must cut transactions identically.
 	MemoryBytesMax int64
 	ChunkBytesMax  int64
@@ -153,7 +152,7 @@ type Stats struct {
 	Durable      uint64 // highest end LSN of a transaction durable in the transport
 	Acked        uint64 // last position acknowledged to the server
 	Hello        Hello  // of the current or last connection
-	Assembler    relay.AssemblerStats
+	Assembler    capture.AssemblerStats
 }
 
 // Sidecar is one sidecar process's capture loop.
@@ -337,7 +336,7 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 		notify: make(chan struct{}, 1), space: make(chan struct{}, 1), closed: make(chan struct{}), done: make(chan struct{})}
 	go p.run(ctx)
 	r := &reader{s: s, c: c, p: p, res: res, cur: &capture.Batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
-	r.asm = relay.NewAssembler(relay.AssemblerOptions{SourceID: s.o.SourceID, MemoryBytesMax: s.o.MemoryBytesMax,
+	r.asm = capture.NewAssembler(capture.AssemblerOptions{SourceID: s.o.SourceID, MemoryBytesMax: s.o.MemoryBytesMax,
 		ChunkBytesMax: s.o.ChunkBytesMax, SpillDir: s.o.SpillDir, Pins: s.o.Pins, InspectCommand: s.o.InspectCommand}, r.emit)
 	err = r.loop(rctx)
 	r.asm.Close()
@@ -379,7 +378,7 @@ type reader struct {
 	s   *Sidecar
 	c   *client
 	p   *publisher
-	asm *relay.Assembler
+	asm *capture.Assembler
 	res capture.Resume
 
 	cur    *capture.Batch
@@ -469,7 +468,7 @@ func (r *reader) relName(id pgoutput.OID) string {
 	return fmt.Sprintf("relation OID %d", id)
 }
 
-// emit receives the assembler's units (see relay.Emit).
+// emit receives the assembler's units (see capture.Emit).
 func (r *reader) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 	skipped, err := r.cur.Add(r.res, e, endLSN, final)
 	if err != nil {

@@ -3,6 +3,7 @@ package flow_test
 import (
 	"bytes"
 	"context"
+	"github.com/trellara/trellara/capture"
 
 	"fmt"
 	"math"
@@ -21,10 +22,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 // The benchmarks in this file compare Trellara with a physical or native
@@ -237,7 +238,7 @@ func runRelayOnce(b *testing.B, c *pgtest.Cluster, cfg relay.Config, slot, dir s
 	defer rc.Close(ctx)
 	var durable uint64
 	cfg.Slot = slot
-	cfg.Assembler = relay.AssemblerOptions{SpillDir: dir}
+	cfg.Assembler = capture.AssemblerOptions{SpillDir: dir}
 	cfg.OnDurable = func(e uint64) { durable = e }
 	cfg.Stop = func() bool { return durable >= end }
 	s := relay.NewSession(rc, transport.Local{Log: log}, relay.Resume{}, cfg)

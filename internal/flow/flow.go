@@ -13,7 +13,7 @@
 //   - log/: the segment log, with the applier's cursor (segmentlog); a
 //     Kafka flow has none (its log is the topic, see Broker).
 //   - pins.json: each relation's pinned schema fingerprint and shape
-//     (relay.FilePins).
+//     (capture.FilePins).
 //   - schema-pending.json: the schema changes capture stopped at, with
 //     their plans (schema.go; `trellara schema ddl-plan` shows them).
 //   - snapshot.done: the slot's consistent point, written once the initial
@@ -22,7 +22,7 @@
 //     unit ending there, X/X (capture.FileAcks; it migrates the older
 //     idle-ack and extension-progress files on open).
 //   - last-verify.json: the last verify's result, for status.
-//   - spill files of open large transactions (relay.Assembler), unlinked
+//   - spill files of open large transactions (capture.Assembler), unlinked
 //     as soon as they are created.
 //
 // docs/DESIGN.md ("The flow's state directory") keeps the same list.
@@ -60,7 +60,7 @@ type Flow struct {
 	ConfigPath string
 	Secrets    config.Secrets
 	Log        *segmentlog.Log
-	Pins       *relay.FilePins
+	Pins       *capture.FilePins
 	Repair     *segmentlog.RepairReport
 	Logger     *slog.Logger
 	dir        string
@@ -89,7 +89,7 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 	if f.Repair != nil {
 		f.Logger.Warn("local log tail repaired", "flow", cfg.Flow, "report", f.Repair.String())
 	}
-	f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json"))
+	f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json"))
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -115,7 +115,7 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+	if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
 		return nil, err
 	}
 	if f.broker != nil {
@@ -157,7 +157,7 @@ func OpenApplier(path string, logger *slog.Logger, sink string) (*Flow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flow %s: open local log read-only: %w", f.Cfg.Flow, f.logError(err))
 	}
-	if f.Pins, err = relay.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+	if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
 		f.Log.Close()
 		return nil, err
 	}
@@ -402,7 +402,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 			return fmt.Errorf("flow %s: initial snapshot: %w; recover: %s (it drops the slot and publication, empties the target tables "+
 				"this snapshot copied into and removes the local state), then run again", f.Cfg.Flow, err, cleanup)
 		}
-		if err := relay.WriteFileDurable(f.snapshotDonePath(), []byte(envelope.FormatLSN(created.ConsistentPoint)+"\n")); err != nil {
+		if err := capture.WriteFileDurable(f.snapshotDonePath(), []byte(envelope.FormatLSN(created.ConsistentPoint)+"\n")); err != nil {
 			return err
 		}
 		// Read before the slot was created: a partition attached in
@@ -440,7 +440,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	if o.Streaming != nil {
 		close(o.Streaming)
 	}
-	asm := relay.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
+	asm := capture.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
 		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")}
 	f.schemaOptions(ctx, conn, &asm)
 	s := relay.NewSession(repl, tr, res, relay.Config{

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/capture"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/relay"
 )
 
 // A partitioned table is published, copied and streamed through its root
@@ -74,7 +74,7 @@ func (f *Flow) writePartitions(rec partitionRecord) error {
 	if err != nil {
 		return err
 	}
-	return relay.WriteFileDurable(f.partitionsPath(), append(b, '\n'))
+	return capture.WriteFileDurable(f.partitionsPath(), append(b, '\n'))
 }
 
 // partitionChange is a configured partitioned table whose leaf partitions

@@ -18,7 +18,6 @@ import (
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/schemachange"
 )
 
@@ -36,7 +35,7 @@ type PendingChange struct {
 // schemaOptions are the assembler's schema-change settings: the source
 // catalog read through src, the policy from the configuration, and the
 // commands a blocked change names.
-func (f *Flow) schemaOptions(ctx context.Context, src *pgx.Conn, o *relay.AssemblerOptions) {
+func (f *Flow) schemaOptions(ctx context.Context, src *pgx.Conn, o *capture.AssemblerOptions) {
 	o.Catalog = func(relation string) (map[string]schemachange.Facts, error) {
 		return CatalogFacts(ctx, src, relation)
 	}
@@ -54,7 +53,7 @@ func (f *Flow) resnapshot() string {
 }
 
 // SchemaPolicy is the classification policy of relation (schema.name as
-// relay.RelationName writes it).
+// capture.RelationName writes it).
 func (f *Flow) SchemaPolicy(relation string) schemachange.Policy {
 	p := schemachange.Policy{Mode: schemachange.ModeStrict}
 	for _, sk := range f.Sinks() {
@@ -103,7 +102,7 @@ func CatalogFacts(ctx context.Context, db interface {
 // recordDrift keeps the blocked change err names (if it names one) for
 // ddl-plan and repair-plan, and returns err.
 func (f *Flow) recordDrift(err error) error {
-	var d *relay.SchemaDriftError
+	var d *capture.SchemaDriftError
 	if !errors.As(err, &d) || d.Plan == nil {
 		return err
 	}
@@ -265,7 +264,7 @@ func (f *Flow) schemaRepairSteps() ([]RepairStep, error) {
 // slowest applier has reached the log's end, ctx ends, or the appliers make
 // no progress for drainStall.
 func (f *Flow) drainBeforeBarrier(ctx context.Context, captureErr error, appliers []*apply.Applier) {
-	var d *relay.SchemaDriftError
+	var d *capture.SchemaDriftError
 	if !errors.As(captureErr, &d) || f.Log == nil || len(appliers) == 0 {
 		return
 	}

@@ -19,10 +19,10 @@ import (
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 // Backoff bounds for restarting a component after an error.

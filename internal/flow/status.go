@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/trellara/trellara/capture"
 	"io"
 	"os"
 	"path/filepath"
@@ -217,7 +218,7 @@ func (f *Flow) RecordVerify(s config.Sink, r *verify.Result) error {
 	if err != nil {
 		return err
 	}
-	return relay.WriteFileDurable(f.lastVerifyPath(s), b)
+	return capture.WriteFileDurable(f.lastVerifyPath(s), b)
 }
 
 // lastVerify reads sink s's last verify result; nil when there is none.

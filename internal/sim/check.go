@@ -3,12 +3,12 @@ package sim
 import (
 	"context"
 	"fmt"
+	"github.com/trellara/trellara/capture"
 	"sort"
 	"strings"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -52,7 +52,7 @@ type scanEntry struct {
 func newChecker(h *history, db *simDB, snapshot bool) *checker {
 	c := &checker{h: h, db: db, seen: map[string]bool{}, inLog: map[uint64]bool{}, chunkEnd: map[uint64]bool{}, pinned: map[string]uint64{}, quarKeys: map[string]bool{}}
 	for _, d := range simTables {
-		c.pinned[d.name] = relay.RelationFromPgoutput(pgRelation(d, 0)).Fingerprint
+		c.pinned[d.name] = capture.RelationFromPgoutput(pgRelation(d, 0)).Fingerprint
 	}
 	if snapshot {
 		c.snapTables = len(simTables)

@@ -18,11 +18,11 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/segmentlog/segmentlogtest"
+	"github.com/trellara/trellara/transport"
 )
 
 // The harness runs one scenario: the real relay session (decode,
@@ -358,7 +358,7 @@ func (h *harness) evaluate() {
 			h.chk.fail(InvExpectedError, "apply stopped: %v", h.appStop)
 		}
 	case "schema-drift":
-		var d *relay.SchemaDriftError
+		var d *capture.SchemaDriftError
 		if !errors.As(h.relayStop, &d) {
 			h.chk.fail(InvSchemaPinned, "capture did not stop on the schema drift (stopped: %v)", h.relayStop)
 		}
@@ -671,7 +671,7 @@ func (h *harness) startRelay() {
 	from := max(res.DurableEnd, h.slot)
 	mem, chunk, _, _, _, _ := h.bounds()
 	sess := relay.NewSession(nil, tr, res, relay.Config{SourceID: simSourceID, Slot: "sim",
-		Assembler: relay.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
+		Assembler: capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
 			InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")},
 		Logger: slog.New(slog.DiscardHandler),
 		// The flow records such acknowledgements durably before sending
@@ -688,7 +688,7 @@ func (h *harness) startRelay() {
 func (h *harness) publishSnapshot(tr simTransport) error {
 	cp := h.hist.cp
 	for _, d := range simTables {
-		rel := relay.RelationFromPgoutput(pgRelation(d, 0))
+		rel := capture.RelationFromPgoutput(pgRelation(d, 0))
 		name := d.name
 		_ = h.pins.Pin(name, rel.Fingerprint)
 		t := h.hist.initial.tables[name]
@@ -759,7 +759,7 @@ func (h *harness) killRelay(why string) {
 
 func (h *harness) relayFailed(err error) {
 	h.tracef("relay", "error: %s", errLine(err))
-	var drift *relay.SchemaDriftError
+	var drift *capture.SchemaDriftError
 	switch {
 	case h.pendingImage != nil:
 		return // the machine crash follows
@@ -1255,7 +1255,7 @@ func errLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 
 // kindOf names a stopping error.
 func kindOf(err error) string {
-	var d *relay.SchemaDriftError
+	var d *capture.SchemaDriftError
 	var p *segmentlog.PastRetentionError
 	switch {
 	case errors.As(err, &d):

@@ -12,7 +12,7 @@ type Simulation struct {
 	Name     string
 	Title    string
 	Workload Workload
-	// Relay bounds (relay.AssemblerOptions).
+	// Relay bounds (capture.AssemblerOptions).
 	MemoryBytesMax, ChunkBytesMax int64
 	// Log bounds (segmentlog.Options).
 	SegmentBytesMax int64

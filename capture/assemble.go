@@ -1,9 +1,10 @@
-package relay
+package capture
 
 import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"github.com/trellara/trellara/internal/config"
 	"io"
 	"os"
 
@@ -404,11 +405,11 @@ func (a *Assembler) shapeOf(sp ShapePins, name string, rel *pb.Relation, facts b
 			return schemachange.Shape{}, fmt.Errorf("relay: read the source catalog for %s: %w", name, err)
 		}
 	}
-	return shapeOf(name, rel, f), nil
+	return ShapeOf(name, rel, f), nil
 }
 
 // shapeOf is rel's shape for classification, with facts where given.
-func shapeOf(name string, rel *pb.Relation, f map[string]schemachange.Facts) schemachange.Shape {
+func ShapeOf(name string, rel *pb.Relation, f map[string]schemachange.Facts) schemachange.Shape {
 	sh := schemachange.Shape{Relation: name, OID: rel.Oid}
 	for _, c := range rel.Columns {
 		col := schemachange.Column{Name: c.Name, TypeOID: c.TypeOid, TypeMod: c.TypeModifier, Key: c.Key}
@@ -453,7 +454,7 @@ func (a *Assembler) drift(st *relState, pinned uint64, old, live schemachange.Sh
 		pc = describeShape(old)
 	}
 	return &SchemaDriftError{Relation: st.name, Pinned: pinned, Live: st.rel.Fingerprint,
-		LiveColumns: describeColumns(st.rel), PinnedColumns: pc, InspectCommand: a.opts.InspectCommand,
+		LiveColumns: DescribeColumns(st.rel), PinnedColumns: pc, InspectCommand: a.opts.InspectCommand,
 		PlanCommand: a.opts.PlanCommand, Plan: plan}
 }
 
@@ -495,7 +496,7 @@ func (a *Assembler) MovePins(durableEnd uint64) error {
 	return nil
 }
 
-func describeColumns(r *pb.Relation) string {
+func DescribeColumns(r *pb.Relation) string {
 	s := ""
 	for i, c := range r.Columns {
 		if i > 0 {
@@ -869,4 +870,11 @@ func (t *txnBuf) discard(a *Assembler) {
 		_ = t.spill.Close()
 		t.spill = nil
 	}
+}
+
+// RelationName is the relation's name as Trellara prints and keys it
+// (schema pins, snapshot progress, quarantine): config.TableName's text
+// form, which parses back to the same table.
+func RelationName(rel *pb.Relation) string {
+	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
 }

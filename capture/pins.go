@@ -1,4 +1,4 @@
-package relay
+package capture
 
 import (
 	"encoding/json"
@@ -6,7 +6,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/schemachange"
 )
 
@@ -113,6 +112,3 @@ func (p *FilePins) writeLocked() error {
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return WriteFileDurable(p.path, b)
 }
-
-// WriteFileDurable is capture.WriteFileDurable.
-func WriteFileDurable(path string, data []byte) error { return capture.WriteFileDurable(path, data) }
