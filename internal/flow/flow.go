@@ -69,6 +69,9 @@ type Flow struct {
 	// logHeld: OpenReadOnly found the local log locked by the process
 	// running the flow, and left it closed.
 	logHeld bool
+	// heldLog is that log opened read-only, for status; nil when it could
+	// not be read.
+	heldLog *segmentlog.Log
 }
 
 // Open loads path, resolves its secrets and opens the local log.
@@ -127,7 +130,16 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 		return nil, fmt.Errorf("flow %s: local log %s: %w", f.Cfg.Flow, f.logDir(), err)
 	}
 	if err := f.openLog(); errors.Is(err, segmentlog.ErrLocked) {
-		f.logHeld = true // the running flow holds it: report without it
+		// The running flow holds it: read it as its appliers do, up to
+		// the durable end it publishes (status reads; it never writes).
+		f.logHeld = true
+		l := f.Cfg.Transport.Local
+		ro, rerr := segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{SegmentBytesMax: int64(l.SegmentBytesMax), Logger: f.Logger})
+		if rerr != nil {
+			f.Logger.Warn("local log held by the running flow and not readable beside it", "dir", f.logDir(), "err", rerr)
+		} else {
+			f.heldLog = ro
+		}
 	} else if err != nil {
 		return nil, err
 	}
@@ -241,6 +253,9 @@ func (f *Flow) ApplyRetention() {
 
 // Close closes the log (if one was opened).
 func (f *Flow) Close() error {
+	if f.heldLog != nil {
+		_ = f.heldLog.Close()
+	}
 	if f.Log == nil {
 		return nil
 	}

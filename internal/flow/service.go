@@ -673,16 +673,16 @@ func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []
 		m.LagBytes.WithLabelValues(l...).Set(0)
 		return
 	}
-	oldest, err := f.logEntry(ctx, cur.Offset)
-	if err != nil {
+	oldest, secs, ok := cursorLag(ctx, f.Log, *cur, time.Now())
+	if oldest == nil {
 		// Retention or a concurrent apply moved past it: the next tick
 		// reads afresh.
 		return
 	}
-	if us := oldest.CommitTimeUnixMicros; us != 0 {
-		m.LagSeconds.WithLabelValues(l...).Set(max(0, time.Since(time.UnixMicro(us)).Seconds()))
+	if ok {
+		m.LagSeconds.WithLabelValues(l...).Set(secs)
 	}
-	newest, err := f.logEntry(ctx, st.NextOffset-1)
+	newest, err := logEntry(ctx, f.Log, st.NextOffset-1)
 	if err != nil {
 		return
 	}
@@ -695,17 +695,38 @@ func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []
 	}
 }
 
-// logEntry reads and decodes the log entry at offset.
-func (f *Flow) logEntry(ctx context.Context, offset uint64) (*pb.Envelope, error) {
+// logEntry reads and decodes the entry of l at offset.
+func logEntry(ctx context.Context, l *segmentlog.Log, offset uint64) (*pb.Envelope, error) {
 	rctx, cancel := context.WithTimeout(ctx, metricsInterval)
 	defer cancel()
-	rd := f.Log.NewReader(offset)
+	rd := l.NewReader(offset)
 	defer rd.Close()
 	_, b, err := rd.Next(rctx)
 	if err != nil {
 		return nil, err
 	}
 	return envelope.Decode(b)
+}
+
+// cursorLag is a consumer's lag in time: now minus the source commit time
+// of the first entry of l it has not processed (oldest), 0 when it has
+// processed everything. ok is false when that cannot be told: the entry
+// is unreadable (oldest nil) or carries no commit time.
+func cursorLag(ctx context.Context, l *segmentlog.Log, c segmentlog.CursorStats, now time.Time) (oldest *pb.Envelope, seconds float64, ok bool) {
+	if c.PastRetention {
+		return nil, 0, false
+	}
+	if c.LagOffsets == 0 {
+		return nil, 0, true
+	}
+	e, err := logEntry(ctx, l, c.Offset)
+	if err != nil {
+		return nil, 0, false
+	}
+	if e.CommitTimeUnixMicros == 0 {
+		return e, 0, false
+	}
+	return e, max(0, now.Sub(time.UnixMicro(e.CommitTimeUnixMicros)).Seconds()), true
 }
 
 // supervise runs body until ctx ends, restarting it after errors with
