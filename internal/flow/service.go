@@ -40,10 +40,40 @@ const (
 	pollInterval    = 10 * time.Second
 )
 
+// Role is what a service process runs.
+type Role string
+
+// The roles.
+const (
+	// RoleAll runs the capture (relay or sidecar, as source.capture says)
+	// and every sink's applier in one process.
+	RoleAll Role = "all"
+	// RoleRelay runs the external pgoutput relay (or the sidecar when
+	// source.capture is extension): the log's one writer.
+	RoleRelay Role = "relay"
+	// RoleSidecar runs the native extension's sidecar as the log's writer.
+	RoleSidecar Role = "sidecar"
+	// RoleApplier runs one sink's applier (or every sink's) beside the
+	// writer, reading the log read-only.
+	RoleApplier Role = "applier"
+)
+
+// ParseRole reads a --role value.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleAll, RoleRelay, RoleSidecar, RoleApplier:
+		return r, nil
+	}
+	return "", fmt.Errorf("--role %q: must be all, relay, applier or sidecar", s)
+}
+
+// captures reports whether the role writes the log (runs capture).
+func (r Role) captures() bool { return r != RoleApplier }
+
 // ServiceOptions configure the long-running service.
 type ServiceOptions struct {
 	ConfigPath string
-	Role       string // all, relay, sidecar or applier
+	Role       Role
 	// Sink names the sink of an applier process (Role applier); "" names
 	// the flow's only sink.
 	Sink   string
@@ -68,19 +98,16 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	switch o.Role {
-	case "relay", "all", "sidecar":
-		if o.Sink != "" {
-			return fmt.Errorf("--sink %q: only with --role applier (--role %s runs every sink's applier or none)", o.Sink, o.Role)
-		}
-	case "applier":
-	default:
-		return fmt.Errorf("--role %q: must be all, relay, applier or sidecar", o.Role)
+	if _, err := ParseRole(string(o.Role)); err != nil {
+		return err
+	}
+	if o.Role.captures() && o.Sink != "" {
+		return fmt.Errorf("--sink %q: only with --role applier (--role %s runs every sink's applier or none)", o.Sink, o.Role)
 	}
 	o.Logger.Info("trellara starting", "version", o.Build.Version, "commit", o.Build.Commit, "go_version", o.Build.GoVersion,
 		"role", o.Role, "sink", o.Sink, "config", o.ConfigPath)
 	metrics := &serviceMetrics{build: o.Build, Metrics: obs.NewMetrics(o.Build)}
-	if o.Role == "applier" {
+	if o.Role == RoleApplier {
 		// No relay port in this process: the process-level series go on
 		// the first applier's.
 		obs.RegisterProcess(metrics.Applier.Registry, o.Build)
@@ -131,7 +158,7 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 // relay (and all), read-only beside the relay for an applier process,
 // which waits, when the relay has never opened the log, until it has.
 func openForRole(ctx context.Context, o ServiceOptions) (*Flow, error) {
-	if o.Role != "applier" {
+	if o.Role.captures() {
 		return Open(o.ConfigPath, o.Logger)
 	}
 	for waited := false; ; waited = true {
@@ -239,7 +266,7 @@ func waitReload(done <-chan error, o ServiceOptions) error {
 			// file is bad: keep running on the old one. An applier process
 			// checks with its own read-only open.
 			open := func() (*Flow, error) { return Open(o.ConfigPath, o.Logger) }
-			if o.Role == "applier" {
+			if o.Role == RoleApplier {
 				open = func() (*Flow, error) { return OpenApplier(o.ConfigPath, o.Logger, o.Sink) }
 			}
 			if nf, err := open(); err == nil {
@@ -319,12 +346,12 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 	}
 
 	var rr *relayRun
-	if o.Role != "applier" {
+	if o.Role.captures() {
 		rr = &relayRun{}
 		relayHealth := obs.NewHealth()
 		start(obs.ServiceRelay, f.Cfg.Run.Listen.Relay, m.Relay.Registry, m.Relay.Component, relayHealth,
 			func(ctx context.Context, h *obs.Health) error {
-				if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
+				if o.Role == RoleSidecar || f.Cfg.Source.Capture == config.CaptureExtension {
 					// The native extension path: frames from the extension's socket
 					// into the same assembly, log and applier.
 					h.Set("streaming", true, nil)
@@ -357,9 +384,9 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 
 	var sinks []config.Sink
 	switch o.Role {
-	case "all":
+	case RoleAll:
 		sinks = f.Sinks()
-	case "applier":
+	case RoleApplier:
 		var err error
 		if sinks, err = f.SelectSinks(o.Sink); err != nil {
 			return err
