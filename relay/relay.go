@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/internal/opts"
 	"log/slog"
 	"strings"
 	"sync"
@@ -41,8 +42,8 @@ func CheckResume(slot string, res Resume, slotConfirmed, acked uint64, recovery 
 	return capture.CheckResume(slot, res, slotConfirmed, acked, recovery)
 }
 
-// Config configures one relay session.
-type Config struct {
+// Options configure one relay session.
+type Options struct {
 	SourceID        string
 	Slot            string
 	Publication     string
@@ -82,7 +83,7 @@ type Stats struct {
 
 // Session is one replication session over a replication connection.
 type Session struct {
-	cfg  Config
+	cfg  Options
 	conn *pgconn.PgConn
 	asm  *capture.Assembler
 	dec  pgoutput.Decoder
@@ -102,17 +103,39 @@ type Session struct {
 	stats Stats
 }
 
+// OptionsError names the option NewSession refused and what is allowed.
+type OptionsError = opts.Error
+
+// withDefaults fills the zero fields with defaults, then rejects options
+// that cannot work with an *OptionsError.
+func (o Options) withDefaults() (Options, error) {
+	if o.ProtocolVersion == 0 {
+		o.ProtocolVersion = 2
+	}
+	if o.StatusInterval == 0 {
+		o.StatusInterval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, opts.Check("relay",
+		opts.Rule{Field: "SourceID", Bad: o.SourceID == "" || len(o.SourceID) > 256, Reason: "must be 1..256 bytes (the config's source.id)"},
+		opts.Rule{Field: "Slot", Bad: o.Slot == "", Reason: "is required (the config's source.slot)"},
+		opts.Rule{Field: "ProtocolVersion", Bad: o.ProtocolVersion < 1 || o.ProtocolVersion > 4,
+			Reason: fmt.Sprintf("is %d; pgoutput speaks 1..4", o.ProtocolVersion)},
+		opts.Rule{Field: "Streaming", Bad: o.Streaming && o.ProtocolVersion < 2,
+			Reason: fmt.Sprintf("needs ProtocolVersion 2 or later, not %d", o.ProtocolVersion)},
+		opts.Rule{Field: "StatusInterval", Bad: o.StatusInterval < 0, Reason: "is negative"},
+	)
+}
+
 // NewSession prepares a session; conn must be a replication=database
-// connection.
-func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Session {
-	if cfg.ProtocolVersion == 0 {
-		cfg.ProtocolVersion = 2
-	}
-	if cfg.StatusInterval <= 0 {
-		cfg.StatusInterval = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+// connection (nil for a driver that feeds it through the seams in
+// sim_seams.go).
+func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Options) (*Session, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	cfg.Assembler.SourceID = cfg.SourceID
 	s := &Session{cfg: cfg, conn: conn, res: res, log: cfg.Logger}
@@ -120,7 +143,7 @@ func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Sess
 		OnDurable: cfg.OnDurable, OnFence: cfg.OnFence}, res.DurableEnd, res.DurableEnd)
 	s.asm = capture.NewAssembler(cfg.Assembler, s.emit)
 	s.stats.StartedFrom = res.DurableEnd
-	return s
+	return s, nil
 }
 
 // Stats returns a copy of the counters.
@@ -188,7 +211,7 @@ func (s *Session) flush(ctx context.Context) error {
 }
 
 // PluginArgs are the pgoutput options for cfg.
-func PluginArgs(cfg Config) []string {
+func PluginArgs(cfg Options) []string {
 	args := []string{
 		fmt.Sprintf("proto_version '%d'", cfg.ProtocolVersion),
 		fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(quoteIdent(cfg.Publication), "'", "''")),

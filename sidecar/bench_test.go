@@ -58,12 +58,15 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 		}
 		defer rc.Close(ctx)
 		var relayDurable uint64
-		rs = relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Config{
+		rs, err = relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Options{
 			SourceID: "bench", Slot: "relay", Publication: "pub", Streaming: true,
 			Assembler: capture.AssemblerOptions{SpillDir: b.TempDir()},
 			OnDurable: func(e uint64) { relayDurable = e },
 			Stop:      func() bool { return relayDurable > fence },
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
 		go func() {
 			// The walsender appears once the session starts streaming.
 			for i := 0; i < 100 && walsenderPID.Load() == 0; i++ {

@@ -115,10 +115,13 @@ func TestEquivalence(t *testing.T) {
 	defer rc.Close(context.Background())
 	var relayDurable uint64
 	opts := assemblyOptions(t)
-	rs := relay.NewSession(rc, relayTr, relay.Resume{}, relay.Config{SourceID: "eq", Slot: "relay", Publication: "pub",
+	rs, err := relay.NewSession(rc, relayTr, relay.Resume{}, relay.Options{SourceID: "eq", Slot: "relay", Publication: "pub",
 		Streaming: true, Assembler: opts,
 		OnDurable: func(e uint64) { relayDurable = e },
 		Stop:      func() bool { return relayDurable > fenceLSN }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	if err := rs.Run(ctx); err != nil {
 		t.Fatalf("relay: %v", err)

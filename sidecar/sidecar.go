@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/trellara/trellara/internal/opts"
 	"log/slog"
 	"net"
 	"sync"
@@ -99,8 +100,12 @@ const (
 	stopPoll = 100 * time.Millisecond
 )
 
-// validate rejects options that cannot work and fills defaults.
-func (o *Options) validate() error {
+// OptionsError names the option New refused and what is allowed.
+type OptionsError = opts.Error
+
+// withDefaults fills the zero fields with defaults, then rejects options
+// that cannot work with an *OptionsError.
+func (o *Options) withDefaults() error {
 	if o.FrameBytesMax == 0 {
 		o.FrameBytesMax = frameBytesMaxDefault
 	}
@@ -116,28 +121,18 @@ func (o *Options) validate() error {
 	if o.GapRecovery == "" {
 		o.GapRecovery = shell.ResnapshotExtension("")
 	}
-	checks := []struct {
-		bad    bool
-		field  string
-		reason string
-	}{
-		{o.Transport == nil, "Transport", "is required"},
-		{o.SocketPath == "" && o.Dial == nil, "SocketPath", "is required (the trellara.socket_path setting)"},
-		{o.SourceID == "" || len(o.SourceID) > 256, "SourceID", "must be 1..256 bytes"},
-		{o.MemoryBytesMax < 0, "MemoryBytesMax", "must not be negative"},
-		{o.ChunkBytesMax < 0, "ChunkBytesMax", "must not be negative"},
-		{o.FrameBytesMax < chunkBytesMax || o.FrameBytesMax > frameBytesMaxLimit, "FrameBytesMax",
-			fmt.Sprintf("must be %d..%d bytes", chunkBytesMax, frameBytesMaxLimit)},
-		{o.DeadServerTimeout < deadServerTimeoutMin, "DeadServerTimeout",
-			fmt.Sprintf("must be at least %s (the server sends a keepalive every 10 s)", deadServerTimeoutMin)},
-		{o.ReconnectBackoffMax < reconnectBackoffStart, "ReconnectBackoffMax", fmt.Sprintf("must be at least %s", reconnectBackoffStart)},
-	}
-	for _, c := range checks {
-		if c.bad {
-			return fmt.Errorf("sidecar: option %s %s", c.field, c.reason)
-		}
-	}
-	return nil
+	return opts.Check("sidecar",
+		opts.Rule{Field: "Transport", Bad: o.Transport == nil, Reason: "is required"},
+		opts.Rule{Field: "SocketPath", Bad: o.SocketPath == "" && o.Dial == nil, Reason: "is required (the trellara.socket_path setting)"},
+		opts.Rule{Field: "SourceID", Bad: o.SourceID == "" || len(o.SourceID) > 256, Reason: "must be 1..256 bytes"},
+		opts.Rule{Field: "MemoryBytesMax", Bad: o.MemoryBytesMax < 0, Reason: "must not be negative"},
+		opts.Rule{Field: "ChunkBytesMax", Bad: o.ChunkBytesMax < 0, Reason: "must not be negative"},
+		opts.Rule{Field: "FrameBytesMax", Bad: o.FrameBytesMax < chunkBytesMax || o.FrameBytesMax > frameBytesMaxLimit,
+			Reason: fmt.Sprintf("must be %d..%d bytes", chunkBytesMax, frameBytesMaxLimit)},
+		opts.Rule{Field: "DeadServerTimeout", Bad: o.DeadServerTimeout < deadServerTimeoutMin,
+			Reason: fmt.Sprintf("must be at least %s (the server sends a keepalive every 10 s)", deadServerTimeoutMin)},
+		opts.Rule{Field: "ReconnectBackoffMax", Bad: o.ReconnectBackoffMax < reconnectBackoffStart, Reason: fmt.Sprintf("must be at least %s", reconnectBackoffStart)},
+	)
 }
 
 // Stats are a sidecar's counters.
@@ -168,7 +163,7 @@ type Sidecar struct {
 
 // New validates o.
 func New(o Options) (*Sidecar, error) {
-	if err := o.validate(); err != nil {
+	if err := o.withDefaults(); err != nil {
 		return nil, err
 	}
 	s := &Sidecar{o: o, log: o.Logger}

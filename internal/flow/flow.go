@@ -458,13 +458,16 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	asm := capture.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
 		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")}
 	f.schemaOptions(ctx, conn, &asm)
-	s := relay.NewSession(repl, tr, res, relay.Config{
+	s, err := relay.NewSession(repl, tr, res, relay.Options{
 		SourceID: src.ID, Slot: src.Slot, Publication: src.Publication,
 		ProtocolVersion: src.ProtocolVersion, Streaming: src.Streaming,
 		Assembler: asm,
 		Logger:    f.Logger, OnFence: o.OnFence, Stop: o.Stop,
 		Acks: acks,
 	})
+	if err != nil {
+		return fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
+	}
 	if o.Session != nil {
 		o.Session(s)
 	}

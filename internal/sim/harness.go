@@ -670,7 +670,7 @@ func (h *harness) startRelay() {
 	}
 	from := max(res.DurableEnd, h.slot)
 	mem, chunk, _, _, _, _ := h.bounds()
-	sess := relay.NewSession(nil, tr, res, relay.Config{SourceID: simSourceID, Slot: "sim",
+	sess, err := relay.NewSession(nil, tr, res, relay.Options{SourceID: simSourceID, Slot: "sim",
 		Assembler: capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
 			InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")},
 		Logger: slog.New(slog.DiscardHandler),
@@ -678,6 +678,10 @@ func (h *harness) startRelay() {
 		// them (its AckStore); the harness keeps the record across crashes
 		// the same way.
 		Acks: &h.acks})
+	if err != nil {
+		h.relayStop = fmt.Errorf("relay options: %w", err)
+		return
+	}
 	h.relay = &relayProc{sess: sess, stream: h.hist.stream(from)}
 	h.tracef("relay", "start: resume durable-end %s skip-through %s, streaming from %s (%d messages)",
 		envelope.FormatLSN(res.DurableEnd), envelope.FormatLSN(res.SkipThrough), envelope.FormatLSN(from), len(h.relay.stream))
