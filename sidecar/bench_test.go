@@ -102,7 +102,7 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 		dec0, sock0 := procCPU(decPID), procCPU(sockPID)
 		var acked atomic.Uint64
 		s, err = New(Options{Dial: l.dialer(b), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
-			SpillDir: b.TempDir(), OnDurable: func(e uint64) { acked.Store(e) },
+			Assembler: capture.AssemblerOptions{SpillDir: b.TempDir()}, OnDurable: func(e uint64) { acked.Store(e) },
 			Stop: func() bool {
 				if acked.Load() <= fence {
 					return false

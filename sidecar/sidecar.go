@@ -42,16 +42,12 @@ type Options struct {
 
 	Transport capture.Transport
 	SourceID  string
-	Pins      capture.Pins
-	// MemoryBytesMax bounds row data held for open transactions before
-	// the assembler spills to SpillDir (default 64 MiB); ChunkBytesMax is
-	// the largest unit before a transaction is split into CHUNK units
-	// (default 4 MiB). Both as in capture.AssemblerOptions: the two capture
-	// paths must cut transactions identically.
-	MemoryBytesMax int64
-	ChunkBytesMax  int64
-	SpillDir       string
-	InspectCommand string
+	// Assembler configures transaction assembly exactly as
+	// relay.Options.Assembler does (its SourceID is SourceID): the memory
+	// and chunk bounds, the spill directory, the schema pins and the schema
+	// policy. The two capture paths must cut and classify transactions
+	// identically, so a flow builds both from the same options.
+	Assembler capture.AssemblerOptions
 	// FrameBytesMax refuses frames (one change: one row with all its
 	// values) larger than this; default 64 MiB, at most 1 GiB + 1 MiB.
 	FrameBytesMax int64
@@ -125,8 +121,8 @@ func (o *Options) withDefaults() error {
 		opts.Rule{Field: "Transport", Bad: o.Transport == nil, Reason: "is required"},
 		opts.Rule{Field: "SocketPath", Bad: o.SocketPath == "" && o.Dial == nil, Reason: "is required (the trellara.socket_path setting)"},
 		opts.Rule{Field: "SourceID", Bad: o.SourceID == "" || len(o.SourceID) > 256, Reason: "must be 1..256 bytes"},
-		opts.Rule{Field: "MemoryBytesMax", Bad: o.MemoryBytesMax < 0, Reason: "must not be negative"},
-		opts.Rule{Field: "ChunkBytesMax", Bad: o.ChunkBytesMax < 0, Reason: "must not be negative"},
+		opts.Rule{Field: "Assembler.MemoryBytesMax", Bad: o.Assembler.MemoryBytesMax < 0, Reason: "must not be negative"},
+		opts.Rule{Field: "Assembler.ChunkBytesMax", Bad: o.Assembler.ChunkBytesMax < 0, Reason: "must not be negative"},
 		opts.Rule{Field: "FrameBytesMax", Bad: o.FrameBytesMax < chunkBytesMax || o.FrameBytesMax > frameBytesMaxLimit,
 			Reason: fmt.Sprintf("must be %d..%d bytes", chunkBytesMax, frameBytesMaxLimit)},
 		opts.Rule{Field: "DeadServerTimeout", Bad: o.DeadServerTimeout < deadServerTimeoutMin,
@@ -329,10 +325,12 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 	s.pub.Restart(res.DurableEnd, 0)
 	p := &publisher{s: s, rctx: rctx, cancel: rcancel,
 		notify: make(chan struct{}, 1), space: make(chan struct{}, 1), closed: make(chan struct{}), done: make(chan struct{})}
-	go p.run(ctx)
 	r := &reader{s: s, c: c, p: p, res: res, cur: &capture.Batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
-	r.asm = capture.NewAssembler(capture.AssemblerOptions{SourceID: s.o.SourceID, MemoryBytesMax: s.o.MemoryBytesMax,
-		ChunkBytesMax: s.o.ChunkBytesMax, SpillDir: s.o.SpillDir, Pins: s.o.Pins, InspectCommand: s.o.InspectCommand}, r.emit)
+	ao := s.o.Assembler
+	ao.SourceID = s.o.SourceID
+	r.asm = capture.NewAssembler(ao, r.emit)
+	p.asm = r.asm
+	go p.run(ctx)
 	err = r.loop(rctx)
 	r.asm.Close()
 	close(p.closed)
@@ -521,6 +519,7 @@ func (r *reader) submit(ctx context.Context) error {
 // its own goroutine, so reading and assembling continue during an fsync.
 type publisher struct {
 	s      *Sidecar
+	asm    *capture.Assembler // the session's: its pins move once their barrier is durable
 	rctx   context.Context
 	cancel context.CancelCauseFunc
 
@@ -580,6 +579,11 @@ func (p *publisher) run(ctx context.Context) {
 func (p *publisher) publish(ctx context.Context, b *capture.Batch) error {
 	if err := p.s.pub.Publish(ctx, b); err != nil {
 		// Not acknowledged: the server replays all of it.
+		return err
+	}
+	// Publish, then move: a barrier's pin moves only once the unit that
+	// carries it is durable (as the relay does after each flush).
+	if err := p.asm.MovePins(p.s.pub.Acked()); err != nil {
 		return err
 	}
 	if p.s.o.Stop != nil && p.s.o.Stop() {

@@ -455,9 +455,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	if o.Streaming != nil {
 		close(o.Streaming)
 	}
-	asm := capture.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
-		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")}
-	f.schemaOptions(ctx, conn, &asm)
+	asm := f.assemblerOptions(ctx, conn)
 	s, err := relay.NewSession(repl, tr, res, relay.Options{
 		SourceID: src.ID, Slot: src.Slot, Publication: src.Publication,
 		ProtocolVersion: src.ProtocolVersion, Streaming: src.Streaming,
