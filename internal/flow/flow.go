@@ -358,7 +358,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	if err != nil {
 		return err
 	}
-	si, err := relay.LookupSlot(ctx, conn, src.Slot)
+	si, err := f.lookupReleasedSlot(ctx, conn, src.Slot)
 	if err != nil {
 		return err
 	}
@@ -446,8 +446,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 				"flow", f.Cfg.Flow, "table", c.Table, "repair_plan", shell.Trellara("repair-plan", f.ConfigPath))
 		}
 		if si.Active {
-			return fmt.Errorf("flow %s: slot %s is in use by another process; stop it first (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s')",
-				f.Cfg.Flow, src.Slot, src.Slot)
+			return fmt.Errorf("flow %s: slot %s is in use by another process (still after %s); stop it first (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s')",
+				f.Cfg.Flow, src.Slot, slotReleaseWait, src.Slot)
 		}
 	default:
 		return fmt.Errorf("flow %s: no start rule for %s", f.Cfg.Flow, act)
@@ -507,4 +507,30 @@ func (f *Flow) Cleanup(ctx context.Context) ([]config.TableName, error) {
 		return nil, err
 	}
 	return emptied, os.RemoveAll(f.dir)
+}
+
+// slotReleaseWait bounds how long capture waits for an active slot to be
+// released before it refuses to start. A walsender outlives its client by
+// a moment (it notices the closed connection on its next send), so a run
+// that starts right after another one exited finds the slot still active.
+const slotReleaseWait = 10 * time.Second
+
+// lookupReleasedSlot looks slot up; while it is active it polls until it is
+// released or slotReleaseWait passes, and returns what it saw last.
+func (f *Flow) lookupReleasedSlot(ctx context.Context, conn *pgx.Conn, slot string) (relay.SlotInfo, error) {
+	deadline := time.Now().Add(slotReleaseWait)
+	for logged := false; ; logged = true {
+		si, err := relay.LookupSlot(ctx, conn, slot)
+		if err != nil || !si.Active || time.Now().After(deadline) {
+			return si, err
+		}
+		if !logged {
+			f.Logger.Info("slot is active; waiting for its previous user to let go", "flow", f.Cfg.Flow, "slot", slot, "wait_max", slotReleaseWait)
+		}
+		select {
+		case <-ctx.Done():
+			return si, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
