@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
-	"github.com/trellara/trellara/internal/config"
 	"io"
 	"os"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/schemachange"
 )

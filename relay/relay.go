@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/internal/opts"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
 

@@ -6,11 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/transport"

@@ -3,8 +3,8 @@ package segmentlog
 import (
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/internal/opts"
 
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/segmentlog/internal/vfs"
 )
 

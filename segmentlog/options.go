@@ -2,9 +2,10 @@ package segmentlog
 
 import (
 	"fmt"
-	"github.com/trellara/trellara/internal/opts"
 	"log/slog"
 	"time"
+
+	"github.com/trellara/trellara/internal/opts"
 )
 
 // FsyncMode says when appended bytes are forced to stable storage.

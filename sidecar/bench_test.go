@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/transport"

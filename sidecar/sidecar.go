@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/internal/opts"
 	"log/slog"
 	"net"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/relay/pgoutput"
 )

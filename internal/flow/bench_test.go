@@ -3,8 +3,6 @@ package flow_test
 import (
 	"bytes"
 	"context"
-	"github.com/trellara/trellara/capture"
-
 	"fmt"
 	"math"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,12 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellara/trellara/lsn"
-
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )

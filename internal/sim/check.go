@@ -3,10 +3,10 @@ package sim
 import (
 	"context"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"sort"
 	"strings"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay/pgoutput"

@@ -20,6 +20,7 @@ import (
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/schemachange"
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 	"github.com/trellara/trellara/transport"
@@ -264,7 +265,7 @@ func (h *harness) run() {
 			h.stats.Delivered++
 		}
 	}
-	h.pins = &simPins{pins: map[string]uint64{}, ignore: h.opts.Mutations.IgnoreDrift}
+	h.pins = &simPins{pins: map[string]uint64{}, shapes: map[string]schemachange.Shape{}, ignore: h.opts.Mutations.IgnoreDrift}
 	h.slot = h.hist.cp
 	if dir, err := os.MkdirTemp("", "trellara-sim-spill-"); err == nil {
 		h.spillDir = dir
@@ -524,7 +525,46 @@ func (h *harness) machineCrash(img *segmentlogtest.FS) {
 // taken, so it survives crashes.
 type simPins struct {
 	pins   map[string]uint64
+	shapes map[string]schemachange.Shape
 	ignore bool // Mutations.IgnoreDrift
+}
+
+func (p *simPins) PinnedShape(r string) (schemachange.Shape, bool) {
+	if p.ignore {
+		return schemachange.Shape{}, false
+	}
+	sh, ok := p.shapes[r]
+	return sh, ok
+}
+
+func (p *simPins) PinShape(r string, fp uint64, sh schemachange.Shape) error {
+	p.pins[r], p.shapes[r] = fp, sh
+	return nil
+}
+
+// simCatalog is the source catalog's facts about the simulated tables: no
+// column is NOT NULL or has a default but the keys, so the column the
+// drift adds is an add_nullable_column.
+func simCatalog(relation string) (map[string]schemachange.Facts, error) {
+	d := tAccountsDrifted
+	if relation != d.name {
+		for _, t := range simTables {
+			if t.name == relation {
+				d = t
+			}
+		}
+	}
+	out := map[string]schemachange.Facts{}
+	for _, c := range d.cols {
+		typ := "text"
+		if c.typeOID == 20 {
+			typ = "bigint"
+		} else if c.typeOID == 23 {
+			typ = "integer"
+		}
+		out[c.name] = schemachange.Facts{TypeName: typ, NotNull: c.key}
+	}
+	return out, nil
 }
 
 func (p *simPins) Pinned(r string) (uint64, bool) {
@@ -671,9 +711,8 @@ func (h *harness) startRelay() {
 	from := max(res.DurableEnd, h.slot)
 	mem, chunk, _, _, _, _ := h.bounds()
 	sess, err := relay.NewSession(nil, tr, res, relay.Options{SourceID: simSourceID, Slot: "sim",
-		Assembler: capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
-			InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")},
-		Logger: slog.New(slog.DiscardHandler),
+		Assembler: h.assemblerOptions(mem, chunk),
+		Logger:    slog.New(slog.DiscardHandler),
 		// The flow records such acknowledgements durably before sending
 		// them (its AckStore); the harness keeps the record across crashes
 		// the same way.
@@ -685,6 +724,21 @@ func (h *harness) startRelay() {
 	h.relay = &relayProc{sess: sess, stream: h.hist.stream(from)}
 	h.tracef("relay", "start: resume durable-end %s skip-through %s, streaming from %s (%d messages)",
 		envelope.FormatLSN(res.DurableEnd), envelope.FormatLSN(res.SkipThrough), envelope.FormatLSN(from), len(h.relay.stream))
+}
+
+// assemblerOptions are the relay's, as a flow sets them: with a compatible
+// drift the table is configured and the catalog says the added column is
+// nullable, so the change flows through a DDL barrier.
+func (h *harness) assemblerOptions(mem, chunk int64) capture.AssemblerOptions {
+	o := capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
+		InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")}
+	if h.sim.Workload.DriftCompatible {
+		o.Catalog = simCatalog
+		o.Policy = func(string) schemachange.Policy {
+			return schemachange.Policy{Mode: schemachange.ModeStrict, Configured: true}
+		}
+	}
+	return o
 }
 
 // publishSnapshot writes the initial copy the way relay.Snapshot does:

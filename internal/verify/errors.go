@@ -3,6 +3,7 @@ package verify
 import (
 	"errors"
 	"fmt"
+
 	"github.com/trellara/trellara/internal/opts"
 )
 

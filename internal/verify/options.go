@@ -3,11 +3,11 @@ package verify
 import (
 	"context"
 	"fmt"
-	"github.com/trellara/trellara/internal/opts"
 	"runtime"
 	"time"
 
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/opts"
 )
 
 // Options selects what Verify compares and how long it waits for the target.
