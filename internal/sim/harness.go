@@ -112,6 +112,9 @@ type relayProc struct {
 	openRows        int
 	bigCommitted    bool
 	streamCommitted bool
+	// driftCommitted: the transaction that first used a changed shape
+	// (the one carrying a DDL barrier) committed since the last flush.
+	driftOpen, driftCommitted bool
 }
 
 type applierProc struct {
@@ -383,9 +386,9 @@ func (h *harness) evaluate() {
 	if h.relay != nil {
 		h.relayStats()
 	}
+	h.stats.Barriers = h.db.barriers
 	for _, e := range sc.Expect.Exercise {
-		n := map[string]int{"spill": h.stats.Spilled, "chunks": h.stats.Chunked, "aborted-subxact": h.stats.AbortedSubxacts}[e]
-		if n == 0 {
+		if h.stats.exercised(e) == 0 {
 			h.chk.fail(InvExpectedError, "the run never exercised %q", e)
 		}
 	}
@@ -888,6 +891,10 @@ func (h *harness) relayStep() {
 		h.killRelay("crash inside a streamed transaction")
 		return
 	}
+	if r.driftCommitted && h.at("relay.before-flush-barrier") == actCrash {
+		h.killRelay("crash before publishing the DDL barrier")
+		return
+	}
 	switch h.at("relay.before-flush") {
 	case actCrash:
 		h.killRelay("crash before publish")
@@ -915,7 +922,10 @@ func (h *harness) relayStep() {
 	if r.streamCommitted && h.at("relay.after-flush-stream") == actCrash {
 		crashAfter = true
 	}
-	r.bigCommitted, r.streamCommitted = false, false
+	if r.driftCommitted && h.at("relay.after-flush-barrier") == actCrash {
+		crashAfter = true
+	}
+	r.bigCommitted, r.streamCommitted, r.driftCommitted = false, false, false
 	if crashAfter {
 		h.killRelay("crash after publish, before acknowledging")
 		return
@@ -969,7 +979,13 @@ func (r *relayProc) track(w *wire) {
 	if t.aborted {
 		return
 	}
+	if w.drift {
+		r.driftOpen = true
+	}
 	if w == t.commit {
+		if r.driftOpen {
+			r.driftOpen, r.driftCommitted = false, true
+		}
 		r.open, r.openRows = nil, 0
 		if strings.HasPrefix(t.kind, "big") {
 			r.bigCommitted = true

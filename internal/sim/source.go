@@ -101,6 +101,7 @@ type history struct {
 	driftPos uint64 // position of the first change under the drifted shape; 0 if none
 	// compatible: the drift flows through a DDL barrier (Workload.DriftCompatible).
 	compatible bool
+	driftTxn   *htxn // the transaction that first uses the drifted shape
 	byLSN      map[uint64]*htxn
 }
 
@@ -567,7 +568,7 @@ func (h *history) layout() {
 		}
 		w.data = pgoutput.Append(w.data[:0], w.msg)
 		if w.drift && h.driftPos == 0 {
-			h.driftPos = w.pos
+			h.driftPos, h.driftTxn = w.pos, w.owner
 		}
 	}
 }
