@@ -757,14 +757,18 @@ func cursorLag(ctx context.Context, l *segmentlog.Log, c segmentlog.CursorStats,
 }
 
 // supervise runs body until ctx ends, restarting it after errors with
-// capped, jittered exponential backoff. A quarantined unit is not retried
-// hot: the backoff runs to its cap, since only an operator can fix it.
+// capped, jittered exponential backoff. The backoff starts over after a run
+// in which the component became ready (it connected and worked: this
+// failure is a new one, such as a server restart or a network cut, and the
+// component should be back within a second), or that lasted long. A
+// quarantined unit is not retried hot: the backoff runs to its cap, since
+// only an operator can fix it.
 func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.Health, c obs.Component, labels []string,
 	body func(context.Context, *obs.Health) error) {
 	backoff := backoffMin
 	for ctx.Err() == nil {
 		c.Up.WithLabelValues(labels...).Set(1)
-		started := time.Now()
+		started, readies := time.Now(), h.Readies()
 		err := body(ctx, h)
 		if ctx.Err() != nil {
 			h.Set("stopped", false, nil)
@@ -773,12 +777,7 @@ func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.H
 		}
 		c.Up.WithLabelValues(labels...).Set(0)
 		c.Restarts.WithLabelValues(labels...).Inc()
-		if time.Since(started) > 5*backoffMax {
-			backoff = backoffMin // it ran well for a while: start over
-		}
-		if apply.IsQuarantined(err) {
-			backoff = backoffMax
-		}
+		backoff = restartBackoff(backoff, h.Readies() > readies, time.Since(started), err)
 		h.Set("backing off", false, err)
 		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
 		log.Error("component stopped; restarting", "component", component, "err", err,
@@ -790,4 +789,19 @@ func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.H
 		}
 		backoff = min(backoff*2, backoffMax)
 	}
+}
+
+// restartBackoff is the backoff before restarting a component whose run
+// ended with err after ran, cur being the backoff it was started with: the
+// cap for a quarantined unit, the minimum again after a run in which the
+// component became ready or that lasted long, else cur (supervise doubles
+// it after the wait).
+func restartBackoff(cur time.Duration, becameReady bool, ran time.Duration, err error) time.Duration {
+	switch {
+	case apply.IsQuarantined(err):
+		return backoffMax
+	case becameReady || ran > 5*backoffMax:
+		return backoffMin
+	}
+	return cur
 }
