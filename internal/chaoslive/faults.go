@@ -212,6 +212,29 @@ func tail(b []byte, n int) string {
 
 // verify runs `trellara verify --wait` against the flow and records it.
 func (r *run) verify(ctx context.Context, after int, final bool) VerifyResult {
+	v := r.runVerify(ctx, after, final)
+	if v.Verdict != "CONVERGED" && (after > 0 || final) {
+		r.violate("verify", "verify after %d faults: %s %s", after, v.Verdict, v.Detail)
+	}
+	r.rep.Verifies = append(r.rep.Verifies, v)
+	return v
+}
+
+// initialVerify is the run's starting point: verify until it answers
+// (the applier creates its checkpoint table once it starts applying).
+func (r *run) initialVerify(ctx context.Context) VerifyResult {
+	deadline := time.Now().Add(r.o.RecoveryTimeout)
+	for {
+		v := r.runVerify(ctx, 0, false)
+		if v.Verdict != "ERROR" || time.Now().After(deadline) || ctx.Err() != nil {
+			r.rep.Verifies = append(r.rep.Verifies, v)
+			return v
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+func (r *run) runVerify(ctx context.Context, after int, final bool) VerifyResult {
 	t0 := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, r.o.RecoveryTimeout+30*time.Second)
 	defer cancel()
@@ -245,11 +268,7 @@ func (r *run) verify(ctx context.Context, after int, final bool) VerifyResult {
 		if err != nil && v.Detail == "" {
 			v.Detail = err.Error()
 		}
-		if after > 0 || final {
-			r.violate("verify", "verify after %d faults: %s %s", after, v.Verdict, v.Detail)
-		}
 	}
-	r.rep.Verifies = append(r.rep.Verifies, v)
 	return v
 }
 

@@ -254,7 +254,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.violate("process", "the flow's processes were not ready within %s of starting (logs in %s)", r.o.RecoveryTimeout, r.workDir)
 		return finish()
 	}
-	if v := r.verify(ctx, 0, false); v.Verdict != "CONVERGED" {
+	if v := r.initialVerify(ctx); v.Verdict != "CONVERGED" {
 		r.violate("verify", "the flow did not converge before the first fault: %s %s", v.Verdict, v.Detail)
 		return finish()
 	}

@@ -337,6 +337,13 @@ func (b *builder) chaos(ctx context.Context) error {
 
 // binaries describes the running executable and those of Binaries beside
 // it, and returns the paths of the Go executables among them.
+// Executables describes the running executable exe and the release's
+// other executables beside it (name, path, SHA-256, version, commit).
+func Executables(exe string) VersionsFile {
+	v, _ := binaries(exe)
+	return v
+}
+
 func binaries(exe string) (VersionsFile, []string) {
 	out := VersionsFile{Running: tbuild.String(), Binaries: []BinaryVersion{}}
 	var paths []string
