@@ -69,7 +69,7 @@ var page = template.Must(template.New("q").Funcs(template.FuncMap{
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#111}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
 th{background:#f3f4f6}.PASS{color:#047857;font-weight:bold}.FAIL{color:#b91c1c;font-weight:bold}
-.charts{display:flex;flex-wrap:wrap;gap:10px}.mono{font-family:ui-monospace,monospace;font-size:12px}
+figure{margin:0}.charts{display:flex;flex-wrap:wrap;gap:10px}.mono{font-family:ui-monospace,monospace;font-size:12px}
 </style></head><body>
 <h1>{{.Q.Title}}</h1>
 <p>Verdict: <span class="{{.Q.Verdict}}" id="verdict">{{.Q.Verdict}}</span> — {{.Q.Live.VerdictReason}}</p>

@@ -293,44 +293,43 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return finish()
 }
 
-// kindStatus decides, before the run, what each fault kind can be.
+// kindStatus decides, before the run, what each fault kind can be: a
+// kind that cannot be injected says why even when it was not requested.
 func (r *run) kindStatus() map[string]string {
 	st := map[string]string{}
 	ext := r.cfg.Source.Capture == config.CaptureExtension
 	for _, k := range AllKinds {
-		if !slices.Contains(r.o.Kinds, k) {
-			st[k] = "not requested (--faults)"
-			continue
-		}
+		var why string
 		switch k {
 		case KindRelay:
 			if ext {
-				st[k] = "not applicable: capture: extension runs a sidecar, not a relay (use --faults sidecar)"
-				continue
+				why = "not applicable: capture: extension runs a sidecar, not a relay (use --faults sidecar)"
 			}
 		case KindSidecar:
 			if !ext {
-				st[k] = "not applicable: capture: pgoutput runs no sidecar process"
-				continue
+				why = "not applicable: capture: pgoutput runs no sidecar process"
 			}
 		case KindSource:
 			if r.cfg.Chaos.SourceRestart == "" {
-				st[k] = "not configured: set chaos.source_restart to the command that restarts the source"
-				continue
+				why = "not configured: set chaos.source_restart to the command that restarts the source"
 			}
 		case KindTarget:
 			if r.cfg.Chaos.TargetRestart == "" {
-				st[k] = "not configured: set chaos.target_restart to the command that restarts the target"
-				continue
+				why = "not configured: set chaos.target_restart to the command that restarts the target"
 			}
 		case KindDisk:
-			st[k] = "not available: disk-full needs a size-limited filesystem under transport.local.dir (a loop mount or a tmpfs with size=); chaos live does not create one (it would need root and mount privileges)"
-			continue
+			why = "not available: disk-full needs a size-limited filesystem under transport.local.dir (a loop mount or a tmpfs with size=); chaos live does not create one (it would need root and mount privileges)"
 		case KindBroker:
-			st[k] = "not applicable: transport.local has no broker (the service does not run over Kafka yet)"
-			continue
+			why = "not applicable: transport.local has no broker (the service does not run over Kafka yet)"
 		}
-		st[k] = "injected"
+		switch {
+		case why != "":
+			st[k] = why
+		case !slices.Contains(r.o.Kinds, k):
+			st[k] = "not requested (--faults)"
+		default:
+			st[k] = "injected"
+		}
 	}
 	return st
 }
