@@ -176,6 +176,29 @@ func (r *run) inject(ctx context.Context, kind string, sch *schedule) Fault {
 		} else {
 			f.Note = "detect: /readyz false"
 		}
+	case KindDisk:
+		hold := sch.gap(2*time.Second, 6*time.Second)
+		stop := r.watchNotReady([]string{r.relayAt})
+		n, err := fillDisk(ballastPath(r.cfg.Transport.Local.Dir))
+		if err != nil {
+			stop()
+			os.Remove(ballastPath(r.cfg.Transport.Local.Dir))
+			f.Error = err.Error()
+			break
+		}
+		f.What = fmt.Sprintf("disk full under transport.local.dir for %.1fs (%d MiB ballast)", hold.Seconds(), n>>20)
+		sleep(ctx, hold)
+		if err := os.Remove(ballastPath(r.cfg.Transport.Local.Dir)); err != nil {
+			stop()
+			f.Error = fmt.Sprintf("remove the ballast: %v", err)
+			break
+		}
+		detected = stop()
+		if detected.IsZero() {
+			f.Note = "detect: the relay never reported not ready while the disk was full"
+		} else {
+			f.Note = "detect: /readyz false"
+		}
 	default:
 		f.Error = "no injector for kind " + kind
 	}

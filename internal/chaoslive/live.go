@@ -318,7 +318,7 @@ func (r *run) kindStatus() map[string]string {
 				why = "not configured: set chaos.target_restart to the command that restarts the target"
 			}
 		case KindDisk:
-			why = "not available: disk-full needs a size-limited filesystem under transport.local.dir (a loop mount or a tmpfs with size=); chaos live does not create one (it would need root and mount privileges)"
+			why = diskStatus(r.cfg.Transport.Local.Dir)
 		case KindBroker:
 			why = "not applicable: transport.local has no broker (the service does not run over Kafka yet)"
 		}

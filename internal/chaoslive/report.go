@@ -25,7 +25,7 @@ const (
 var AllKinds = []string{KindRelay, KindApplier, KindSidecar, KindSource, KindTarget, KindNetwork, KindDisk, KindBroker}
 
 // DefaultKinds is what --faults selects when not given.
-var DefaultKinds = []string{KindRelay, KindApplier, KindSource, KindTarget, KindNetwork}
+var DefaultKinds = []string{KindRelay, KindApplier, KindSource, KindTarget, KindNetwork, KindDisk}
 
 // Fault is one injected fault and its timings, in seconds from the
 // injection. A nil timing was not reached (see Error) or, for detection,

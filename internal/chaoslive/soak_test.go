@@ -2,7 +2,9 @@ package chaoslive
 
 import (
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -66,6 +68,23 @@ func TestCheckObservation(t *testing.T) {
 		bad := checkObservation(tc.o, tc.prev, 100000)
 		if len(bad) != 1 || !strings.Contains(bad[0], tc.want) {
 			t.Errorf("%s: %v, want one containing %q", name, bad, tc.want)
+		}
+	}
+}
+
+// TestDiskStatus: a disk-full fault is refused on a large filesystem (the
+// machine's own disk is never filled).
+func TestDiskStatus(t *testing.T) {
+	if s := diskStatus("/"); s != "" && !strings.Contains(s, "not available") {
+		t.Errorf("diskStatus(/) = %q", s)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(t.TempDir(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if uint64(st.Blocks)*uint64(st.Bsize) > maxFillBytes {
+		if s := diskStatus(filepath.Join(t.TempDir(), "not", "yet")); !strings.Contains(s, "not available") || !strings.Contains(s, "tmpfs") {
+			t.Errorf("a large filesystem: %q", s)
 		}
 	}
 }

@@ -31,8 +31,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	tbuild "github.com/trellara/trellara/internal/buildinfo"
-	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/chaoslive"
+	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
 	"github.com/trellara/trellara/internal/release/sbom"
