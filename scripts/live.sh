@@ -28,8 +28,10 @@ mkdir -p "$out"
 out=$(realpath "$out")
 work=$(mktemp -d /tmp/trellara-live.XXXXXX)
 chmod 755 "$work"
+tmpfs=
 cleanup() {
 	stop_cluster "$work/source"; stop_cluster "$work/target"
+	if [ -n "$tmpfs" ]; then umount "$tmpfs" 2>/dev/null || true; fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -41,6 +43,16 @@ start_cluster "$work/source" "$sport"
 start_cluster "$work/target" "$tport"
 as=""
 [ "$(id -u)" = 0 ] && as="runuser -u postgres -- "
+# Disk full needs a size-limited filesystem under the log directory: as
+# root, a 512 MiB tmpfs; otherwise the run reports the fault as not
+# available.
+mkdir -p "$work/data"
+retention=2GiB
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=512m tmpfs "$work/data" 2>/dev/null; then
+	tmpfs=$work/data
+	retention=256MiB
+	echo "live.sh: transport.local.dir is a 512 MiB tmpfs (the disk-full fault fills it)"
+fi
 restart() { echo "$as$bin/pg_ctl -D $work/$1/data -l $work/$1/server.log -m fast -w -t 60 restart"; }
 
 cat >"$work/trellara.yml" <<YAML
@@ -53,7 +65,7 @@ source:
   owns_slot: true
   tables: [public.trellara_chaos_accounts, public.trellara_chaos_history]
 transport:
-  local: {dir: $work/data, retention: {max_bytes: 2GiB, max_age: 1h}}
+  local: {dir: $work/data, retention: {max_bytes: $retention, max_age: 1h}}
 target:
   database_url: "postgres://postgres@127.0.0.1:$tport/postgres?sslmode=disable"
   create_tables: true
