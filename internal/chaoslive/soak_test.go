@@ -88,3 +88,30 @@ func TestDiskStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestLeakFailsSoak: a leaking series fails a soak (LeakCheck) and only
+// shows as a trend in a plain live run.
+func TestLeakFailsSoak(t *testing.T) {
+	for _, soak := range []bool{true, false} {
+		r := &run{o: Options{LeakCheck: soak}, rep: &Report{Verifies: []VerifyResult{{Final: true, Verdict: "CONVERGED"}}}}
+		r.capture, r.applier = &proc{role: "relay"}, &proc{role: "applier"}
+		for i := 0; i < 60; i++ {
+			r.samples = append(r.samples, Sample{T: float64(i * 5), Values: map[string]float64{
+				"relay.goroutines":  18,
+				"applier.open_fds":  15 + float64(i), // one more open file every sample
+				"applier.rss_bytes": 30 << 20,
+			}})
+		}
+		r.finish(map[string]string{})
+		leaked := false
+		for _, l := range r.rep.Leaks {
+			leaked = leaked || (l.Series == "applier.open_fds" && l.Leak)
+		}
+		if !leaked {
+			t.Fatalf("soak %v: the growing open files are not flagged: %+v", soak, r.rep.Leaks)
+		}
+		if want := map[bool]string{true: "FAIL", false: "PASS"}[soak]; r.rep.Verdict != want {
+			t.Errorf("soak %v: verdict %s (%s), want %s", soak, r.rep.Verdict, r.rep.VerdictReason, want)
+		}
+	}
+}
