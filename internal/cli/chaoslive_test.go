@@ -1,10 +1,14 @@
 package cli
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/trellara/trellara/internal/chaoslive"
 )
 
 // chaos live and qualify refuse a production flow by name (exit 2) before
@@ -42,5 +46,33 @@ target:
 	out, errOut, code := run(t, "chaos", "live", "--config", cfg, "--faults", "relay,meteor")
 	if code != ExitError || !strings.Contains(out+errOut, `unknown fault kind "meteor"`) {
 		t.Errorf("--faults meteor: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// The JSON of chaos live and qualify matches docs/json: a report with
+// every field filled is written through the envelope and validated.
+func TestChaosLiveJSONSchema(t *testing.T) {
+	v := newJSONValidator(t)
+	one := 0.5
+	rep := &chaoslive.Report{Flow: "f", Seed: 1, Duration: "1m0s", Started: time.Now().UTC(), Processes: []string{"p"},
+		Faults:     []chaoslive.Fault{{Seq: 1, Kind: "relay", What: "SIGKILL relay pid 1", SourceLSN: "0/1", Detect: &one, Ready: &one, CaughtUp: &one, Note: "n"}},
+		Kinds:      []chaoslive.KindSummary{{Kind: "relay", Status: "injected", Injected: 1, Detect: chaoslive.Dist{N: 1, P50: 0.5, P95: 0.5, Max: 0.5}}},
+		Reader:     chaoslive.ReaderSummary{Observations: 3, Last: &chaoslive.Observation{Accounts: 100}},
+		Violations: []chaoslive.Violation{{AtSeconds: 1, Source: "reader", Detail: "d"}},
+		Verifies:   []chaoslive.VerifyResult{{Final: true, Verdict: "CONVERGED"}},
+		Samples:    []chaoslive.Sample{{T: 1, Values: map[string]float64{"relay.rss_bytes": 1}}},
+		Leaks:      []chaoslive.LeakFinding{{Series: "relay.rss_bytes", Judged: true}},
+		NotCovered: []string{"disk: not available"}, Verdict: "FAIL", VerdictReason: "1 violations"}
+	q := &chaoslive.Qualification{Title: "t", Generated: time.Now().UTC(), Command: "trellara qualify", Workload: "w", Duration: "1m0s", Live: rep, Verdict: "FAIL"}
+	for _, command := range []string{"chaos live", "qualify"} {
+		if command == "qualify" {
+			q.Environment = &chaoslive.Environment{Host: "h", CPUs: 2, Kernel: "k", SourceVersion: "s", TargetVersion: "t", Trellara: "v",
+				Binaries: []chaoslive.BinaryHash{{Name: "trellara", Path: "/bin/trellara", SHA256: strings.Repeat("a", 64), Bytes: 1}}}
+		}
+		var buf bytes.Buffer
+		if err := writeEnvelope(&buf, command, false, q, nil); err != nil {
+			t.Fatal(err)
+		}
+		v.check(t, command, buf.String())
 	}
 }
