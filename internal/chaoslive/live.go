@@ -435,7 +435,17 @@ func (r *run) newProc(role string) *proc {
 	return &proc{r: r, role: role, log: filepath.Join(r.workDir, role+".log"), loopDone: make(chan struct{})}
 }
 
+// errStopping ends the supervisor loop: stop was called.
+var errStopping = errors.New("stopping")
+
+// launch starts the process; under the lock, so that stop either sees the
+// new process or prevents it.
 func (p *proc) launch() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return errStopping
+	}
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -449,9 +459,7 @@ func (p *proc) launch() error {
 		return fmt.Errorf("chaos live: start %s %s: %w", p.r.o.Binary, strings.Join(cmd.Args[1:], " "), err)
 	}
 	exited := make(chan struct{})
-	p.mu.Lock()
 	p.cmd, p.exited = cmd, exited
-	p.mu.Unlock()
 	go func() {
 		_ = cmd.Wait()
 		f.Close()
@@ -466,7 +474,9 @@ func (p *proc) start() {
 		defer close(p.loopDone)
 		for {
 			if err := p.launch(); err != nil {
-				p.r.violate("process", "%v", err)
+				if !errors.Is(err, errStopping) {
+					p.r.violate("process", "%v", err)
+				}
 				return
 			}
 			p.mu.Lock()
