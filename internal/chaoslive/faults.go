@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/lsn"
 )
 
@@ -393,8 +394,8 @@ func dirSize(dir string) (float64, bool) {
 func (r *run) finish(status map[string]string) {
 	r.rep.Elapsed = time.Since(r.start).Seconds()
 	r.rep.Processes = []string{
-		fmt.Sprintf("%s run --config %s --role %s (health %s)", r.o.Binary, r.child, r.capture.role, r.relayAt),
-		fmt.Sprintf("%s run --config %s --role applier (health %s)", r.o.Binary, r.child, strings.Join(r.sinkAt, ", ")),
+		shell.Command(r.o.Binary, "run", "--config", r.child, "--role", r.capture.role) + " (health " + r.relayAt + ")",
+		shell.Command(r.o.Binary, "run", "--config", r.child, "--role", "applier") + " (health " + strings.Join(r.sinkAt, ", ") + ")",
 	}
 	r.mu.Lock()
 	r.rep.Samples = r.samples

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/lsn"
 )
 
@@ -456,7 +457,7 @@ func (p *proc) launch() error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		return fmt.Errorf("chaos live: start %s %s: %w", p.r.o.Binary, strings.Join(cmd.Args[1:], " "), err)
+		return fmt.Errorf("chaos live: start %s: %w", shell.Command(cmd.Args...), err)
 	}
 	exited := make(chan struct{})
 	p.cmd, p.exited = cmd, exited

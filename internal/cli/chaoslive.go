@@ -18,6 +18,7 @@ import (
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/internal/pilot"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // liveFlags are the flags chaos live and qualify share.
@@ -117,13 +118,9 @@ func runLive(c *cli.Context, soak bool, title string) (*liveRun, error) {
 		}
 		return nil, failure(err)
 	}
-	var cmd strings.Builder
-	cmd.WriteString("trellara")
-	for _, a := range os.Args[1:] {
-		cmd.WriteString(" " + a)
-	}
+	command := shell.Command(append([]string{"trellara"}, os.Args[1:]...)...)
 	return &liveRun{cfg: cfg, Qualification: &chaoslive.Qualification{
-		Title: chaoslive.Title(title, cfg.Flow), Generated: time.Now().UTC(), Command: cmd.String(),
+		Title: chaoslive.Title(title, cfg.Flow), Generated: time.Now().UTC(), Command: command,
 		Workload: rep.Workload, Duration: rep.Duration, Live: rep, Verdict: rep.Verdict,
 	}}, nil
 }
