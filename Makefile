@@ -144,6 +144,23 @@ install-test: packages
 pgmatrix:
 	pgmatrix/run.sh
 
+# --- Live evidence (internal/chaoslive, docs/QUALIFICATION.md) ----------------
+# soak: the built-in workload on throwaway servers with periodic faults
+# (SIGKILLs, server restarts, network cuts) and verify, resource samples
+# judged for leaks (a leak fails it); report in out/soak/.
+#   make soak DURATION=30m
+# qualify: the same run as a qualification report (environment, checksums,
+# live chaos, soak curves, verify, not covered) in out/qualify/report.html,
+# rendered in headless Chromium when one is installed.
+DURATION ?= 30m
+.PHONY: soak qualify
+soak: build
+	scripts/live.sh soak $(DURATION) out/soak
+qualify: build
+	scripts/live.sh qualify $(DURATION) out/qualify
+	@if command -v chromium >/dev/null || [ -n "$$CHROMIUM" ]; then scripts/chaos-render-check.sh out/qualify/report.html; \
+	else echo "qualify: no Chromium: the render check did not run"; fi
+
 # --- Failure matrix (internal/sim, docs/CORRECTNESS.md) ----------------------
 # chaos-check: the deterministic catalogue passes, the mutation tests catch
 # every broken protection, and docs/correctness/report.json is what the code

@@ -31,7 +31,7 @@ func App() *cli.App {
 		Version: VersionString(),
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
-			"Evidence tooling (chaos, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
+			"Evidence tooling (chaos, qualify, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
 			"commands not implemented yet (fleet, lake, semantics, schema, reseed) are hidden from this list;\n" +
 			"see docs/CLI.md.",
 		HideHelpCommand: true,
@@ -54,6 +54,7 @@ func App() *cli.App {
 			streamCommand(),
 			pilotScorecardCommand(),
 			pilotPackageCommand(),
+			qualifyCommand(),
 			devCommand(),
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // Main decides the exit code

@@ -19,7 +19,7 @@ import (
 func chaosCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "chaos",
-		Usage:  "deterministic failure matrix: run, report",
+		Usage:  "deterministic failure matrix (run, report) and live chaos on the real flow (live)",
 		Hidden: true,
 		Subcommands: []*cli.Command{
 			{
@@ -44,6 +44,7 @@ func chaosCommand() *cli.Command {
 				},
 				Action: chaosReport,
 			},
+			chaosLiveCommand(),
 		},
 	}
 }

@@ -123,6 +123,7 @@ type Config struct {
 	Sinks  []Sink // sinks
 	Schema SchemaPolicy
 	Run    Run
+	Chaos  Chaos // chaos: commands `trellara chaos live` may run; refused in production
 
 	// meta is behind a pointer so printing a Config shows an address, not a
 	// map of line numbers.
@@ -290,6 +291,15 @@ type SchemaPolicy struct {
 type Run struct {
 	Evaluate bool   // evaluate: a bounded evaluation flow whose resources may be dropped
 	Listen   Listen // listen
+}
+
+// Chaos names the commands `trellara chaos live` runs to restart the
+// source and the target. Nothing is guessed: a fault kind whose command is
+// absent is reported "not configured". Each command runs with /bin/sh -c
+// and must return once the server accepts connections again.
+type Chaos struct {
+	SourceRestart string // source_restart
+	TargetRestart string // target_restart
 }
 
 // Listen holds the health and metrics listen addresses.

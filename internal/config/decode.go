@@ -75,6 +75,12 @@ func decode(data []byte) (c *Config, errs []FieldError) {
 				}},
 			})
 		}},
+		{"chaos", func(p string, n *yaml.Node) {
+			d.mapping(p, n, []key{
+				{"source_restart", d.str(&c.Chaos.SourceRestart)},
+				{"target_restart", d.str(&c.Chaos.TargetRestart)},
+			})
+		}},
 	})
 	return c, d.errs
 }

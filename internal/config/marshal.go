@@ -138,6 +138,17 @@ func Marshal(c *Config) ([]byte, error) {
 	put(run, "listen", listen, "health and metrics endpoints (/livez /readyz /healthz /metrics)")
 	putSection(root, "run", run, "")
 
+	if c.Chaos.SourceRestart != "" || c.Chaos.TargetRestart != "" {
+		ch := mapping(false)
+		if c.Chaos.SourceRestart != "" {
+			put(ch, "source_restart", strNode(c.Chaos.SourceRestart), "shell command that restarts the source (trellara chaos live)")
+		}
+		if c.Chaos.TargetRestart != "" {
+			put(ch, "target_restart", strNode(c.Chaos.TargetRestart), "shell command that restarts the target (trellara chaos live)")
+		}
+		putSection(root, "chaos", ch, "Commands trellara chaos live runs; refused in production.")
+	}
+
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)

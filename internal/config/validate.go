@@ -91,7 +91,24 @@ func (c *Config) validate() []FieldError {
 			"must be block or allow_compatible, not %s", quoteValue(string(c.Schema.UnknownTablePolicy)))
 	}
 	v.run(&c.Run, prod)
+	v.chaos(c, prod)
 	return v.errs
+}
+
+// chaos checks the chaos section: its commands restart databases, which a
+// production flow must never do on a tool's say-so.
+func (v *validator) chaos(c *Config, prod bool) {
+	for _, k := range []struct{ key, val string }{{"source_restart", c.Chaos.SourceRestart}, {"target_restart", c.Chaos.TargetRestart}} {
+		present := c.meta != nil && c.meta.lines["chaos."+k.key] > 0
+		switch {
+		case prod && (k.val != "" || present):
+			v.add("chaos."+k.key, "remove the chaos section; chaos live runs only outside environment: production",
+				"environment production refuses chaos commands (they restart a database)")
+		case present && strings.TrimSpace(k.val) == "":
+			v.add("chaos."+k.key, "give the shell command that restarts the server and returns when it accepts connections, or remove the key",
+				"is empty")
+		}
+	}
 }
 
 func (v *validator) source(s *Source, prod bool) {
