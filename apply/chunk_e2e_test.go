@@ -214,7 +214,11 @@ func chunkEndToEnd(t *testing.T, mode string) {
 		}
 	}
 	checkWhole(conn2)
-	if applied == 0 || applied >= n {
+	// The kill falls in the middle: some applied, not all. With
+	// asynchronous commits the target may lose every commit it had not
+	// flushed yet (on a loaded machine, all of them), which the next run
+	// must then apply again: none is fine there.
+	if applied >= n || (applied == 0 && mode == SyncCommitOn) {
 		t.Errorf("the kill left %d of %d transactions applied; it should fall in the middle", applied, n)
 	}
 	// Synchronous: the cursor follows every commit. Asynchronous: it
