@@ -17,6 +17,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -54,6 +55,9 @@ type Config struct {
 	Kafka    *config.Kafka
 	// ConfigPath is named in errors' fixes.
 	ConfigPath string
+	// Logger receives the reader's warnings (a unit held at the manifest
+	// barrier); nil means slog.Default().
+	Logger *slog.Logger
 
 	// extra options for every client (tests: a short metadata age so a
 	// leader move is seen at once).
