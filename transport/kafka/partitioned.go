@@ -68,7 +68,9 @@ type ChunkRef struct {
 	Rows      int
 }
 
-func (r ChunkRef) String() string { return fmt.Sprintf("partition %d offset %d", r.Partition, r.Offset) }
+func (r ChunkRef) String() string {
+	return fmt.Sprintf("partition %d offset %d", r.Partition, r.Offset)
+}
 
 // manifest is the decoded value of a manifest record.
 type manifest struct {
