@@ -265,6 +265,7 @@ func (r *Reader) fillPartitioned(ctx context.Context) error {
 		}
 		r.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{r.cfg.topic(): add})
 		a.added = true
+		return nil // the head unit is judged again against the new floors
 	}
 	r.throttle()
 	fs := r.cl.PollFetches(ctx)

@@ -121,6 +121,21 @@ func TestPartitionedRoundTrip(t *testing.T) {
 			t.Fatalf("unit %d: offset %d, bytes equal %v", i, offs[i], bytes.Equal(got[i], want[i]))
 		}
 	}
+	// A reader rewound into the middle of a batch (a target checkpoint at
+	// unit 24) starts each data partition where manifest 25 says.
+	r, err := NewReader(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Rewind(25); err != nil {
+		t.Fatal(err)
+	}
+	for i := 25; i < 28; i++ {
+		if o, b, err := r.Next(ctx); err != nil || o != uint64(i) || !bytes.Equal(b, want[i]) {
+			t.Fatalf("after Rewind(25): offset %d (want %d), equal %v, %v", o, i, bytes.Equal(b, want[i]), err)
+		}
+	}
 	// A strict-mode flow refuses the topic, and so does another count.
 	strict := testConfig(c)
 	if _, err := CheckTopic(ctx, strict); err == nil || !strings.Contains(err.Error(), "strict mode") {
@@ -161,12 +176,17 @@ func unitTxn(t *testing.T, i, n int) []byte {
 	return b
 }
 
-// splitWrite writes unit payload as the relay would, but in the order the
-// test asks for: its manifest first (naming the offsets its chunks will
-// get) when manifestFirst, and only the chunks for which keep returns
-// true. Nothing else may write the topic between its chunks' offsets
+// Orders of splitWrite.
+const (
+	chunksFirst   = "chunks first"   // as the relay writes
+	manifestFirst = "manifest first" // naming the offsets its chunks will get
+	chunksOnly    = "chunks only"    // a relay stopped before the manifest
+)
+
+// splitWrite writes unit payload as the relay would, but in the given
+// order, and only the chunks for which keep returns true. Nothing else may write the topic between its chunks' offsets
 // being read and the chunks being written.
-func splitWrite(t *testing.T, ctx context.Context, p *Producer, payload []byte, manifestFirst bool, keep func(part int32) bool) []ChunkRef {
+func splitWrite(t *testing.T, ctx context.Context, p *Producer, payload []byte, order string, keep func(part int32) bool) []ChunkRef {
 	t.Helper()
 	e, rows, err := splitUnit(payload, testPartitions)
 	if err != nil {
@@ -198,11 +218,8 @@ func splitWrite(t *testing.T, ctx context.Context, p *Producer, payload []byte, 
 		t.Fatal(err)
 	}
 	man := &kgo.Record{Topic: p.cfg.topic(), Partition: ManifestPartition, Value: mv, Headers: p.headers(e, RecordManifest)}
-	order := [][]*kgo.Record{chunks, {man}}
-	if manifestFirst {
-		order = [][]*kgo.Record{{man}, chunks}
-	}
-	for _, recs := range order {
+	writes := map[string][][]*kgo.Record{chunksFirst: {chunks, {man}}, manifestFirst: {{man}, chunks}, chunksOnly: {chunks}}[order]
+	for _, recs := range writes {
 		if len(recs) == 0 {
 			continue
 		}
@@ -236,7 +253,7 @@ func TestManifestBeforeChunks(t *testing.T) {
 
 	// The manifest of u1 alone: every chunk missing.
 	e1, _ := envelope.Decode(u1)
-	refs := splitWrite(t, ctx, p, u1, true, func(int32) bool { return false })
+	refs := splitWrite(t, ctx, p, u1, manifestFirst, func(int32) bool { return false })
 	var logged syncBuffer
 	r.cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 	defer func(d time.Duration) { HoldWarnAfter = d }(HoldWarnAfter)
