@@ -15,7 +15,8 @@ import (
 // The full edition runs transport.kafka flows (transport/kafka).
 func init() { RegisterBroker(newKafkaBroker) }
 
-// kafkaBroker is a flow's Kafka transport in strict mode: the relay
+// kafkaBroker is a flow's Kafka transport (strict or partitioned mode,
+// transport.kafka.mode): the relay
 // publishes through kafka.Producer, the applier reads through
 // kafka.Reader. The topic is checked (and created) once per process,
 // before the first of them uses it.
@@ -28,7 +29,7 @@ type kafkaBroker struct {
 }
 
 func newKafkaBroker(f *Flow) (Broker, error) {
-	return &kafkaBroker{f: f, cfg: kafka.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Kafka: f.Cfg.Transport.Kafka, ConfigPath: f.ConfigPath}}, nil
+	return &kafkaBroker{f: f, cfg: kafka.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Kafka: f.Cfg.Transport.Kafka, ConfigPath: f.ConfigPath, Logger: f.Logger}}, nil
 }
 
 // checkTopic runs kafka.CheckTopic once: it creates the topic if needed,
@@ -81,5 +82,8 @@ func (b *kafkaBroker) Remove(ctx context.Context) error { return kafka.Remove(ct
 
 func (b *kafkaBroker) Describe() string {
 	k := b.cfg.Kafka
+	if k.Mode == config.ModePartitioned {
+		return fmt.Sprintf("kafka topic %s (partitioned mode: manifests on partition 0, rows on partitions 1-%d) on %d broker(s), profile %s", k.Topic, k.Partitions, len(k.Brokers), k.Profile)
+	}
 	return fmt.Sprintf("kafka topic %s (partition %d, strict mode) on %d broker(s), profile %s", k.Topic, kafka.Partition, len(k.Brokers), k.Profile)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -36,7 +37,8 @@ func buildFull(t *testing.T) string {
 }
 
 // kafkaFlowConfig is a development flow over transport.kafka.
-func kafkaFlowConfig(src, dst *pgtest.Cluster, brokers []string) string {
+// kafka holds extra transport.kafka lines (e.g. the mode).
+func kafkaFlowConfig(src, dst *pgtest.Cluster, brokers []string, kafka ...string) string {
 	return fmt.Sprintf(`version: 2
 environment: development
 flow: kflow
@@ -50,11 +52,11 @@ transport:
     brokers: [%s]
     profile: development
     state_dir: state
-target:
+%starget:
   database_url: '%s'
   create_tables: true
 run: {evaluate: true}
-`, src.URL("postgres"), strings.Join(brokers, ", "), dst.URL("postgres"))
+`, src.URL("postgres"), strings.Join(brokers, ", "), indent(kafka), dst.URL("postgres"))
 }
 
 // kafkaHarness runs trellara-full against one source, one target and a
@@ -70,7 +72,15 @@ type kafkaHarness struct {
 	rng      *rand.Rand
 }
 
-func newKafkaHarness(t *testing.T) *kafkaHarness {
+func indent(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("    " + l + "\n")
+	}
+	return b.String()
+}
+
+func newKafkaHarness(t *testing.T, kafka ...string) *kafkaHarness {
 	pgtest.Require(t)
 	h := &kafkaHarness{t: t, bin: buildFull(t), dir: t.TempDir(), rng: rand.New(rand.NewPCG(18, 4)), next: 1}
 	h.src = pgtest.Start(t, pgtest.Options{})
@@ -83,7 +93,7 @@ func newKafkaHarness(t *testing.T) *kafkaHarness {
 	t.Cleanup(kc.Close)
 	h.kc = kc
 	h.cfg = filepath.Join(h.dir, "trellara.yml")
-	if err := os.WriteFile(h.cfg, []byte(kafkaFlowConfig(h.src, h.dst, kc.ListenAddrs())), 0o600); err != nil {
+	if err := os.WriteFile(h.cfg, []byte(kafkaFlowConfig(h.src, h.dst, kc.ListenAddrs(), kafka...)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -214,6 +224,46 @@ func (h *kafkaHarness) killOnProduce(written bool) {
 	}
 }
 
+// killOnOffsetCommit starts `run --local` and SIGKILLs it from inside the
+// cluster when its applier commits a group offset after it has applied
+// something (the target holds more orders than before the run): the
+// applier dies between its target commit and its group-offset commit,
+// and the commit is never answered. The restart resumes from the
+// target's checkpoint, which is ahead of the group offset.
+func (h *kafkaHarness) killOnOffsetCommit() {
+	h.t.Helper()
+	ctx := context.Background()
+	dst := h.dst.Connect(ctx)
+	defer dst.Close(ctx)
+	orders := func() int64 {
+		var n int64
+		if err := dst.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
+			h.t.Error(err)
+		}
+		return n
+	}
+	before := orders()
+	child := h.cmd("run", "--config", h.cfg, "--local")
+	if err := child.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	var fired atomic.Bool
+	h.kc.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if fired.Load() || orders() == before {
+			return nil, nil, false // a rewind before applying: let it through
+		}
+		fired.Store(true)
+		_ = child.Process.Signal(syscall.SIGKILL)
+		_, _ = child.Process.Wait()
+		h.kc.DropControl()
+		return nil, errors.New("applier killed"), true
+	})
+	err := child.Wait()
+	if !fired.Load() {
+		h.t.Fatalf("run --local ended (%v) without committing a group offset after applying", err)
+	}
+}
+
 // TestKafkaFlowEndToEnd: source → relay → Kafka (three kfake brokers) →
 // applier → target through the trellara-full CLI. A first run snapshots
 // and ends CONVERGED; a restarted run resumes from the topic and the
@@ -252,5 +302,62 @@ func TestKafkaFlowEndToEnd(t *testing.T) {
 		h.killOnProduce(false)
 		h.runVerify()
 		h.same()
+	})
+	t.Run("applier killed between target commit and group-offset commit", func(t *testing.T) {
+		h.t = t
+		h.workload(40)
+		h.killOnOffsetCommit()
+		h.runVerify()
+		h.same()
+	})
+}
+
+// TestKafkaPartitionedFlow: the same loop in partitioned mode (three data
+// partitions and the manifest partition). Each run ends CONVERGED with
+// every counter exact: after a snapshot; after the relay is killed when
+// its first produce request (chunks, before any manifest) is written;
+// after the applier is killed between its target commit and its
+// group-offset commit; and after broker faults injected through kfake
+// (acknowledgements lost after the write, NOT_LEADER_FOR_PARTITION, and
+// every partition's leader moved) during a run.
+func TestKafkaPartitionedFlow(t *testing.T) {
+	h := newKafkaHarness(t, "mode: partitioned", "partitions: 3")
+	h.workload(30)
+	res := h.runVerify()
+	h.same()
+	if tr, _ := res["transport"].(map[string]any); !strings.Contains(fmt.Sprint(tr["broker"]), "partitioned mode") {
+		t.Fatalf("transport = %v, want partitioned mode", tr)
+	}
+	t.Run("relay killed after its chunks are written, before the manifests", func(t *testing.T) {
+		h.t = t
+		h.workload(30)
+		h.killOnProduce(true)
+		h.runVerify()
+		h.same()
+	})
+	t.Run("applier killed between target commit and group-offset commit", func(t *testing.T) {
+		h.t = t
+		h.workload(30)
+		h.killOnOffsetCommit()
+		h.runVerify()
+		h.same()
+	})
+	t.Run("broker faults: ambiguous acknowledgement, broker errors, leader moves", func(t *testing.T) {
+		h.t = t
+		h.workload(30)
+		topic := "trellara.kflow"
+		lost := h.kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.RequestTimedOut, Count: 3})
+		h.kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: 3})
+		h.kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Err: kerr.NotLeaderForPartition, Count: 3})
+		for p := int32(0); p <= 3; p++ {
+			if err := h.kc.MoveTopicPartition(topic, p, (h.kc.LeaderFor(topic, p)+1)%3); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.runVerify()
+		h.same()
+		if lost.Hits() == 0 {
+			t.Fatal("no acknowledgement was lost: the fault never fired")
+		}
 	})
 }
