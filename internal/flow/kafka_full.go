@@ -9,6 +9,7 @@ import (
 
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/transport/kafka"
 )
 
@@ -70,12 +71,45 @@ func (b *kafkaBroker) Reader(ctx context.Context, s config.Sink) (BrokerReader, 
 		return nil, err
 	}
 	c := b.cfg
-	if s.Name != config.DefaultSinkName {
-		k := *c.Kafka
-		k.ConsumerGroup += "." + s.Name
-		c.Kafka = &k
-	}
+	k := *c.Kafka
+	k.ConsumerGroup = b.group(s)
+	c.Kafka = &k
 	return kafka.NewReader(ctx, c)
+}
+
+// group is sink s's consumer group.
+func (b *kafkaBroker) group(s config.Sink) string {
+	if s.Name == config.DefaultSinkName {
+		return b.cfg.Kafka.ConsumerGroup
+	}
+	return b.cfg.Kafka.ConsumerGroup + "." + s.Name
+}
+
+// Status reads the topic and every sink's group from the cluster.
+func (b *kafkaBroker) Status(ctx context.Context, sinks []config.Sink) (*BrokerStatus, error) {
+	groups := make([]string, len(sinks))
+	for i, s := range sinks {
+		groups[i] = b.group(s)
+	}
+	ts, err := kafka.Inspect(ctx, b.cfg, groups)
+	if err != nil {
+		return nil, err
+	}
+	st := &BrokerStatus{Topic: ts.Topic, Mode: ts.Mode, Partitions: []BrokerPartition{}, Groups: []BrokerGroup{}}
+	if ts.HasNewest {
+		st.ProduceAckedCommitLSN = lsn.Format(ts.NewestCommitLSN)
+	}
+	for _, p := range ts.Partitions {
+		st.Partitions = append(st.Partitions, BrokerPartition{Partition: p.Partition, Role: p.Role, StartOffset: p.StartOffset, HighWatermark: p.HighWatermark})
+	}
+	for i, g := range ts.Groups {
+		bg := BrokerGroup{Sink: sinks[i].Name, Group: g.Group, Partitions: []BrokerGroupPosition{}}
+		for _, p := range g.Partitions {
+			bg.Partitions = append(bg.Partitions, BrokerGroupPosition{Partition: p.Partition, Committed: p.Committed, Lag: p.Lag})
+		}
+		st.Groups = append(st.Groups, bg)
+	}
+	return st, nil
 }
 
 func (b *kafkaBroker) Remove(ctx context.Context) error { return kafka.Remove(ctx, b.cfg) }

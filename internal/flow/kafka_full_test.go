@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,6 +172,19 @@ func (h *kafkaHarness) same() {
 	if want := fmt.Sprintf("%d orders", h.next-1); !strings.Contains(d, want) {
 		h.t.Fatalf("target %s, want %s", d, want)
 	}
+}
+
+// targetOrders counts the target's orders.
+func (h *kafkaHarness) targetOrders() int {
+	h.t.Helper()
+	ctx := context.Background()
+	conn := h.dst.Connect(ctx)
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
+		return -1 // not created yet
+	}
+	return n
 }
 
 // confirmedFlush is the slot's confirmed_flush_lsn, as text.
@@ -360,4 +375,144 @@ func TestKafkaPartitionedFlow(t *testing.T) {
 			t.Fatal("no acknowledgement was lost: the fault never fired")
 		}
 	})
+}
+
+// TestKafkaServiceRoles: the long-running service over Kafka in
+// partitioned mode, as two processes, `run --role relay` and `run --role
+// applier`. Transactions committed before and while they run reach the
+// target exactly once; the applier's /metrics keep the contract's three
+// labels; `status --format json` shows the topic's partitions, their high
+// watermarks, the group's lag per partition (0 once caught up) and the
+// produce acknowledgement beside the slot. After SIGTERM, a verify run
+// ends CONVERGED.
+func TestKafkaServiceRoles(t *testing.T) {
+	h := newKafkaHarness(t, "mode: partitioned", "partitions: 3")
+	relayPort, applierPort := freePort(t), freePort(t)
+	b, err := os.ReadFile(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(string(b), "run: {evaluate: true}",
+		fmt.Sprintf(`run: {evaluate: true, listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}}`, relayPort, applierPort), 1)
+	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.workload(20)
+	var children []*exec.Cmd
+	for _, role := range []string{"relay", "applier"} {
+		c := h.cmd("run", "--config", h.cfg, "--role", role)
+		c.Stderr = &prefixWriter{t: t, prefix: role + ": "}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children = append(children, c)
+	}
+	defer func() {
+		for _, c := range children {
+			_ = c.Process.Kill()
+			_, _ = c.Process.Wait()
+		}
+	}()
+	// Wait until the group has no lag and the target holds every order
+	// (bounded, so a stuck service fails with what status last said).
+	var st map[string]any
+	waitCaughtUp := func() {
+		for start := time.Now(); ; {
+			out, err := h.cmd("status", "--config", h.cfg, "--format", "json").Output()
+			if err != nil {
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) { // exit 1 is a problem report, still JSON
+					t.Fatalf("status: %v\n%s", err, out)
+				}
+			}
+			if err := json.Unmarshal(out, &st); err != nil {
+				t.Fatalf("status output: %v\n%s", err, out)
+			}
+			if kafkaCaughtUp(st) && h.targetOrders() == h.next-1 {
+				return
+			}
+			if time.Since(start) > 3*time.Minute {
+				t.Fatalf("the service did not catch up to %d orders; status says:\n%s", h.next-1, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitCaughtUp() // the snapshot
+	h.workload(20)
+	waitCaughtUp() // streamed through the relay, the topic and the applier
+	k := st["kafka"].(map[string]any)
+	if hw := k["partitions"].([]any)[0].(map[string]any)["high_watermark"].(float64); hw < 20 {
+		t.Fatalf("the manifest partition holds %v records; the 20 streamed transactions did not go through the topic", hw)
+	}
+	parts := k["partitions"].([]any)
+	if len(parts) != 4 || k["mode"] != "partitioned" || k["topic"] != "trellara.kflow" {
+		t.Fatalf("status kafka = %v, want topic trellara.kflow with 4 partitions in partitioned mode", k)
+	}
+	if k["produce_acked_commit_lsn"] == "" || k["slot_confirmed_flush_lsn"] == "" {
+		t.Fatalf("status kafka shows no produce acknowledgement or slot position: %v", k)
+	}
+	_, metrics := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", applierPort))
+	for _, label := range []string{`service="applier"`, `source_id="src1"`, `dataset_id="kflow"`} {
+		if !strings.Contains(metrics, label) {
+			t.Fatalf("applier /metrics lack %s", label)
+		}
+	}
+	for _, c := range children {
+		_ = c.Process.Signal(syscall.SIGTERM)
+		if err := c.Wait(); err != nil {
+			t.Fatalf("%s after SIGTERM: %v", strings.Join(c.Args[1:], " "), err)
+		}
+	}
+	children = nil
+	h.same()
+	h.runVerify()
+}
+
+// kafkaCaughtUp: status shows the default group with lag 0 on the
+// manifest partition of a topic that holds records.
+func kafkaCaughtUp(st map[string]any) bool {
+	k, _ := st["kafka"].(map[string]any)
+	if k == nil {
+		return false
+	}
+	parts, _ := k["partitions"].([]any)
+	groups, _ := k["consumer_groups"].([]any)
+	if len(parts) == 0 || len(groups) == 0 {
+		return false
+	}
+	if hw, _ := parts[0].(map[string]any)["high_watermark"].(float64); hw == 0 {
+		return false
+	}
+	g := groups[0].(map[string]any)
+	for _, p := range g["partitions"].([]any) {
+		pm := p.(map[string]any)
+		if pm["partition"].(float64) == 0 && pm["lag"].(float64) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// prefixWriter logs a child's stderr through t.
+type prefixWriter struct {
+	t      *testing.T
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w.t.Log(w.prefix + l)
+	}
+	return len(p), nil
 }
