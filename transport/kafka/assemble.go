@@ -14,6 +14,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
 // Reassembly bounds: the manifests buffered ahead of the applier, and the
@@ -50,7 +51,7 @@ func (h Held) String() string {
 
 type pendingManifest struct {
 	offset int64
-	m      *manifest
+	m      *manifest.Manifest
 	lsn    uint64
 }
 
@@ -120,7 +121,7 @@ func (r *Reader) nextPartitioned(ctx context.Context) (uint64, []byte, error) {
 // never applied without it.
 func (r *Reader) tryAssemble(h pendingManifest) ([]byte, []ChunkRef, error) {
 	a := r.part
-	for i, f := range h.m.from {
+	for i, f := range h.m.From {
 		p := int32(i + 1)
 		if f > a.floor[p] {
 			a.floor[p] = f
@@ -128,8 +129,8 @@ func (r *Reader) tryAssemble(h pendingManifest) ([]byte, []ChunkRef, error) {
 		}
 	}
 	var missing []ChunkRef
-	rows := make([][]*pb.Row, 0, len(h.m.chunks))
-	for _, c := range h.m.chunks {
+	rows := make([][]*pb.Row, 0, len(h.m.Chunks))
+	for _, c := range h.m.Chunks {
 		rec := a.chunks[c.Partition][c.Offset]
 		if rec == nil {
 			if a.seen[c.Partition] > c.Offset {
@@ -154,7 +155,7 @@ func (r *Reader) tryAssemble(h pendingManifest) ([]byte, []ChunkRef, error) {
 	if missing != nil {
 		return nil, missing, nil
 	}
-	b, err := assemble(h.m, rows)
+	b, err := manifest.Assemble(h.m, rows)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka: flow %q: topic %q: rebuild the unit of manifest offset %d (commit LSN %s): %w",
 			r.cfg.Flow, r.cfg.topic(), h.offset, envelope.FormatLSN(h.lsn), err)
@@ -168,10 +169,10 @@ func chunkRows(rec *kgo.Record, h pendingManifest) ([]*pb.Row, error) {
 	if k := header(rec.Headers, HeaderRecord); k != RecordChunk {
 		return nil, fmt.Errorf("it is not a chunk (%s %q)", HeaderRecord, k)
 	}
-	if sum, ok := parseChecksumHeader(header(rec.Headers, HeaderChecksum)); !ok || sum != h.m.checksum {
-		return nil, fmt.Errorf("it belongs to another unit (checksum %s, the manifest's is %016x)", header(rec.Headers, HeaderChecksum), h.m.checksum)
+	if sum, ok := parseChecksumHeader(header(rec.Headers, HeaderChecksum)); !ok || sum != h.m.Checksum {
+		return nil, fmt.Errorf("it belongs to another unit (checksum %s, the manifest's is %016x)", header(rec.Headers, HeaderChecksum), h.m.Checksum)
 	}
-	return decodeChunk(rec.Value)
+	return manifest.DecodeChunk(rec.Value)
 }
 
 // handOut pops the head manifest: its chunks are released and its
@@ -181,7 +182,7 @@ func (r *Reader) handOut(h pendingManifest) {
 	a.manifests = a.manifests[1:]
 	a.held, a.warned = nil, false
 	ends := map[int32]int64{}
-	for _, c := range h.m.chunks {
+	for _, c := range h.m.Chunks {
 		ends[c.Partition] = max(ends[c.Partition], c.Offset+1)
 	}
 	for p, e := range ends {
@@ -257,7 +258,7 @@ func (r *Reader) fillPartitioned(ctx context.Context) error {
 		// The first manifest says where each data partition's chunks of it
 		// and of every later unit begin.
 		add := map[int32]kgo.Offset{}
-		for i, f := range a.manifests[0].m.from {
+		for i, f := range a.manifests[0].m.From {
 			p := int32(i + 1)
 			add[p] = kgo.NewOffset().At(f)
 			a.seen[p], a.floor[p] = f, f
@@ -315,19 +316,19 @@ func (r *Reader) addManifest(rec *kgo.Record) error {
 	if k := header(rec.Headers, HeaderRecord); k != RecordManifest {
 		return bad(fmt.Errorf("%s is %q", HeaderRecord, k))
 	}
-	m, err := decodeManifest(rec.Value)
+	m, err := manifest.Decode(rec.Value)
 	if err != nil {
 		return bad(err)
 	}
-	if len(m.from) != r.cfg.Kafka.Partitions {
-		return bad(fmt.Errorf("written for %d data partitions, transport.kafka.partitions is %d", len(m.from), r.cfg.Kafka.Partitions))
+	if len(m.From) != r.cfg.Kafka.Partitions {
+		return bad(fmt.Errorf("written for %d data partitions, transport.kafka.partitions is %d", len(m.From), r.cfg.Kafka.Partitions))
 	}
-	for _, c := range m.chunks {
+	for _, c := range m.Chunks {
 		if c.Partition < 1 || int(c.Partition) > r.cfg.Kafka.Partitions {
 			return bad(fmt.Errorf("names a chunk on partition %d", c.Partition))
 		}
 	}
-	a.manifests = append(a.manifests, pendingManifest{offset: rec.Offset, m: m, lsn: m.skeleton.GetCommitLsn()})
+	a.manifests = append(a.manifests, pendingManifest{offset: rec.Offset, m: m, lsn: m.Skeleton.GetCommitLsn()})
 	a.recv++
 	return nil
 }
@@ -340,7 +341,7 @@ func (r *Reader) throttle() {
 	want := map[int32]bool{ManifestPartition: len(a.manifests) >= maxBufferedManifests}
 	need := map[int32]bool{}
 	if len(a.manifests) > 0 {
-		for _, c := range a.manifests[0].m.chunks {
+		for _, c := range a.manifests[0].m.Chunks {
 			if c.Offset >= a.seen[c.Partition] {
 				need[c.Partition] = true
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
 const testPartitions = 3
@@ -188,32 +189,32 @@ const (
 // being read and the chunks being written.
 func splitWrite(t *testing.T, ctx context.Context, p *Producer, payload []byte, order string, keep func(part int32) bool) []ChunkRef {
 	t.Helper()
-	e, rows, err := splitUnit(payload, testPartitions)
+	e, rows, err := manifest.Split(payload, testPartitions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ends := partitionEnds(t, p)
-	m := &manifest{checksum: e.GetChecksum(), from: ends[1:]}
+	m := &manifest.Manifest{Checksum: e.GetChecksum(), From: ends[1:]}
 	var chunks []*kgo.Record
 	for part := int32(1); part <= testPartitions; part++ {
 		if len(rows[part]) == 0 {
 			continue
 		}
-		v, err := encodeChunk(rows[part])
+		v, err := manifest.EncodeChunk(rows[part])
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.chunks = append(m.chunks, ChunkRef{Partition: part, Offset: ends[part], Rows: len(rows[part])})
+		m.Chunks = append(m.Chunks, ChunkRef{Partition: part, Offset: ends[part], Rows: len(rows[part])})
 		if keep(part) {
 			chunks = append(chunks, &kgo.Record{Topic: p.cfg.topic(), Partition: part, Value: v, Headers: p.headers(e, RecordChunk)})
 		}
 	}
-	if len(m.chunks) < 2 {
-		t.Fatalf("unit at %s touches %d data partition(s); the test needs a cross-partition unit", envelope.FormatLSN(e.GetCommitLsn()), len(m.chunks))
+	if len(m.Chunks) < 2 {
+		t.Fatalf("unit at %s touches %d data partition(s); the test needs a cross-partition unit", envelope.FormatLSN(e.GetCommitLsn()), len(m.Chunks))
 	}
-	m.skeleton = proto.Clone(e).(*pb.Envelope)
-	m.skeleton.Rows, m.skeleton.Checksum = nil, 0
-	mv, err := encodeManifest(m)
+	m.Skeleton = proto.Clone(e).(*pb.Envelope)
+	m.Skeleton.Rows, m.Skeleton.Checksum = nil, 0
+	mv, err := manifest.Encode(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +229,7 @@ func splitWrite(t *testing.T, ctx context.Context, p *Producer, payload []byte, 
 		}
 	}
 	p.next = nil // the producer reads the ends again
-	return m.chunks
+	return m.Chunks
 }
 
 // TestManifestBeforeChunks: a manifest whose chunks are not in the topic
@@ -268,13 +269,13 @@ func TestManifestBeforeChunks(t *testing.T) {
 	}
 
 	// The chunks arrive: the whole unit is handed out.
-	e, rows, err := splitUnit(u1, testPartitions)
+	e, rows, err := manifest.Split(u1, testPartitions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var recs []*kgo.Record
 	for _, ref := range refs {
-		v, _ := encodeChunk(rows[ref.Partition])
+		v, _ := manifest.EncodeChunk(rows[ref.Partition])
 		recs = append(recs, &kgo.Record{Topic: cfg.topic(), Partition: ref.Partition, Value: v, Headers: p.headers(e, RecordChunk)})
 	}
 	if err := p.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {

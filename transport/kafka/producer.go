@@ -14,6 +14,7 @@ import (
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
 // Producer is the relay's side of the Kafka transport (capture.Transport).
@@ -278,7 +279,7 @@ func (p *Producer) publishPartitioned(ctx context.Context, payloads [][]byte) ([
 	units := make([]unit, len(payloads))
 	var recs []*kgo.Record
 	for i, b := range payloads {
-		e, rows, err := splitUnit(b, n)
+		e, rows, err := manifest.Split(b, n)
 		if err != nil {
 			return nil, fmt.Errorf("kafka: flow %q: %w", p.cfg.Flow, err)
 		}
@@ -287,7 +288,7 @@ func (p *Producer) publishPartitioned(ctx context.Context, payloads [][]byte) ([
 			if len(rows[part]) == 0 {
 				continue
 			}
-			v, err := encodeChunk(rows[part])
+			v, err := manifest.EncodeChunk(rows[part])
 			if err != nil {
 				return nil, fmt.Errorf("kafka: flow %q: encode the chunk of commit LSN %s for partition %d: %w", p.cfg.Flow, envelope.FormatLSN(e.GetCommitLsn()), part, err)
 			}
@@ -326,7 +327,7 @@ func (p *Producer) publishPartitioned(ctx context.Context, payloads [][]byte) ([
 	for k, u := range units {
 		sk := proto.Clone(u.e).(*pb.Envelope)
 		sk.Rows, sk.Checksum = nil, 0
-		v, err := encodeManifest(&manifest{skeleton: sk, checksum: u.e.GetChecksum(), chunks: u.chunks, from: froms[k]})
+		v, err := manifest.Encode(&manifest.Manifest{Skeleton: sk, Checksum: u.e.GetChecksum(), Chunks: u.chunks, From: froms[k]})
 		if err != nil {
 			return nil, fmt.Errorf("kafka: flow %q: encode the manifest of commit LSN %s: %w", p.cfg.Flow, envelope.FormatLSN(u.e.GetCommitLsn()), err)
 		}
