@@ -40,6 +40,9 @@ type checker struct {
 	ackChecked int
 	quarKeys   map[string]bool
 	snapTables int
+	// unit turns a log entry into its unit: in Kafka partitioned mode the
+	// entry is a manifest, durable with its chunks (written before it).
+	unit func(entry []byte) ([]byte, error)
 }
 
 type scanEntry struct {
@@ -181,6 +184,13 @@ func (c *checker) rescan(lg *segmentlog.Log) {
 }
 
 func (c *checker) entry(off uint64, b []byte) {
+	if c.unit != nil {
+		u, err := c.unit(b)
+		if err != nil {
+			return
+		}
+		b = u
+	}
 	e, err := envelope.Decode(b)
 	if err != nil {
 		return
