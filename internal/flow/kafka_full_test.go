@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -515,4 +516,12 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 		w.t.Log(w.prefix + l)
 	}
 	return len(p), nil
+}
+
+// TestKafkaEditionVersion: the full edition's --version names what it
+// carries beyond the default edition, the Kafka transport's two modes.
+func TestKafkaEditionVersion(t *testing.T) {
+	if v := buildinfo.String(); !strings.Contains(v, "full edition: Kafka transport (strict and partitioned modes)") {
+		t.Fatalf("--version says %q; the full edition must name the Kafka transport and its modes", v)
+	}
 }
