@@ -396,6 +396,9 @@ func (r *Reader) commitPartitioned(off int64) error {
 func lastPartitioned(ctx context.Context, c Config, off int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	k := *c.Kafka
+	k.AutoCommit = false // the relay reads; it commits no group offset
+	c.Kafka = &k
 	r := &Reader{cfg: c, pos: off, part: newAssembly(off)}
 	defer r.closeConsumer()
 	_, b, err := r.Next(ctx)
