@@ -9,6 +9,12 @@
 // The consumer-group offset is committed after the target commit, for lag
 // monitoring only; it is never the position of record.
 //
+// Partitioned mode (partitioned.go, assemble.go, package manifest): rows
+// go to N data partitions by a hash of table and key, a manifest per unit
+// to partition 0; the reader holds each unit at the manifest barrier until
+// all its chunks have arrived and hands out the whole envelope at the
+// manifest's offset, which is then the checkpoint's offset.
+//
 // Only the full edition imports this package, so franz-go stays out of the
 // default binary (go list -deps ./cmd/trellara).
 package kafka

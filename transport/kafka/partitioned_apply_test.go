@@ -217,8 +217,28 @@ func TestBarrierIncompleteHolds(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(&logged, nil))
 	defer func(d time.Duration) { HoldWarnAfter = d }(HoldWarnAfter)
 	HoldWarnAfter = 0
-	// The applier runs until the reader reports unit 1 held.
-	st, r, err := applyUntil(untilLogged(ctx, &logged, "0/10100 (manifest offset 1) is held"), conn, cfg, txnLSN(1))
+	// The applier runs until the reader reports unit 1 held and unit 0 is
+	// on the target (the applier commits what it holds when its source
+	// goes quiet).
+	check, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close(context.Background())
+	held := untilLogged(ctx, &logged, "0/10100 (manifest offset 1) is held")
+	runCtx, stopRun := context.WithCancel(ctx)
+	go func() {
+		<-held.Done()
+		for runCtx.Err() == nil {
+			var n int
+			if check.QueryRow(runCtx, "SELECT count(*) FROM public.sales").Scan(&n) == nil && n >= unitRows {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		stopRun()
+	}()
+	st, r, err := applyUntil(runCtx, conn, cfg, txnLSN(1))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("applier over an incomplete barrier: %v, want it waiting until stopped", err)
 	}
@@ -229,12 +249,7 @@ func TestBarrierIncompleteHolds(t *testing.T) {
 	if l := logged.String(); !strings.Contains(l, "held at the manifest barrier") || !strings.Contains(l, refs[1].String()) {
 		t.Fatalf("the log does not report the held unit and its missing chunk %s:\n%s", refs[1], l)
 	}
-	// A cancel mid-query closes the applier's connection: count on another.
-	check, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer check.Close(context.Background())
+	// (A cancel mid-query closes the applier's connection: count on another.)
 	if n, u, _ := salesCount(t, check); n != unitRows || u != 1 || st.TxnsApplied != 1 {
 		t.Fatalf("target holds %d rows of %d units (applied %d); want unit 0 alone, nothing of the held unit", n, u, st.TxnsApplied)
 	}

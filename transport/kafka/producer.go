@@ -18,8 +18,9 @@ import (
 )
 
 // Producer is the relay's side of the Kafka transport (capture.Transport).
-// Each envelope is one record on the flow's topic, partition 0, its bytes
-// unchanged. The producer is idempotent with acks=all (unless a
+// In strict mode each envelope is one record on the flow's topic,
+// partition 0, its bytes unchanged; in partitioned mode it is chunks on the
+// data partitions and a manifest on partition 0 (publishPartitioned). The producer is idempotent with acks=all (unless a
 // development configuration lowers them): a send whose outcome is
 // ambiguous (a timeout, a broker restart, a lost acknowledgement) is
 // retried under the same producer id and sequence, so the broker writes it
