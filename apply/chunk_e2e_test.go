@@ -11,13 +11,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/transport"
-	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 // e2eWorkload is the pgoutput stream of n source transactions on
@@ -129,7 +129,7 @@ func chunkEndToEnd(t *testing.T, mode string) {
 	}
 	defer lg.Close()
 	tr := transport.Local{Log: lg}
-	asm := relay.NewAssembler(relay.AssemblerOptions{SourceID: testSource, ChunkBytesMax: 2 << 10, MemoryBytesMax: 8 << 10,
+	asm := capture.NewAssembler(capture.AssemblerOptions{SourceID: testSource, ChunkBytesMax: 2 << 10, MemoryBytesMax: 8 << 10,
 		SpillDir: t.TempDir()}, func(e *pb.Envelope, _ uint64, _ bool) error {
 		if e == nil {
 			return nil

@@ -12,8 +12,8 @@ import (
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 const resumeDDL = `

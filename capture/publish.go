@@ -33,7 +33,7 @@ type Batch struct {
 	Fences []Fence
 }
 
-// Add takes one of the assembler's units (relay.Emit: e nil for a committed
+// Add takes one of the assembler's units (Emit: e nil for a committed
 // transaction without rows; final false for all but the last CHUNK of a
 // transaction). A transaction res already holds is not added (skipped
 // true); its end is still acknowledgeable, which moves a slot that lags the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
 
@@ -98,7 +97,7 @@ func TestBatchAdd(t *testing.T) {
 	}
 	rel := &pgoutput.Relation{RelationID: 16400, Namespace: "public", Name: "orders", ReplicaIdentity: 'd',
 		Columns: []pgoutput.RelationColumn{{Key: true, Name: "id", TypeOID: 20, TypeModifier: -1}}}
-	a := relay.NewAssembler(relay.AssemblerOptions{SourceID: "src"}, func(e *pb.Envelope, end uint64, final bool) error {
+	a := capture.NewAssembler(capture.AssemblerOptions{SourceID: "src"}, func(e *pb.Envelope, end uint64, final bool) error {
 		units = append(units, struct {
 			e     *pb.Envelope
 			end   uint64

@@ -24,9 +24,9 @@ import (
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 func TestMain(m *testing.M) {
@@ -69,13 +69,17 @@ func relayChild() int {
 	if slot == "" {
 		slot = "crash"
 	}
-	s := relay.NewSession(conn, tr, res, relay.Config{SourceID: "src", Slot: slot, Publication: "pub", Streaming: true,
+	s, err := relay.NewSession(conn, tr, res, relay.Options{SourceID: "src", Slot: slot, Publication: "pub", Streaming: true,
 		StatusInterval: 50 * time.Millisecond,
-		Assembler:      relay.AssemblerOptions{MemoryBytesMax: memMax, ChunkBytesMax: chunkMax, SpillDir: os.Getenv("TRELLARA_LOG_DIR")},
+		Assembler:      capture.AssemblerOptions{MemoryBytesMax: memMax, ChunkBytesMax: chunkMax, SpillDir: os.Getenv("TRELLARA_LOG_DIR")},
 		OnDurable: func(end uint64) {
 			fmt.Fprintf(out, "durable %d\n", end)
 			out.Flush()
 		}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
 	if err := s.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 4
@@ -406,14 +410,17 @@ func TestRelayFsyncFailureNeverAcksAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := relay.NewSession(rc, tr, res, relay.Config{SourceID: "src", Slot: "fsync", Publication: "pub", Streaming: true,
+	s, err := relay.NewSession(rc, tr, res, relay.Options{SourceID: "src", Slot: "fsync", Publication: "pub", Streaming: true,
 		StatusInterval: 10 * time.Millisecond,
-		Assembler:      relay.AssemblerOptions{ChunkBytesMax: 32 << 10, SpillDir: t.TempDir()},
+		Assembler:      capture.AssemblerOptions{ChunkBytesMax: 32 << 10, SpillDir: t.TempDir()},
 		OnDurable:      func(end uint64) { mu.Lock(); reports = append(reports, end); mu.Unlock() },
 		Acks:           &acks,
 		OnFence:        func(string, uint64) { mu.Lock(); fenced = true; mu.Unlock() },
 		Stop:           func() bool { mu.Lock(); defer mu.Unlock(); return fenced },
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	runErr := s.Run(ctx)
 	wcancel()
 	<-workloadDone

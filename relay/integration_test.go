@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/transport"
 )
 
 // memTransport is the in-memory transport with a decoding helper.
@@ -93,7 +94,7 @@ func replConn(t *testing.T, c *pgtest.Cluster) *pgconn.PgConn {
 }
 
 // runUntilFence streams slot into tr until a fence with token is durable.
-func runUntilFence(t *testing.T, c *pgtest.Cluster, conn *pgx.Conn, tr relay.Transport, slot, token string, cfg relay.Config) *relay.Session {
+func runUntilFence(t *testing.T, c *pgtest.Cluster, conn *pgx.Conn, tr relay.Transport, slot, token string, cfg relay.Options) *relay.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -106,7 +107,10 @@ func runUntilFence(t *testing.T, c *pgtest.Cluster, conn *pgx.Conn, tr relay.Tra
 	cfg.OnFence = func(tok string, _ uint64) { done = done || tok == token }
 	cfg.Stop = func() bool { return done }
 	rc := replConn(t, c)
-	s := relay.NewSession(rc, tr, res, cfg)
+	s, err := relay.NewSession(rc, tr, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := relay.EmitFence(ctx, conn, token); err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +149,8 @@ func TestRelayMatchesServerDecoding(t *testing.T) {
 	workload(t, c)
 
 	tr := &memTransport{}
-	s := runUntilFence(t, c, conn, tr, "relay_a", "end-1", relay.Config{
-		Assembler: relay.AssemblerOptions{MemoryBytesMax: 32 << 10, ChunkBytesMax: 1 << 20, SpillDir: t.TempDir()}})
+	s := runUntilFence(t, c, conn, tr, "relay_a", "end-1", relay.Options{
+		Assembler: capture.AssemblerOptions{MemoryBytesMax: 32 << 10, ChunkBytesMax: 1 << 20, SpillDir: t.TempDir()}})
 	got := tr.envelopes(t)
 	st := s.Stats()
 	if st.Assembler.Spilled == 0 || st.Assembler.AbortedSubxid == 0 {
@@ -160,7 +164,7 @@ func TestRelayMatchesServerDecoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []*pb.Envelope
-	asm := relay.NewAssembler(relay.AssemblerOptions{SourceID: "src", ChunkBytesMax: 1 << 20}, func(e *pb.Envelope, _ uint64, _ bool) error {
+	asm := capture.NewAssembler(capture.AssemblerOptions{SourceID: "src", ChunkBytesMax: 1 << 20}, func(e *pb.Envelope, _ uint64, _ bool) error {
 		if e != nil {
 			want = append(want, proto.Clone(e).(*pb.Envelope))
 		}
@@ -273,7 +277,7 @@ func TestRelayResumeDoesNotDuplicate(t *testing.T) {
 	tr := &memTransport{}
 	for round := 0; round < 3; round++ {
 		c.Exec(t, fmt.Sprintf(`INSERT INTO ledger VALUES (%d)`, 100+round))
-		runUntilFence(t, c, conn, tr, "r", fmt.Sprintf("round-%d", round), relay.Config{})
+		runUntilFence(t, c, conn, tr, "r", fmt.Sprintf("round-%d", round), relay.Options{})
 		si, err := relay.LookupSlot(ctx, conn, "r")
 		if err != nil {
 			t.Fatal(err)
@@ -312,7 +316,7 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pins, err := relay.OpenPins(t.TempDir() + "/pins.json")
+	pins, err := capture.OpenPins(t.TempDir() + "/pins.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,12 +337,15 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	}
 	tr := &memTransport{}
 	rc := replConn(t, c)
-	s := relay.NewSession(rc, tr, relay.Resume{}, relay.Config{SourceID: "src", Slot: "drift", Publication: "pub", Streaming: true,
-		Assembler: relay.AssemblerOptions{Pins: pins}})
+	s, err := relay.NewSession(rc, tr, relay.Resume{}, relay.Options{SourceID: "src", Slot: "drift", Publication: "pub", Streaming: true,
+		Assembler: capture.AssemblerOptions{Pins: pins}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = s.Run(rctx)
-	var drift *relay.SchemaDriftError
+	var drift *capture.SchemaDriftError
 	if !errors.As(err, &drift) {
 		t.Fatalf("Run = %v, want a schema drift error", err)
 	}
@@ -376,7 +383,7 @@ func TestResumeAfterPartialChunksAtBackToBackCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := relay.Config{Assembler: relay.AssemblerOptions{ChunkBytesMax: 4 << 10}}
+	cfg := relay.Options{Assembler: capture.AssemblerOptions{ChunkBytesMax: 4 << 10}}
 	probe := &memTransport{}
 	a, b := -1, -1 // indexes in probe of A and of B's first chunk
 	for attempt := 0; attempt < 5 && a < 0; attempt++ {

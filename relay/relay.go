@@ -15,6 +15,7 @@ import (
 
 	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
 
@@ -41,8 +42,8 @@ func CheckResume(slot string, res Resume, slotConfirmed, acked uint64, recovery 
 	return capture.CheckResume(slot, res, slotConfirmed, acked, recovery)
 }
 
-// Config configures one relay session.
-type Config struct {
+// Options configure one relay session.
+type Options struct {
 	SourceID        string
 	Slot            string
 	Publication     string
@@ -52,7 +53,7 @@ type Config struct {
 	// when the server does not ask; it also asks the server for a reply so
 	// an idle slot advances (see Run).
 	StatusInterval time.Duration
-	Assembler      AssemblerOptions
+	Assembler      capture.AssemblerOptions
 	Logger         *slog.Logger
 	// OnFence is called after a fence transaction is durable.
 	OnFence func(token string, commitLSN uint64)
@@ -75,16 +76,16 @@ type Stats struct {
 	Bytes       uint64
 	DurableEnd  uint64 // last position acknowledged
 	ServerEnd   uint64 // last server WAL end seen
-	Assembler   AssemblerStats
+	Assembler   capture.AssemblerStats
 	LastCommit  time.Time
 	StartedFrom uint64
 }
 
 // Session is one replication session over a replication connection.
 type Session struct {
-	cfg  Config
+	cfg  Options
 	conn *pgconn.PgConn
-	asm  *Assembler
+	asm  *capture.Assembler
 	dec  pgoutput.Decoder
 	res  Resume
 	log  *slog.Logger
@@ -102,25 +103,47 @@ type Session struct {
 	stats Stats
 }
 
+// OptionsError names the option NewSession refused and what is allowed.
+type OptionsError = opts.Error
+
+// withDefaults fills the zero fields with defaults, then rejects options
+// that cannot work with an *OptionsError.
+func (o Options) withDefaults() (Options, error) {
+	if o.ProtocolVersion == 0 {
+		o.ProtocolVersion = 2
+	}
+	if o.StatusInterval == 0 {
+		o.StatusInterval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, opts.Check("relay",
+		opts.Rule{Field: "SourceID", Bad: o.SourceID == "" || len(o.SourceID) > 256, Reason: "must be 1..256 bytes (the config's source.id)"},
+		opts.Rule{Field: "Slot", Bad: o.Slot == "", Reason: "is required (the config's source.slot)"},
+		opts.Rule{Field: "ProtocolVersion", Bad: o.ProtocolVersion < 1 || o.ProtocolVersion > 4,
+			Reason: fmt.Sprintf("is %d; pgoutput speaks 1..4", o.ProtocolVersion)},
+		opts.Rule{Field: "Streaming", Bad: o.Streaming && o.ProtocolVersion < 2,
+			Reason: fmt.Sprintf("needs ProtocolVersion 2 or later, not %d", o.ProtocolVersion)},
+		opts.Rule{Field: "StatusInterval", Bad: o.StatusInterval < 0, Reason: "is negative"},
+	)
+}
+
 // NewSession prepares a session; conn must be a replication=database
-// connection.
-func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Session {
-	if cfg.ProtocolVersion == 0 {
-		cfg.ProtocolVersion = 2
-	}
-	if cfg.StatusInterval <= 0 {
-		cfg.StatusInterval = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+// connection (nil for a driver that feeds it through the seams in
+// sim_seams.go).
+func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Options) (*Session, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	cfg.Assembler.SourceID = cfg.SourceID
 	s := &Session{cfg: cfg, conn: conn, res: res, log: cfg.Logger}
 	s.pub = capture.NewPublisher(capture.PublisherOptions{Transport: tr, Name: "relay", Acks: cfg.Acks,
 		OnDurable: cfg.OnDurable, OnFence: cfg.OnFence}, res.DurableEnd, res.DurableEnd)
-	s.asm = NewAssembler(cfg.Assembler, s.emit)
+	s.asm = capture.NewAssembler(cfg.Assembler, s.emit)
 	s.stats.StartedFrom = res.DurableEnd
-	return s
+	return s, nil
 }
 
 // Stats returns a copy of the counters.
@@ -188,7 +211,7 @@ func (s *Session) flush(ctx context.Context) error {
 }
 
 // PluginArgs are the pgoutput options for cfg.
-func PluginArgs(cfg Config) []string {
+func PluginArgs(cfg Options) []string {
 	args := []string{
 		fmt.Sprintf("proto_version '%d'", cfg.ProtocolVersion),
 		fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(quoteIdent(cfg.Publication), "'", "''")),
@@ -264,7 +287,7 @@ func (s *Session) Run(ctx context.Context) error {
 		switch msg := raw.(type) {
 		case *pgproto3.CopyData:
 			if err := s.handleCopyData(ctx, msg.Data); err != nil {
-				var drift *SchemaDriftError
+				var drift *capture.SchemaDriftError
 				if errors.As(err, &drift) {
 					// Capture stops at the drifting change, but the whole
 					// transactions assembled before it are good: publish

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
@@ -23,7 +24,7 @@ type SnapshotOptions struct {
 	ConsistentPoint uint64
 	BatchRows       int
 	BatchBytes      int
-	Pins            Pins
+	Pins            capture.Pins
 	Progress        func(SnapshotProgress)
 }
 
@@ -65,13 +66,6 @@ func Snapshot(ctx context.Context, conn *pgx.Conn, tr Transport, opts SnapshotOp
 		}
 	}
 	return tx.Commit(ctx)
-}
-
-// RelationName is the relation's name as Trellara prints and keys it
-// (schema pins, snapshot progress, quarantine): config.TableName's text
-// form, which parses back to the same table.
-func RelationName(rel *pb.Relation) string {
-	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -146,16 +140,16 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table config.Ta
 	if err != nil {
 		return err
 	}
-	name := RelationName(rel)
+	name := capture.RelationName(rel)
 	if opts.Pins != nil {
 		if pinned, ok := opts.Pins.Pinned(name); ok && pinned != rel.Fingerprint {
-			return &SchemaDriftError{Relation: name, Pinned: pinned, Live: rel.Fingerprint, LSN: opts.ConsistentPoint,
-				LiveColumns: describeColumns(rel), PinnedColumns: "see pins", InspectCommand: "trellara status --view diagnostics"}
-		} else if sp, shapes := opts.Pins.(ShapePins); shapes {
+			return &capture.SchemaDriftError{Relation: name, Pinned: pinned, Live: rel.Fingerprint, LSN: opts.ConsistentPoint,
+				LiveColumns: capture.DescribeColumns(rel), PinnedColumns: "see pins", InspectCommand: "trellara status --view diagnostics"}
+		} else if sp, shapes := opts.Pins.(capture.ShapePins); shapes {
 			// Pin (or fill in) the shape too, so the first change after
 			// the snapshot is classified against it.
 			if _, kept := sp.PinnedShape(name); !ok || !kept {
-				if err := sp.PinShape(name, rel.Fingerprint, shapeOf(name, rel, nil)); err != nil {
+				if err := sp.PinShape(name, rel.Fingerprint, capture.ShapeOf(name, rel, nil)); err != nil {
 					return err
 				}
 			}

@@ -60,7 +60,7 @@
 // # Assembly
 //
 // Frames are translated into the relay's pgoutput message structs and fed
-// to relay.Assembler, so the extension path and the pgoutput path share one
+// to capture.Assembler, so the extension path and the pgoutput path share one
 // assembly code path: the same relation metadata gives the same fingerprint,
 // the same memory bound and spill, the same CHUNK units for large
 // transactions. The only frames without a pgoutput counterpart are 'P'

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/relay"
 )
 
 // A partitioned table is published, copied and streamed through its root
@@ -74,7 +74,7 @@ func (f *Flow) writePartitions(rec partitionRecord) error {
 	if err != nil {
 		return err
 	}
-	return relay.WriteFileDurable(f.partitionsPath(), append(b, '\n'))
+	return capture.WriteFileDurable(f.partitionsPath(), append(b, '\n'))
 }
 
 // partitionChange is a configured partitioned table whose leaf partitions

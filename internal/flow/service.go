@@ -17,10 +17,10 @@ import (
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 // Backoff bounds for restarting a component after an error.
@@ -38,10 +38,40 @@ const (
 	pollInterval    = 10 * time.Second
 )
 
+// Role is what a service process runs.
+type Role string
+
+// The roles.
+const (
+	// RoleAll runs the capture (relay or sidecar, as source.capture says)
+	// and every sink's applier in one process.
+	RoleAll Role = "all"
+	// RoleRelay runs the external pgoutput relay (or the sidecar when
+	// source.capture is extension): the log's one writer.
+	RoleRelay Role = "relay"
+	// RoleSidecar runs the native extension's sidecar as the log's writer.
+	RoleSidecar Role = "sidecar"
+	// RoleApplier runs one sink's applier (or every sink's) beside the
+	// writer, reading the log read-only.
+	RoleApplier Role = "applier"
+)
+
+// ParseRole reads a --role value.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleAll, RoleRelay, RoleSidecar, RoleApplier:
+		return r, nil
+	}
+	return "", fmt.Errorf("--role %q: must be all, relay, applier or sidecar", s)
+}
+
+// captures reports whether the role writes the log (runs capture).
+func (r Role) captures() bool { return r != RoleApplier }
+
 // ServiceOptions configure the long-running service.
 type ServiceOptions struct {
 	ConfigPath string
-	Role       string // all, relay, sidecar or applier
+	Role       Role
 	// Sink names the sink of an applier process (Role applier); "" names
 	// the flow's only sink.
 	Sink   string
@@ -66,19 +96,16 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	switch o.Role {
-	case "relay", "all", "sidecar":
-		if o.Sink != "" {
-			return fmt.Errorf("--sink %q: only with --role applier (--role %s runs every sink's applier or none)", o.Sink, o.Role)
-		}
-	case "applier":
-	default:
-		return fmt.Errorf("--role %q: must be all, relay, applier or sidecar", o.Role)
+	if _, err := ParseRole(string(o.Role)); err != nil {
+		return err
+	}
+	if o.Role.captures() && o.Sink != "" {
+		return fmt.Errorf("--sink %q: only with --role applier (--role %s runs every sink's applier or none)", o.Sink, o.Role)
 	}
 	o.Logger.Info("trellara starting", "version", o.Build.Version, "commit", o.Build.Commit, "go_version", o.Build.GoVersion,
 		"role", o.Role, "sink", o.Sink, "config", o.ConfigPath)
 	metrics := &serviceMetrics{build: o.Build, Metrics: obs.NewMetrics(o.Build)}
-	if o.Role == "applier" {
+	if o.Role == RoleApplier {
 		// No relay port in this process: the process-level series go on
 		// the first applier's.
 		obs.RegisterProcess(metrics.Applier.Registry, o.Build)
@@ -124,7 +151,7 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 // relay (and all), read-only beside the relay for an applier process,
 // which waits, when the relay has never opened the log, until it has.
 func openForRole(ctx context.Context, o ServiceOptions) (*Flow, error) {
-	if o.Role != "applier" {
+	if o.Role.captures() {
 		return Open(o.ConfigPath, o.Logger)
 	}
 	for waited := false; ; waited = true {
@@ -232,7 +259,7 @@ func waitReload(done <-chan error, o ServiceOptions) error {
 			// file is bad: keep running on the old one. An applier process
 			// checks with its own read-only open.
 			open := func() (*Flow, error) { return Open(o.ConfigPath, o.Logger) }
-			if o.Role == "applier" {
+			if o.Role == RoleApplier {
 				open = func() (*Flow, error) { return OpenApplier(o.ConfigPath, o.Logger, o.Sink) }
 			}
 			if nf, err := open(); err == nil {
@@ -312,12 +339,12 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 	}
 
 	var rr *relayRun
-	if o.Role != "applier" {
+	if o.Role.captures() {
 		rr = &relayRun{}
 		relayHealth := obs.NewHealth()
 		start(obs.ServiceRelay, f.Cfg.Run.Listen.Relay, m.Relay.Registry, m.Relay.Component, relayHealth,
 			func(ctx context.Context, h *obs.Health) error {
-				if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
+				if o.Role == RoleSidecar || f.Cfg.Source.Capture == config.CaptureExtension {
 					// The native extension path: frames from the extension's socket
 					// into the same assembly, log and applier.
 					h.Set("streaming", true, nil)
@@ -350,9 +377,9 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 
 	var sinks []config.Sink
 	switch o.Role {
-	case "all":
+	case RoleAll:
 		sinks = f.Sinks()
-	case "applier":
+	case RoleApplier:
 		var err error
 		if sinks, err = f.SelectSinks(o.Sink); err != nil {
 			return err
@@ -673,16 +700,16 @@ func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []
 		m.LagBytes.WithLabelValues(l...).Set(0)
 		return
 	}
-	oldest, err := f.logEntry(ctx, cur.Offset)
-	if err != nil {
+	oldest, secs, ok := cursorLag(ctx, f.Log, *cur, time.Now())
+	if oldest == nil {
 		// Retention or a concurrent apply moved past it: the next tick
 		// reads afresh.
 		return
 	}
-	if us := oldest.CommitTimeUnixMicros; us != 0 {
-		m.LagSeconds.WithLabelValues(l...).Set(max(0, time.Since(time.UnixMicro(us)).Seconds()))
+	if ok {
+		m.LagSeconds.WithLabelValues(l...).Set(secs)
 	}
-	newest, err := f.logEntry(ctx, st.NextOffset-1)
+	newest, err := logEntry(ctx, f.Log, st.NextOffset-1)
 	if err != nil {
 		return
 	}
@@ -695,17 +722,38 @@ func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []
 	}
 }
 
-// logEntry reads and decodes the log entry at offset.
-func (f *Flow) logEntry(ctx context.Context, offset uint64) (*pb.Envelope, error) {
+// logEntry reads and decodes the entry of l at offset.
+func logEntry(ctx context.Context, l *segmentlog.Log, offset uint64) (*pb.Envelope, error) {
 	rctx, cancel := context.WithTimeout(ctx, metricsInterval)
 	defer cancel()
-	rd := f.Log.NewReader(offset)
+	rd := l.NewReader(offset)
 	defer rd.Close()
 	_, b, err := rd.Next(rctx)
 	if err != nil {
 		return nil, err
 	}
 	return envelope.Decode(b)
+}
+
+// cursorLag is a consumer's lag in time: now minus the source commit time
+// of the first entry of l it has not processed (oldest), 0 when it has
+// processed everything. ok is false when that cannot be told: the entry
+// is unreadable (oldest nil) or carries no commit time.
+func cursorLag(ctx context.Context, l *segmentlog.Log, c segmentlog.CursorStats, now time.Time) (oldest *pb.Envelope, seconds float64, ok bool) {
+	if c.PastRetention {
+		return nil, 0, false
+	}
+	if c.LagOffsets == 0 {
+		return nil, 0, true
+	}
+	e, err := logEntry(ctx, l, c.Offset)
+	if err != nil {
+		return nil, 0, false
+	}
+	if e.CommitTimeUnixMicros == 0 {
+		return e, 0, false
+	}
+	return e, max(0, now.Sub(time.UnixMicro(e.CommitTimeUnixMicros)).Seconds()), true
 }
 
 // supervise runs body until ctx ends, restarting it after errors with

@@ -24,10 +24,10 @@ import (
 	"time"
 
 	"github.com/trellara/trellara/internal/pgtest"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 // The long-running service: health endpoints, contract metrics, replication

@@ -10,8 +10,8 @@ import (
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
-	"github.com/trellara/trellara/transport"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
 )
 
 // A flow applies to its sinks (config.Sink): each one a Postgres target

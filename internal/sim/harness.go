@@ -22,6 +22,7 @@ import (
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/schemachange"
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 	"github.com/trellara/trellara/transport"
@@ -118,6 +119,9 @@ type relayProc struct {
 	openRows        int
 	bigCommitted    bool
 	streamCommitted bool
+	// driftCommitted: the transaction that first used a changed shape
+	// (the one carrying a DDL barrier) committed since the last flush.
+	driftOpen, driftCommitted bool
 }
 
 type applierProc struct {
@@ -280,7 +284,7 @@ func (h *harness) run() {
 			h.stats.Delivered++
 		}
 	}
-	h.pins = &simPins{pins: map[string]uint64{}, ignore: h.opts.Mutations.IgnoreDrift}
+	h.pins = &simPins{pins: map[string]uint64{}, shapes: map[string]schemachange.Shape{}, ignore: h.opts.Mutations.IgnoreDrift}
 	h.slot = h.hist.cp
 	if dir, err := os.MkdirTemp("", "trellara-sim-spill-"); err == nil {
 		h.spillDir = dir
@@ -374,7 +378,7 @@ func (h *harness) evaluate() {
 			h.chk.fail(InvExpectedError, "apply stopped: %v", h.appStop)
 		}
 	case "schema-drift":
-		var d *relay.SchemaDriftError
+		var d *capture.SchemaDriftError
 		if !errors.As(h.relayStop, &d) {
 			h.chk.fail(InvSchemaPinned, "capture did not stop on the schema drift (stopped: %v)", h.relayStop)
 		}
@@ -398,9 +402,9 @@ func (h *harness) evaluate() {
 	if h.relay != nil {
 		h.relayStats()
 	}
+	h.stats.Barriers = h.db.barriers
 	for _, e := range sc.Expect.Exercise {
-		n := map[string]int{"spill": h.stats.Spilled, "chunks": h.stats.Chunked, "aborted-subxact": h.stats.AbortedSubxacts}[e]
-		if n == 0 {
+		if h.stats.exercised(e) == 0 {
 			h.chk.fail(InvExpectedError, "the run never exercised %q", e)
 		}
 	}
@@ -540,7 +544,46 @@ func (h *harness) machineCrash(img *segmentlogtest.FS) {
 // taken, so it survives crashes.
 type simPins struct {
 	pins   map[string]uint64
+	shapes map[string]schemachange.Shape
 	ignore bool // Mutations.IgnoreDrift
+}
+
+func (p *simPins) PinnedShape(r string) (schemachange.Shape, bool) {
+	if p.ignore {
+		return schemachange.Shape{}, false
+	}
+	sh, ok := p.shapes[r]
+	return sh, ok
+}
+
+func (p *simPins) PinShape(r string, fp uint64, sh schemachange.Shape) error {
+	p.pins[r], p.shapes[r] = fp, sh
+	return nil
+}
+
+// simCatalog is the source catalog's facts about the simulated tables: no
+// column is NOT NULL or has a default but the keys, so the column the
+// drift adds is an add_nullable_column.
+func simCatalog(relation string) (map[string]schemachange.Facts, error) {
+	d := tAccountsDrifted
+	if relation != d.name {
+		for _, t := range simTables {
+			if t.name == relation {
+				d = t
+			}
+		}
+	}
+	out := map[string]schemachange.Facts{}
+	for _, c := range d.cols {
+		typ := "text"
+		if c.typeOID == 20 {
+			typ = "bigint"
+		} else if c.typeOID == 23 {
+			typ = "integer"
+		}
+		out[c.name] = schemachange.Facts{TypeName: typ, NotNull: c.key}
+	}
+	return out, nil
 }
 
 func (p *simPins) Pinned(r string) (uint64, bool) {
@@ -700,17 +743,35 @@ func (h *harness) startRelay() {
 	}
 	from := max(res.DurableEnd, h.slot)
 	mem, chunk, _, _, _, _ := h.bounds()
-	sess := relay.NewSession(nil, tr, res, relay.Config{SourceID: simSourceID, Slot: "sim",
-		Assembler: relay.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
-			InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")},
-		Logger: slog.New(slog.DiscardHandler),
+	sess, err := relay.NewSession(nil, tr, res, relay.Options{SourceID: simSourceID, Slot: "sim",
+		Assembler: h.assemblerOptions(mem, chunk),
+		Logger:    slog.New(slog.DiscardHandler),
 		// The flow records such acknowledgements durably before sending
 		// them (its AckStore); the harness keeps the record across crashes
 		// the same way.
 		Acks: &h.acks})
+	if err != nil {
+		h.relayStop = fmt.Errorf("relay options: %w", err)
+		return
+	}
 	h.relay = &relayProc{sess: sess, stream: h.hist.stream(from)}
 	h.tracef("relay", "start: resume durable-end %s skip-through %s, streaming from %s (%d messages)",
 		envelope.FormatLSN(res.DurableEnd), envelope.FormatLSN(res.SkipThrough), envelope.FormatLSN(from), len(h.relay.stream))
+}
+
+// assemblerOptions are the relay's, as a flow sets them: with a compatible
+// drift the table is configured and the catalog says the added column is
+// nullable, so the change flows through a DDL barrier.
+func (h *harness) assemblerOptions(mem, chunk int64) capture.AssemblerOptions {
+	o := capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
+		InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")}
+	if h.sim.Workload.DriftCompatible {
+		o.Catalog = simCatalog
+		o.Policy = func(string) schemachange.Policy {
+			return schemachange.Policy{Mode: schemachange.ModeStrict, Configured: true}
+		}
+	}
+	return o
 }
 
 // publishSnapshot writes the initial copy the way relay.Snapshot does:
@@ -718,7 +779,7 @@ func (h *harness) startRelay() {
 func (h *harness) publishSnapshot(tr simTransport) error {
 	cp := h.hist.cp
 	for _, d := range simTables {
-		rel := relay.RelationFromPgoutput(pgRelation(d, 0))
+		rel := capture.RelationFromPgoutput(pgRelation(d, 0))
 		name := d.name
 		_ = h.pins.Pin(name, rel.Fingerprint)
 		t := h.hist.initial.tables[name]
@@ -789,7 +850,7 @@ func (h *harness) killRelay(why string) {
 
 func (h *harness) relayFailed(err error) {
 	h.tracef("relay", "error: %s", errLine(err))
-	var drift *relay.SchemaDriftError
+	var drift *capture.SchemaDriftError
 	switch {
 	case h.pendingImage != nil:
 		return // the machine crash follows
@@ -860,6 +921,10 @@ func (h *harness) relayStep() {
 		h.killRelay("crash inside a streamed transaction")
 		return
 	}
+	if r.driftCommitted && h.at("relay.before-flush-barrier") == actCrash {
+		h.killRelay("crash before publishing the DDL barrier")
+		return
+	}
 	switch h.at("relay.before-flush") {
 	case actCrash:
 		h.killRelay("crash before publish")
@@ -887,7 +952,10 @@ func (h *harness) relayStep() {
 	if r.streamCommitted && h.at("relay.after-flush-stream") == actCrash {
 		crashAfter = true
 	}
-	r.bigCommitted, r.streamCommitted = false, false
+	if r.driftCommitted && h.at("relay.after-flush-barrier") == actCrash {
+		crashAfter = true
+	}
+	r.bigCommitted, r.streamCommitted, r.driftCommitted = false, false, false
 	if crashAfter {
 		h.killRelay("crash after publish, before acknowledging")
 		return
@@ -941,7 +1009,13 @@ func (r *relayProc) track(w *wire) {
 	if t.aborted {
 		return
 	}
+	if w.drift {
+		r.driftOpen = true
+	}
 	if w == t.commit {
+		if r.driftOpen {
+			r.driftOpen, r.driftCommitted = false, true
+		}
 		r.open, r.openRows = nil, 0
 		if strings.HasPrefix(t.kind, "big") {
 			r.bigCommitted = true
@@ -1311,7 +1385,7 @@ func errLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 
 // kindOf names a stopping error.
 func kindOf(err error) string {
-	var d *relay.SchemaDriftError
+	var d *capture.SchemaDriftError
 	var p *segmentlog.PastRetentionError
 	switch {
 	case errors.As(err, &d):

@@ -12,7 +12,7 @@ type Simulation struct {
 	Name     string
 	Title    string
 	Workload Workload
-	// Relay bounds (relay.AssemblerOptions).
+	// Relay bounds (capture.AssemblerOptions).
 	MemoryBytesMax, ChunkBytesMax int64
 	// Log bounds (segmentlog.Options).
 	SegmentBytesMax int64
@@ -82,7 +82,8 @@ type Expect struct {
 	Detect []string `json:"detect,omitempty"`
 	// Exercise lists what the run must have made the relay do: "spill"
 	// (a transaction past the memory bound), "chunks" (a CHUNK sequence),
-	// "aborted-subxact" (a rolled-back subtransaction in a stream).
+	// "aborted-subxact" (a rolled-back subtransaction in a stream), and the
+	// target: "ddl-barrier" (a commit that ran a DDL barrier's DDL).
 	Exercise []string `json:"exercise,omitempty"`
 }
 
@@ -211,6 +212,13 @@ type RunStats struct {
 	Spilled         int `json:"spilled"`
 	Chunked         int `json:"chunked"`
 	AbortedSubxacts int `json:"aborted_subxacts"`
+	// Barriers counts target commits that ran a DDL barrier's DDL.
+	Barriers int `json:"barriers"`
 	// Acks counts the slot acknowledgements the checker verified.
 	Acks int `json:"acks"`
+}
+
+// exercised is how often a run did what Expect.Exercise names.
+func (st RunStats) exercised(e string) int {
+	return map[string]int{"spill": st.Spilled, "chunks": st.Chunked, "aborted-subxact": st.AbortedSubxacts, "ddl-barrier": st.Barriers}[e]
 }

@@ -150,7 +150,7 @@
 //
 // The schema fingerprint of a relation is defined once, by the envelope
 // protocol (envelope.RelationFingerprint, docs/ENVELOPE.md); the relay
-// converts a Relation message with relay.RelationFromPgoutput and hashes
+// converts a Relation message with capture.RelationFromPgoutput and hashes
 // that, so the relay, the snapshot and the native extension's sidecar all
 // agree on one layout.
 package pgoutput

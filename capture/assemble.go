@@ -1,4 +1,4 @@
-package relay
+package capture
 
 import (
 	"bufio"
@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/schemachange"
 )
@@ -74,6 +76,7 @@ type Assembler struct {
 	emit Emit
 
 	rels    map[pgoutput.OID]*relState
+	movesMu sync.Mutex               // MovePins may run on another goroutine (a pipelined publisher)
 	moves   []pinMove                // pins to move once their barrier is durable
 	cur     *txnBuf                  // open Begin..Commit transaction
 	streams map[pgoutput.XID]*txnBuf // open streamed transactions
@@ -404,11 +407,11 @@ func (a *Assembler) shapeOf(sp ShapePins, name string, rel *pb.Relation, facts b
 			return schemachange.Shape{}, fmt.Errorf("relay: read the source catalog for %s: %w", name, err)
 		}
 	}
-	return shapeOf(name, rel, f), nil
+	return ShapeOf(name, rel, f), nil
 }
 
 // shapeOf is rel's shape for classification, with facts where given.
-func shapeOf(name string, rel *pb.Relation, f map[string]schemachange.Facts) schemachange.Shape {
+func ShapeOf(name string, rel *pb.Relation, f map[string]schemachange.Facts) schemachange.Shape {
 	sh := schemachange.Shape{Relation: name, OID: rel.Oid}
 	for _, c := range rel.Columns {
 		col := schemachange.Column{Name: c.Name, TypeOID: c.TypeOid, TypeMod: c.TypeModifier, Key: c.Key}
@@ -453,7 +456,7 @@ func (a *Assembler) drift(st *relState, pinned uint64, old, live schemachange.Sh
 		pc = describeShape(old)
 	}
 	return &SchemaDriftError{Relation: st.name, Pinned: pinned, Live: st.rel.Fingerprint,
-		LiveColumns: describeColumns(st.rel), PinnedColumns: pc, InspectCommand: a.opts.InspectCommand,
+		LiveColumns: DescribeColumns(st.rel), PinnedColumns: pc, InspectCommand: a.opts.InspectCommand,
 		PlanCommand: a.opts.PlanCommand, Plan: plan}
 }
 
@@ -476,7 +479,12 @@ func describeShape(sh schemachange.Shape) string {
 // pin moves leaves the old pin: the next session sees the same change
 // again and emits the barrier again, which the target applies
 // idempotently.
+//
+// It is safe to call from another goroutine than the one calling Handle:
+// the sidecar moves pins on its publisher's goroutine.
 func (a *Assembler) MovePins(durableEnd uint64) error {
+	a.movesMu.Lock()
+	defer a.movesMu.Unlock()
 	keep := a.moves[:0]
 	for _, mv := range a.moves {
 		if mv.endLSN > durableEnd {
@@ -495,7 +503,7 @@ func (a *Assembler) MovePins(durableEnd uint64) error {
 	return nil
 }
 
-func describeColumns(r *pb.Relation) string {
+func DescribeColumns(r *pb.Relation) string {
 	s := ""
 	for i, c := range r.Columns {
 		if i > 0 {
@@ -725,7 +733,9 @@ func (a *Assembler) barrier(t *txnBuf, e *pb.Envelope, endLSN uint64) {
 			e.DdlEvents = append(e.DdlEvents, d)
 		}
 		st.barrierOut = true
+		a.movesMu.Lock()
 		a.moves = append(a.moves, pinMove{relation: st.name, fingerprint: st.rel.Fingerprint, shape: st.shape, endLSN: endLSN})
+		a.movesMu.Unlock()
 	}
 }
 
@@ -869,4 +879,11 @@ func (t *txnBuf) discard(a *Assembler) {
 		_ = t.spill.Close()
 		t.spill = nil
 	}
+}
+
+// RelationName is the relation's name as Trellara prints and keys it
+// (schema pins, snapshot progress, quarantine): config.TableName's text
+// form, which parses back to the same table.
+func RelationName(rel *pb.Relation) string {
+	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
 }
