@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -287,5 +288,69 @@ func TestManifestBeforeChunks(t *testing.T) {
 	}
 	if _, ok := r.Held(); ok {
 		t.Fatal("still reported held after the unit was handed out")
+	}
+}
+
+// TestProduceRequestTimeout: a broker that writes a produce request only
+// after the client's request timeout (the client gives up on the
+// connection and sends again under the same producer id and sequence)
+// leaves every record once, on the manifest and the data partitions.
+func TestProduceRequestTimeout(t *testing.T) {
+	c := cluster(t)
+	cfg := testConfig(c)
+	cfg.Kafka.Mode, cfg.Kafka.Partitions = config.ModePartitioned, testPartitions
+	cfg.extra = append(cfg.extra, kgo.ProduceRequestTimeout(time.Second), kgo.RequestTimeoutOverhead(500*time.Millisecond))
+	ctx := testCtx(t)
+	if _, err := CheckTopic(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The first produce request is held past the client's timeout, then
+	// written; the client's resend waits until it is.
+	var held atomic.Int32
+	written := make(chan struct{})
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		switch held.Add(1) {
+		case 1:
+			c.SleepControl(func() { time.Sleep(2500 * time.Millisecond) }) // past the 1.5 s the client waits
+			close(written)
+		default:
+			c.SleepControl(func() { <-written })
+			c.DropControl()
+		}
+		return nil, nil, false // the cluster writes it (the first: answering a closed connection)
+	})
+	want := envelopes(t, 0x1000, 10)
+	if err := p.PublishBatch(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if held.Load() < 2 {
+		t.Fatalf("%d produce request(s) seen; the client never resent after its timeout", held.Load())
+	}
+	ends := partitionEnds(t, p)
+	var chunks int64
+	for _, e := range ends[1:] {
+		chunks += e
+	}
+	_, got := readAll(t, cfg, 10)
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("unit %d differs", i)
+		}
+	}
+	if ends[0] != 10 {
+		t.Fatalf("manifest partition holds %d records, want 10: a timed-out produce was written twice", ends[0])
+	}
+	var wantChunks int64
+	for _, b := range want {
+		_, rows, _ := manifest.Split(b, testPartitions)
+		wantChunks += int64(len(rows))
+	}
+	if chunks != wantChunks {
+		t.Fatalf("data partitions hold %d chunks, want %d: a timed-out produce was written twice", chunks, wantChunks)
 	}
 }
