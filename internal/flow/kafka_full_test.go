@@ -375,6 +375,10 @@ func TestKafkaPartitionedFlow(t *testing.T) {
 		if lost.Hits() == 0 {
 			t.Fatal("no acknowledgement was lost: the fault never fired")
 		}
+		// A restart after the faults converges too.
+		h.workload(10)
+		h.runVerify()
+		h.same()
 	})
 }
 
@@ -452,10 +456,12 @@ func TestKafkaServiceRoles(t *testing.T) {
 	if k["produce_acked_commit_lsn"] == "" || k["slot_confirmed_flush_lsn"] == "" {
 		t.Fatalf("status kafka shows no produce acknowledgement or slot position: %v", k)
 	}
-	_, metrics := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", applierPort))
-	for _, label := range []string{`service="applier"`, `source_id="src1"`, `dataset_id="kflow"`} {
-		if !strings.Contains(metrics, label) {
-			t.Fatalf("applier /metrics lack %s", label)
+	for role, port := range map[string]int{"applier": applierPort, "relay": relayPort} {
+		_, metrics := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		for _, label := range []string{`service="` + role + `"`, `source_id="src1"`, `dataset_id="kflow"`} {
+			if !strings.Contains(metrics, label) {
+				t.Fatalf("%s /metrics lack %s", role, label)
+			}
 		}
 	}
 	for _, c := range children {
