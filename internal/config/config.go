@@ -98,6 +98,7 @@ const (
 	DefaultRetentionMaxBytes = 50 * GiB
 	DefaultRetentionMaxAge   = 7 * 24 * time.Hour
 	DefaultReplicationFactor = 3
+	MaxKafkaPartitions       = 1024 // transport.kafka.partitions
 	DefaultMinInsyncReplicas = 2
 	DefaultTargetSchema      = "trellara"
 	// Health and metrics listen on the loopback interface unless
@@ -188,7 +189,13 @@ type Kafka struct {
 	// partitions, the last verify): everything transport.local.dir holds
 	// but the log. Default trellara-data/<flow>; relative paths are taken
 	// from the config file's directory.
-	StateDir          string
+	StateDir string
+	// Mode (mode) is strict (one partition, commit order is the
+	// partition's order) or partitioned: Partitions data partitions chosen
+	// by a hash of table and primary key, plus partition 0 for the
+	// manifests that give commit order (docs/KAFKA.md).
+	Mode              Mode
+	Partitions        int          // partitions: data partitions in partitioned mode
 	Profile           KafkaProfile // profile
 	TLS               *TLS         // tls; nil means plaintext
 	SASL              *SASL        // sasl; nil means no SASL
@@ -339,6 +346,7 @@ func DefaultLocal() *Local {
 // a single-broker development setup lowers them explicitly.
 func DefaultKafka() *Kafka {
 	return &Kafka{
+		Mode:              ModeStrict,
 		Profile:           ProfileDevelopment,
 		ReplicationFactor: DefaultReplicationFactor,
 		MinInsyncReplicas: DefaultMinInsyncReplicas,

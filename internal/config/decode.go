@@ -514,6 +514,8 @@ func (d *decoder) kafka(k *Kafka) keyFn {
 			{"topic", d.str(&k.Topic)},
 			{"consumer_group", d.str(&k.ConsumerGroup)},
 			{"state_dir", d.str(&k.StateDir)},
+			{"mode", d.str((*string)(&k.Mode))},
+			{"partitions", d.integer(&k.Partitions)},
 			{"profile", d.str((*string)(&k.Profile))},
 			{"tls", func(p string, n *yaml.Node) {
 				// Present, even empty (`tls: {}` or `tls:`), means TLS on.

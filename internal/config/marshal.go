@@ -71,6 +71,10 @@ func Marshal(c *Config) ([]byte, error) {
 		put(kn, "topic", strNode(k.Topic), "")
 		put(kn, "consumer_group", strNode(k.ConsumerGroup), "")
 		put(kn, "state_dir", strNode(k.StateDir), "pins, acknowledged positions, snapshot marker; relative paths are taken from this file's directory")
+		put(kn, "mode", strNode(string(k.Mode)), "strict | partitioned (partitions: N data partitions plus a manifest partition)")
+		if k.Mode == ModePartitioned {
+			put(kn, "partitions", intNode(k.Partitions), "")
+		}
 		put(kn, "profile", strNode(string(k.Profile)), "development | production (production enforces the contract)")
 		if t := k.TLS; t != nil {
 			tn := mapping(false)

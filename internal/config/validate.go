@@ -301,6 +301,21 @@ func (v *validator) kafka(k *Kafka, prod bool) {
 	} else if strings.ContainsRune(k.StateDir, 0) {
 		v.add(p+".state_dir", "write a directory path", "contains a NUL byte")
 	}
+	switch k.Mode {
+	case ModeStrict:
+		if k.Partitions != 0 && k.Partitions != 1 {
+			v.add(p+".partitions", "remove partitions, or set mode: partitioned",
+				"strict mode writes one partition; partitions %d needs mode: partitioned", k.Partitions)
+		}
+	case ModePartitioned:
+		if k.Partitions < 2 || k.Partitions > MaxKafkaPartitions {
+			v.add(p+".partitions", fmt.Sprintf("set partitions to the number of data partitions, 2 to %d", MaxKafkaPartitions),
+				"partitioned mode needs 2 to %d data partitions, not %d", MaxKafkaPartitions, k.Partitions)
+		}
+	default:
+		v.add(p+".mode", "set mode to strict or partitioned",
+			"must be strict or partitioned, not %s", quoteValue(string(k.Mode)))
+	}
 	switch k.Profile {
 	case ProfileDevelopment, ProfileProduction:
 	default:

@@ -160,6 +160,16 @@ func OpenApplier(path string, logger *slog.Logger, sink string) (*Flow, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.broker != nil {
+		// Each sink reads the cluster from its target's checkpoint.
+		if err := os.MkdirAll(f.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("flow %s: create %s: %w", f.Cfg.Flow, f.dir, err)
+		}
+		if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
 	l := f.Cfg.Transport.Local
 	f.Log, err = segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{
 		SegmentBytesMax: int64(l.SegmentBytesMax),

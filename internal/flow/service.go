@@ -15,10 +15,8 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
-	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -117,11 +115,6 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 		f, err := openForRole(ctx, o)
 		if err != nil {
 			return err
-		}
-		if f.broker != nil {
-			f.Close()
-			return fmt.Errorf("flow %s: %w: the long-running service over transport.kafka; %s runs the flow over Kafka to a caught-up target and exits",
-				f.Cfg.Flow, buildinfo.ErrNotImplemented, shell.Trellara("run", o.ConfigPath, "--local"))
 		}
 		if prev != nil && (prev.Cfg.Source.ID != f.Cfg.Source.ID || prev.Cfg.Flow != f.Cfg.Flow) {
 			metrics.Relay.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
@@ -414,7 +407,9 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 			stopped.confirmed, stopped.hasConfirmed = s.Acknowledged(), true
 		}
 	}
-	if res, err := relay.ResumeFrom(context.Background(), transport.Local{Log: f.Log}); err == nil && !res.Empty {
+	if f.Log == nil {
+		// a broker flow: the relay's acknowledged position is the durable one
+	} else if res, err := relay.ResumeFrom(context.Background(), transport.Local{Log: f.Log}); err == nil && !res.Empty {
 		stopped.durable, stopped.hasDurable = res.DurableEnd, true
 	}
 	for i, ar := range ars {
@@ -536,9 +531,11 @@ func (f *Flow) exportRelay(ctx context.Context, m *obs.RelayMetrics, h *obs.Heal
 			h.Detail("acknowledged_lsn", lsn.Format(last.DurableEnd))
 			h.Detail("published_units", last.Published)
 		}
-		ls := f.Log.Stats()
-		m.LogRetainedBytes.WithLabelValues(l...).Set(float64(ls.RetainedBytes))
-		m.LogSegments.WithLabelValues(l...).Set(float64(ls.Segments))
+		if f.Log != nil { // a broker flow's log figures are the cluster's (status)
+			ls := f.Log.Stats()
+			m.LogRetainedBytes.WithLabelValues(l...).Set(float64(ls.RetainedBytes))
+			m.LogSegments.WithLabelValues(l...).Set(float64(ls.Segments))
+		}
 		if !time.Now().Before(nextPoll) {
 			slot.poll(ctx)
 			nextPoll = time.Now().Add(pollInterval)
@@ -684,6 +681,9 @@ func (f *Flow) openQuarantine(ctx context.Context, sk config.Sink, conn **pgx.Co
 // applier has not applied, lag in seconds (the oldest one's source commit
 // time to now) and in WAL bytes (its checkpoint to the newest one's end).
 func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []string, ar *applierRun, cursor string) {
+	if f.Log == nil {
+		return // a broker flow: lag per partition is in status (consumer group lag)
+	}
 	var cur *segmentlog.CursorStats
 	st := f.Log.Stats()
 	for i := range st.Cursors {

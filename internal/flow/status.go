@@ -31,6 +31,7 @@ type Status struct {
 	Slot       *SlotStatus       `json:"slot"`
 	Tables     []TableStatus     `json:"tables"`
 	Log        *LogStatus        `json:"log"`
+	Kafka      *BrokerStatus     `json:"kafka,omitempty"` // a transport.kafka flow's cluster
 	Checkpoint *CheckpointState  `json:"checkpoint"`
 	Snapshots  []SnapshotStatus  `json:"snapshots"`
 	Quarantine *QuarantineState  `json:"quarantine"`
@@ -300,6 +301,17 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 		}
 	}
 
+	if bs, ok := f.broker.(brokerStatuser); ok {
+		if k, err := bs.Status(ctx, f.Sinks()); err != nil {
+			st.Notes = append(st.Notes, "kafka: "+err.Error())
+		} else {
+			if st.Slot != nil {
+				k.SlotConfirmedFlushLSN = st.Slot.ConfirmedFlushLSN
+			}
+			st.Kafka = k
+		}
+	}
+
 	st.Sinks = []SinkStatus{}
 	for i, sk := range f.Sinks() {
 		ss := f.sinkStatus(ctx, sk, st.Log.Cursors, view)
@@ -446,6 +458,23 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			fmt.Fprintf(w, "  cursor %-10s %s at %d · lag %d entries, %s%s%s%s\n", c.Name, c.Kind, c.Offset, c.LagEntries, bytesString(c.LagBytes), lag, last, extra)
 		}
 	}
+	if k := st.Kafka; k != nil {
+		fmt.Fprintf(w, "kafka         topic %s · %s mode · produce acknowledged through commit LSN %s", k.Topic, k.Mode, orNone(k.ProduceAckedCommitLSN))
+		if k.SlotConfirmedFlushLSN != "" {
+			fmt.Fprintf(w, " · slot confirmed %s", k.SlotConfirmedFlushLSN)
+		}
+		fmt.Fprintln(w)
+		for _, p := range k.Partitions {
+			fmt.Fprintf(w, "  partition %-3d %-8s offsets %d..%d\n", p.Partition, p.Role, p.StartOffset, p.HighWatermark)
+		}
+		for _, g := range k.Groups {
+			fmt.Fprintf(w, "  group %s (sink %s) lag:", g.Group, g.Sink)
+			for _, p := range g.Partitions {
+				fmt.Fprintf(w, " p%d=%d", p.Partition, p.Lag)
+			}
+			fmt.Fprintln(w)
+		}
+	}
 	if len(st.Sinks) > 1 {
 		for _, ss := range st.Sinks {
 			fmt.Fprintf(w, "sink          %s · cursor %s", ss.Sink, ss.Cursor)
@@ -553,4 +582,11 @@ func bytesString(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }

@@ -106,6 +106,13 @@ var simulations = []*Simulation{
 		Workload: Workload{Txns: 32, BigEvery: 4, BigRows: 50}, ChunkBytesMax: 1 * kib},
 	{Name: "transport-partial-batch", Title: "a publish of many units is only partly durable", Workload: base(48), Burst: 12},
 
+	// Kafka partitioned mode: the log is the manifest partition, rows go to
+	// four data partitions.
+	{Name: "kafka-partitioned", Title: "Kafka partitioned mode: chunks on four data partitions, a manifest per unit",
+		Workload: base(48), Partitions: 4},
+	{Name: "kafka-partitioned-batched", Title: "Kafka partitioned mode with large publish batches and large transactions",
+		Workload: Workload{Txns: 40, BigEvery: 6, BigRows: 30, MessageEvery: 4}, Partitions: 4, Burst: 12, ChunkBytesMax: 2 * kib},
+
 	// Schema and semantic faults.
 	{Name: "schema-drift", Title: "a pinned relation changes shape mid-stream", Workload: Workload{Txns: 40, DriftAt: 30, MessageEvery: 4}},
 	{Name: "schema-barrier", Title: "a configured table gains a nullable column mid-stream: a DDL barrier",
@@ -264,6 +271,20 @@ var entries = []catEntry{
 		[]Fault{f("relay.publish", 3, actPartial)}, Expect{}},
 	{"transport.partial-batch.repeated", FamilyTransport, "transport-partial-batch", "three partial publishes in a row", InvNoLoss, recAuto,
 		[]Fault{{Point: "relay.publish", Nth: 2, Times: 3, Action: actPartial}}, Expect{}},
+
+	// Kafka partitioned mode
+	{"kafka.broker-restart-mid-stream", FamilyKafka, "kafka-partitioned", "broker restart mid-stream: a produce fails after its chunks are durable, every connection drops; republished, orphaned chunks never read", InvNoLoss, recAuto,
+		[]Fault{{Point: "relay.publish", Nth: 4, Times: 2, Action: actBrokerRestart}}, Expect{Detect: []string{"broker-restart"}}},
+	{"kafka.ambiguous-ack", FamilyKafka, "kafka-partitioned", "ambiguous acknowledgement: chunks and manifests durable, the produce reports failure; the applier skips the copy", InvExactlyOnce, recAuto,
+		[]Fault{f("relay.publish", 5, actAmbiguous)}, Expect{Detect: []string{"ambiguous-ack"}}},
+	{"kafka.duplicate-replay-storm", FamilyKafka, "kafka-partitioned", "duplicate replay storm: the consumer group replays the last 20 manifests and their chunks ten times over", InvExactlyOnce, recAuto,
+		[]Fault{{Point: "applier.step", Nth: 6, Times: 10, Action: actStorm, Arg: 20}}, Expect{}},
+	{"kafka.manifest-before-chunks", FamilyKafka, "kafka-partitioned-batched", "manifest before chunks: a batch's manifests are readable before its chunks; held at the barrier, never exposed", InvAtomic, recAuto,
+		[]Fault{{Point: "relay.publish", Nth: 3, Action: actManifestFirst, Arg: 60}}, Expect{Detect: []string{"barrier-held"}}},
+	{"kafka.partition-barrier-incomplete", FamilyKafka, "kafka-partitioned", "partition barrier incomplete: one data partition withholds a chunk of a cross-partition unit; none of it applied until it arrives", InvAtomic, recAuto,
+		[]Fault{{Point: "relay.publish", Nth: 4, Action: actChunkWithheld, Arg: 300}}, Expect{Detect: []string{"barrier-held"}}},
+	{"kafka.relay-crash-between-chunks-and-manifests", FamilyKafka, "kafka-partitioned-batched", "relay dies after its chunks, with part of its manifests durable: the slot never passes a unit without its manifest", InvAckDurable, recAuto,
+		[]Fault{f("relay.publish", 3, actPartial)}, Expect{}},
 
 	// schema and semantic faults
 	{"schema.pinned-drift", FamilySchema, "schema-drift", "pinned schema drift: capture stopped before any row under the new shape", InvSchemaPinned, recDrift,

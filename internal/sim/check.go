@@ -43,6 +43,9 @@ type checker struct {
 	ackChecked int
 	quarKeys   map[string]bool
 	snapTables int
+	// unit turns a log entry into its unit: in Kafka partitioned mode the
+	// entry is a manifest, durable with its chunks (written before it).
+	unit func(entry []byte) ([]byte, error)
 }
 
 type scanEntry struct {
@@ -220,6 +223,13 @@ func (c *checker) pin(relation string) (uint64, bool) {
 }
 
 func (c *checker) entry(off uint64, b []byte) {
+	if c.unit != nil {
+		u, err := c.unit(b)
+		if err != nil {
+			return
+		}
+		b = u
+	}
 	e, err := envelope.Decode(b)
 	if err != nil {
 		return

@@ -73,6 +73,10 @@ var (
 		Row:     "`repair-plan`: quarantined units and diverged tables with their fixes",
 		Command: "go test ./internal/flow -run TestQuarantineRepairPlanReplay"}
 
+	evKafka = Evidence{Doc: "docs/KAFKA.md", Section: "Tests, and what kfake does not cover",
+		Row:     "partitioned mode, barrier held: a cross-partition transaction is never visible half-applied to a concurrent reader of the target, with manifests before their chunks, orphaned chunks and restarts",
+		Command: "go test ./transport/kafka -run 'Partitioned|Manifest|Barrier'"}
+
 	evBenchRelay = Evidence{Doc: evidence, Section: "Relay (`BenchmarkRelayVsRecvlogical`, ./internal/flow)",
 		Row: "Relay (`BenchmarkRelayVsRecvlogical`, ./internal/flow)", Command: "make bench"}
 	evBenchLarge = Evidence{Doc: evidence, Section: "Large transactions (`BenchmarkLargeTransactionMemory`, ./relay)",
@@ -91,9 +95,10 @@ var FamilyEvidence = map[string][]Evidence{
 	FamilyApplier:   {evApply, evLoop, evBenchApply},
 	FamilyStorage:   {evLog, evBenchLog},
 	FamilyTransport: {evAck, evEnvelope, evLoop},
+	FamilyKafka:     {evKafka, evAck},
 	FamilySchema:    {evDecode, evApply, evRepairPlan, evLog},
 }
 
 // MatrixEvidence is docs/EVIDENCE.md's own measurement of this catalogue.
 var MatrixEvidence = Evidence{Doc: evidence, Section: "Failure matrix (`trellara chaos run`)",
-	Row: "the deterministic catalogue (63 scenarios, 33 simulations) from the CLI", Command: "trellara chaos run"}
+	Row: "the deterministic catalogue (74 scenarios, 36 simulations) from the CLI", Command: "trellara chaos run"}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
@@ -24,6 +26,7 @@ import (
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 	"github.com/trellara/trellara/transport"
+	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
 // The harness runs one scenario: the real relay session (decode,
@@ -86,6 +89,10 @@ type harness struct {
 	app     *applierProc
 	appStop error
 	appIdle bool
+
+	// parts are the data partitions of Kafka partitioned mode
+	// (Simulation.Partitions), index p-1 for partition p.
+	parts [][]simChunk
 
 	faults       []*faultState
 	arg          int
@@ -260,6 +267,15 @@ func (h *harness) run() {
 	h.hist = generate(h.sc.Seed, h.sim.Workload)
 	h.db = newSimDB(h.now)
 	h.chk = newChecker(h.hist, h.db, h.sim.Workload.Snapshot)
+	if h.sim.Partitions > 0 {
+		h.chk.unit = func(b []byte) ([]byte, error) {
+			u, missing, err := h.rebuild(b, false)
+			if err == nil && missing != nil {
+				err = fmt.Errorf("manifest names chunks the data partitions do not hold: %v", missing)
+			}
+			return u, err
+		}
+	}
 	h.db.onCommit = h.chk.afterCommit
 	h.db.point = h.at
 	h.stats.Txns = len(h.hist.txns)
@@ -585,15 +601,29 @@ func (p *simPins) Pin(r string, fp uint64) error { p.pins[r] = fp; return nil }
 type simTransport struct{ h *harness }
 
 func (t simTransport) Publish(ctx context.Context, p []byte) (uint64, error) {
+	if t.h.sim.Partitions > 0 {
+		if err := t.publishPartitioned([][]byte{p}); err != nil {
+			return 0, err
+		}
+		return t.h.lg.NextOffset() - 1, nil
+	}
 	return transport.Local{Log: t.h.lg}.Publish(ctx, p)
 }
 
 func (t simTransport) Last(ctx context.Context) ([]byte, bool, error) {
-	return transport.Local{Log: t.h.lg}.Last(ctx)
+	b, ok, err := transport.Local{Log: t.h.lg}.Last(ctx)
+	if err != nil || !ok || t.h.sim.Partitions == 0 {
+		return b, ok, err
+	}
+	b, _, err = t.h.rebuild(b, false)
+	return b, err == nil, err
 }
 
 func (t simTransport) PublishBatch(_ context.Context, ps [][]byte) error {
 	h := t.h
+	if h.sim.Partitions > 0 {
+		return t.publishPartitioned(ps)
+	}
 	if h.opts.Mutations.AckBeforeDurable {
 		prev := h.deferred
 		h.deferred = nil
@@ -1053,6 +1083,7 @@ type logFeed struct {
 	h       *harness
 	rd      *segmentlog.Reader
 	pending []entry // deliveries injected ahead of the reader
+	held    *entry  // partitioned mode: the manifest at the barrier
 }
 
 type entry struct {
@@ -1061,6 +1092,31 @@ type entry struct {
 }
 
 func (f *logFeed) Poll(ctx context.Context) (uint64, []byte, bool, error) {
+	if f.h.sim.Partitions == 0 {
+		return f.poll(ctx)
+	}
+	if f.held == nil {
+		off, b, ok, err := f.poll(ctx)
+		if err != nil || !ok {
+			return off, b, ok, err
+		}
+		f.held = &entry{off, b}
+	}
+	b, missing, err := f.h.rebuild(f.held.payload, true)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if missing != nil {
+		f.h.detect("barrier-held")
+		f.h.tracef("apply", "manifest at offset %d held at the barrier: waiting for %v", f.held.offset, missing)
+		return 0, nil, false, nil
+	}
+	e := f.held
+	f.held = nil
+	return e.offset, b, true, nil
+}
+
+func (f *logFeed) poll(ctx context.Context) (uint64, []byte, bool, error) {
 	if len(f.pending) > 0 {
 		e := f.pending[0]
 		f.pending = f.pending[1:]
@@ -1077,7 +1133,7 @@ func (f *logFeed) Poll(ctx context.Context) (uint64, []byte, bool, error) {
 }
 
 func (f *logFeed) Seek(offset uint64) error {
-	f.pending = nil
+	f.pending, f.held = nil, nil
 	_ = f.rd.Close()
 	f.rd = f.h.lg.NewReader(offset)
 	return nil
@@ -1340,4 +1396,132 @@ func kindOf(err error) string {
 		return "corruption"
 	}
 	return "error"
+}
+
+// simChunk is a chunk record on a simulated data partition.
+type simChunk struct {
+	value     []byte
+	checksum  uint64 // the unit's, as the record's header carries it
+	visibleAt int    // the first step a consumer can read it
+}
+
+// publishPartitioned is PublishBatch in Kafka partitioned mode: every
+// unit's chunks go to the data partitions, then the manifests to the log,
+// as transport/kafka's producer writes them, with the broker's faults.
+func (t simTransport) publishPartitioned(ps [][]byte) error {
+	h := t.h
+	n := h.sim.Partitions
+	if h.parts == nil {
+		h.parts = make([][]simChunk, n)
+	}
+	act := h.at("relay.publish")
+	type unitChunks struct{ refs []manifest.ChunkRef }
+	var mans [][]byte
+	var units []unitChunks
+	for _, p := range ps {
+		e, rows, err := manifest.Split(p, n)
+		if err != nil {
+			return err
+		}
+		m := &manifest.Manifest{Skeleton: proto.Clone(e).(*pb.Envelope), Checksum: e.GetChecksum(), From: make([]int64, n)}
+		m.Skeleton.Rows, m.Skeleton.Checksum = nil, 0
+		for i := range n {
+			m.From[i] = int64(len(h.parts[i]))
+		}
+		for part := int32(1); part <= int32(n); part++ {
+			if len(rows[part]) == 0 {
+				continue
+			}
+			v, err := manifest.EncodeChunk(rows[part])
+			if err != nil {
+				return err
+			}
+			m.Chunks = append(m.Chunks, manifest.ChunkRef{Partition: part, Offset: int64(len(h.parts[part-1])), Rows: len(rows[part])})
+			h.parts[part-1] = append(h.parts[part-1], simChunk{value: v, checksum: e.GetChecksum()})
+		}
+		b, err := manifest.Encode(m)
+		if err != nil {
+			return err
+		}
+		mans = append(mans, b)
+		units = append(units, unitChunks{m.Chunks})
+	}
+	delay := func(c manifest.ChunkRef) { h.parts[c.Partition-1][c.Offset].visibleAt = h.step + h.arg }
+	switch act {
+	case actAmbiguous:
+		if _, err := h.lg.AppendBatch(mans); err != nil {
+			return err
+		}
+		h.detect("ambiguous-ack")
+		return errAmbiguous
+	case actPartial:
+		// The relay dies between its chunks and its manifests: a prefix
+		// of the manifests is durable, the rest of the chunks are named by
+		// none.
+		if k := h.frng.IntN(len(mans)); k > 0 {
+			if _, err := h.lg.AppendBatch(mans[:k]); err != nil {
+				return err
+			}
+			h.tracef("fault", "%d of %d manifests durable when the relay died", k, len(mans))
+		}
+		return errRelayDied
+	case actBrokerRestart:
+		// The broker restarts after the chunks are durable, before the
+		// manifests: the produce fails and every consumer reconnects.
+		h.detect("broker-restart")
+		if h.app != nil {
+			cur, _, _ := h.lg.CursorOffset(cursorName)
+			_ = h.app.feed.Seek(cur)
+		}
+		h.tracef("fault", "broker restart: %d units' chunks durable, no manifest", len(mans))
+		return errRelayDied
+	case actManifestFirst:
+		for _, u := range units {
+			for _, c := range u.refs {
+				delay(c)
+			}
+		}
+	case actChunkWithheld:
+		for _, u := range units {
+			if len(u.refs) > 1 {
+				delay(u.refs[len(u.refs)-1])
+				break
+			}
+		}
+	}
+	_, err := h.lg.AppendBatch(mans)
+	return err
+}
+
+// rebuild is the reader's side of partitioned mode: the unit of manifest
+// b, or the chunks it still waits for (visible: only what a consumer can
+// read at this step).
+func (h *harness) rebuild(b []byte, visible bool) ([]byte, []manifest.ChunkRef, error) {
+	m, err := manifest.Decode(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	var missing []manifest.ChunkRef
+	var rows [][]*pb.Row
+	for _, c := range m.Chunks {
+		part := h.parts[c.Partition-1]
+		if int(c.Offset) >= len(part) || visible && part[c.Offset].visibleAt > h.step {
+			missing = append(missing, c)
+			continue
+		}
+		ch := part[c.Offset]
+		if ch.checksum != m.Checksum {
+			return nil, nil, fmt.Errorf("partition %d offset %d holds a chunk of another unit", c.Partition, c.Offset)
+		}
+		r, err := manifest.DecodeChunk(ch.value)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, r)
+	}
+	if missing != nil {
+		return nil, missing, nil
+	}
+	out, err := manifest.Assemble(m, rows)
+	return out, nil, err
 }

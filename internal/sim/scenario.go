@@ -26,6 +26,13 @@ type Simulation struct {
 	// LagApplier holds the applier back until the relay has sent this
 	// share (percent) of the stream.
 	LagApplier int
+	// Partitions > 0 runs the Kafka transport's partitioned mode: the log
+	// plays the manifest partition (partition 0, whose offsets are the
+	// applier's), the units' rows go to this many in-memory data
+	// partitions as chunks (transport/kafka/manifest), and the applier's
+	// feed holds each unit at the manifest barrier until its chunks are
+	// readable.
+	Partitions int
 }
 
 // Fault is one injected failure: Action happens the Nth time (1-based) the
@@ -56,6 +63,10 @@ const (
 	actFinalFirst  = "final-chunk-first"
 	actCutStream   = "cut-stream"   // the replication connection drops
 	actRestartFeed = "restart-feed" // the applier's log reader reconnects at its cursor
+	// Kafka partitioned mode.
+	actBrokerRestart = "broker-restart" // the produce fails after the chunks are durable; every connection drops
+	actManifestFirst = "manifest-first" // a batch's manifests are readable Arg steps before its chunks
+	actChunkWithheld = "chunk-withheld" // one chunk of a cross-partition unit is unreadable for Arg steps
 )
 
 // Expect is what a scenario must end in besides the invariants.
@@ -98,10 +109,11 @@ const (
 	FamilyStorage   = "storage"
 	FamilyTransport = "transport"
 	FamilySchema    = "schema"
+	FamilyKafka     = "kafka"
 )
 
 // Families lists them in report order.
-var Families = []string{FamilyRelay, FamilyApplier, FamilyStorage, FamilyTransport, FamilySchema}
+var Families = []string{FamilyRelay, FamilyApplier, FamilyStorage, FamilyTransport, FamilyKafka, FamilySchema}
 
 // Invariants checked after every scenario (the half-applied one after
 // every target commit, the slot one after every acknowledgement).
