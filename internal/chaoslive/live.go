@@ -321,7 +321,7 @@ func (r *run) kindStatus() map[string]string {
 		case KindDisk:
 			why = diskStatus(r.cfg.Transport.Local.Dir)
 		case KindBroker:
-			why = "not applicable: transport.local has no broker (the service does not run over Kafka yet)"
+			why = "not built: chaos live injects no broker faults yet (over Kafka, the failure matrix's kafka family and the kfake tests cover them)"
 		}
 		switch {
 		case why != "":
