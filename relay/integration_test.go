@@ -462,3 +462,47 @@ func TestResumeAfterPartialChunksAtBackToBackCommits(t *testing.T) {
 		t.Fatalf("slot bb confirmed at %s (%v), want past B's end %s", envelope.FormatLSN(si.ConfirmedFlush), err, envelope.FormatLSN(envs[b].EndLsn))
 	}
 }
+
+// slowTransport makes every publish take a while, as a slow disk would.
+type slowTransport struct {
+	*memTransport
+	delay time.Duration
+}
+
+func (s slowTransport) PublishBatch(ctx context.Context, payloads [][]byte) error {
+	time.Sleep(s.delay)
+	return s.memTransport.PublishBatch(ctx, payloads)
+}
+
+// Publishing one large transaction's chunks can take longer than the
+// server's wal_sender_timeout; the server must not hang up meanwhile: the
+// session keeps sending standby status updates between chunks. (Found at
+// 15M rows, where the walsender terminated the connection.)
+func TestRelayStaysAliveWhilePublishingALargeTransaction(t *testing.T) {
+	pgtest.Require(t)
+	c := pgtest.Start(t, pgtest.Options{Settings: map[string]string{"wal_sender_timeout": "2s"}})
+	ctx := context.Background()
+	conn := c.Connect(ctx)
+	c.Exec(t, schemaSQL)
+	if _, err := relay.CreateSlot(ctx, replConn(t, c), "big"); err != nil {
+		t.Fatal(err)
+	}
+	// ~30 MiB of rows: published in several groups (a group is at most
+	// 8 MiB), each taking 1.5 s: the one transaction takes several times
+	// the server's timeout to publish.
+	c.Exec(t, `INSERT INTO docs SELECT g, repeat('x', 2500), g FROM generate_series(1, 12000) g`)
+	tr := slowTransport{memTransport: &memTransport{}, delay: 1500 * time.Millisecond}
+	s := runUntilFence(t, c, conn, tr, "big", "after-big", relay.Options{StatusInterval: 200 * time.Millisecond,
+		Assembler: capture.AssemblerOptions{MemoryBytesMax: 1 << 20, SpillDir: t.TempDir()}})
+	rows := 0
+	for _, e := range tr.envelopes(t) {
+		for _, r := range e.Rows {
+			if r.Op == pb.Op_OP_INSERT && e.Relations[r.RelationIndex].Name == "docs" {
+				rows++
+			}
+		}
+	}
+	if rows != 12000 {
+		t.Fatalf("%d of 12000 rows published (%+v)", rows, s.Stats())
+	}
+}

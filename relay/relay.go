@@ -91,6 +91,7 @@ type Session struct {
 	log  *slog.Logger
 	pub  *capture.Publisher
 	sent uint64 // last position sent to the server
+	statusAt time.Time // when the last standby status update was sent (keepAlive)
 
 	pending bool // a multi-unit transaction is partly assembled
 	// Units assembled but not yet durable. They are published together
@@ -162,6 +163,9 @@ func (s *Session) ackable() uint64 { return s.pub.Acked() }
 func (s *Session) waiting() bool { return len(s.cur.Units) > 0 || s.cur.Ack > s.ackable() }
 
 func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
+	if err := s.keepAlive(context.Background()); err != nil {
+		return err
+	}
 	skipped, err := s.cur.Add(s.res, e, endLSN, final)
 	if err != nil {
 		return err
@@ -188,9 +192,25 @@ func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 	return nil
 }
 
+// keepAlive sends a standby status update when a status interval has
+// passed since the last one. Run's loop sends them between messages; while
+// one large transaction is assembled and published (a CHUNK sequence) it
+// gets no turn, and the server hangs up on a client silent for
+// wal_sender_timeout, however busy it is. The position is the
+// acknowledged one, which a transaction in progress does not move.
+func (s *Session) keepAlive(ctx context.Context) error {
+	if s.conn == nil || time.Since(s.statusAt) <= s.cfg.StatusInterval {
+		return nil
+	}
+	return s.sendStatus(ctx, false)
+}
+
 // flush makes the batch durable, then — only then — advances the
 // acknowledgeable position.
 func (s *Session) flush(ctx context.Context) error {
+	if err := s.keepAlive(ctx); err != nil {
+		return err
+	}
 	published := len(s.cur.Units) > 0
 	if err := s.pub.Publish(ctx, &s.cur); err != nil {
 		// Not acknowledged: the source will resend all of it.
@@ -200,6 +220,9 @@ func (s *Session) flush(ctx context.Context) error {
 	// Publish, then move: a barrier's pin moves only once the unit that
 	// carries it is durable (or was already, and skipped).
 	if err := s.asm.MovePins(s.pub.Acked()); err != nil {
+		return err
+	}
+	if err := s.keepAlive(ctx); err != nil {
 		return err
 	}
 	if published {
@@ -361,7 +384,7 @@ func (s *Session) sendStatus(ctx context.Context, reply bool) error {
 	if err != nil {
 		return fmt.Errorf("relay: standby status to slot %s at %s: %w", s.cfg.Slot, pos, err)
 	}
-	s.sent = uint64(pos)
+	s.sent, s.statusAt = uint64(pos), time.Now()
 	return nil
 }
 
