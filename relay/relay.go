@@ -83,14 +83,14 @@ type Stats struct {
 
 // Session is one replication session over a replication connection.
 type Session struct {
-	cfg  Options
-	conn *pgconn.PgConn
-	asm  *capture.Assembler
-	dec  pgoutput.Decoder
-	res  Resume
-	log  *slog.Logger
-	pub  *capture.Publisher
-	sent uint64 // last position sent to the server
+	cfg      Options
+	conn     *pgconn.PgConn
+	asm      *capture.Assembler
+	dec      pgoutput.Decoder
+	res      Resume
+	log      *slog.Logger
+	pub      *capture.Publisher
+	sent     uint64    // last position sent to the server
 	statusAt time.Time // when the last standby status update was sent (keepAlive)
 
 	pending bool // a multi-unit transaction is partly assembled
