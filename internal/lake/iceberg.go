@@ -100,7 +100,9 @@ func (l *Lake) Close() {
 
 func (l *Lake) scrub(err error) error { return config.ScrubConnError(err, l.uri) }
 
-func (l *Lake) ident(name string) table.Identifier { return append(append(table.Identifier{}, l.ns...), name) }
+func (l *Lake) ident(name string) table.Identifier {
+	return append(append(table.Identifier{}, l.ns...), name)
+}
 
 // location is where table name's files go under the warehouse.
 func (l *Lake) location(name string) string {
