@@ -304,6 +304,13 @@ type Row struct {
 // scan API, with the table's key columns. A table that does not exist has
 // no rows.
 func (l *Lake) ReadChanges(ctx context.Context, name string) ([]Change, []string, error) {
+	return l.ReadChangesAsOf(ctx, name, 0)
+}
+
+// ReadChangesAsOf is ReadChanges of the table's snapshot current at
+// asOfMs (milliseconds since the Unix epoch; 0: the current one). Before
+// the table's first snapshot it has no rows.
+func (l *Lake) ReadChangesAsOf(ctx context.Context, name string, asOfMs int64) ([]Change, []string, error) {
 	t, err := l.load(ctx, name)
 	if err != nil || t == nil {
 		return nil, nil, err
@@ -315,7 +322,15 @@ func (l *Lake) ReadChanges(ctx context.Context, name string) ([]Change, []string
 	if t.CurrentSnapshot() == nil {
 		return nil, keys, nil
 	}
-	at, err := t.Scan().ToArrowTable(ctx)
+	var opts []table.ScanOption
+	if asOfMs > 0 {
+		snap := t.SnapshotAsOf(asOfMs, true)
+		if snap == nil {
+			return nil, keys, nil
+		}
+		opts = append(opts, table.WithSnapshotID(snap.SnapshotID))
+	}
+	at, err := t.Scan(opts...).ToArrowTable(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lake: scan %s.%s: %w", l.sink.Namespace, name, err)
 	}
