@@ -17,6 +17,7 @@ import (
 
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/lake"
+	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -142,7 +143,7 @@ func fleetInit(c *cli.Context) error {
 		_ = os.Remove(path)
 		return failure(err)
 	}
-	fmt.Fprintf(c.App.Writer, "wrote %s\nnext: trellara-full fleet run --config %s\n", path, path)
+	fmt.Fprintf(c.App.Writer, "wrote %s\nnext: %s\n", path, shell.Command("trellara-full", "fleet", "run", "--config", path))
 	if c.String("catalog") == lake.CatalogPostgres {
 		fmt.Fprintf(c.App.Writer, "set the catalog URL first: export TRELLARA_LAKE_CATALOG_URL='postgres://...'\n")
 	}

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Catalog kinds of fleet.yml's lake.catalog.kind.
@@ -115,7 +116,7 @@ func (f *Fleet) SourceIDs() []string {
 func LoadFleet(path string) (*Fleet, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("fleet: read %s: %w (write one with: trellara-full fleet init --config %s)", path, err, path)
+		return nil, fmt.Errorf("fleet: read %s: %w (write one with: %s)", path, err, shell.Command("trellara-full", "fleet", "init", "--config", path, "--source", "trellara.yml"))
 	}
 	return parseFleet(data, path)
 }
@@ -310,7 +311,7 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 				}
 				fc, err := config.Load(cp)
 				if err != nil {
-					d.fail(p+".config", n, "fix the flow config (trellara config validate --config "+cp+")", "%s: %v", cp, err)
+					d.fail(p+".config", n, "fix the flow config ("+shell.Trellara("config validate", cp)+")", "%s: %v", cp, err)
 					continue
 				}
 				if fc.Transport.Local == nil {
