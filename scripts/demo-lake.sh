@@ -26,13 +26,14 @@ cleanup() {
 trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-declare -A url
+declare -A url port
 used=""
 for i in 1 2 3; do
 	p=$(free_port); while [[ " $used " == *" $p "* ]]; do p=$(free_port); done; used="$used $p"
 	step "source db$i on port $p"
 	start_cluster "$work/db$i" "$p"
 	url[$i]="postgres://postgres@127.0.0.1:$p/postgres?sslmode=disable"
+	port[$i]=$p
 	"$bin/psql" -X -q -v ON_ERROR_STOP=1 "${url[$i]}" <<'SQL'
 CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(12,2) NOT NULL);
 CREATE TABLE transfers (id bigserial PRIMARY KEY, from_id bigint NOT NULL, to_id bigint NOT NULL, amount numeric(12,2) NOT NULL);
@@ -75,7 +76,7 @@ sed -i 's/close_interval: .*/close_interval: 2s/; s/max_lag: .*/max_lag: 10s/' f
 cat fleet.yml
 
 workload() { # workload I SECONDS
-	"$bin/pgbench" -n -q -c 1 -j 1 -T "$2" -R 20 -f workload.sql "${url[$1]}" >/dev/null 2>&1 || true
+	"$bin/pgbench" -n -c 1 -j 1 -T "$2" -R 20 -f workload.sql -h 127.0.0.1 -p "${port[$1]}" -U postgres postgres >>"pgbench-db$1.log" 2>&1 || true
 }
 
 step "trellara-full fleet run --config fleet.yml   (three relays and one lake committer, one process)"
@@ -107,7 +108,7 @@ echo "exit $rc"
 [ "$rc" = 1 ] || { echo "demo-lake: lake epoch accepted a gapped epoch" >&2; exit 1; }
 
 step "db2 comes back; its relay reconnects and catches up in order"
-p=${url[2]##*127.0.0.1:}; p=${p%%/*}
+p=${port[2]}
 start_cluster_again() { as_pg "$bin/pg_ctl" -D "$work/db2/data" -l "$work/db2/server.log" -w -t 60 \
 	-o "-c wal_level=logical -c port=$p -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/db2 -c max_replication_slots=10 -c max_wal_senders=10" start >/dev/null; }
 start_cluster_again

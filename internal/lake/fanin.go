@@ -147,7 +147,7 @@ func faninSource(ctx context.Context, l *Lake, s FleetSource, wait time.Duration
 		}
 		var mine []Change
 		for _, ch := range changes {
-			if ch.SourceID == s.ID && ch.CommitLSN < at {
+			if ch.SourceID == s.ID && visibleAt(ch, at) {
 				mine = append(mine, ch)
 			}
 		}
@@ -166,6 +166,14 @@ func faninSource(ctx context.Context, l *Lake, s FleetSource, wait time.Duration
 		fs.Tables = append(fs.Tables, ft)
 	}
 	return fs, nil
+}
+
+// visibleAt reports whether change ch is visible in a source snapshot
+// taken at WAL insert position at: a transaction's commit record starts
+// before it; the initial snapshot's rows carry the slot's consistent
+// point, which may equal it (nothing written since).
+func visibleAt(ch Change, at uint64) bool {
+	return ch.CommitLSN < at || ch.Op == OpSnapshot && ch.CommitLSN <= at
 }
 
 // keyed re-keys source rows (read keyed by row number) by their key.
