@@ -298,7 +298,7 @@ var entries = []catEntry{
 	{"fanin.source-offline-at-epoch-close", FamilyFanIn, "fanin-fleet", "a source is offline when an epoch closes: complete_with_gaps naming it, complete again after it catches up", InvEpochHonest, recFanIn,
 		[]Fault{{Point: "fanin.epoch-close", Nth: 2, Action: actOffline, Arg: 40}}, Expect{}},
 	{"fanin.reconnect-duplicates", FamilyFanIn, "fanin-fleet", "a relay reconnects and republishes transactions already in its log: skipped by source and commit LSN", InvExactlyOnce, recFanIn,
-		[]Fault{{Point: "fanin.step", Nth: 30, Action: actOffline, Arg: 15}, {Point: "fanin.relay-reconnect", Nth: 1, Action: actDuplicate, Arg: 4}}, Expect{}},
+		[]Fault{{Point: "fanin.step", Nth: 80, Action: actOffline, Arg: 15}, {Point: "fanin.relay-reconnect", Nth: 1, Action: actDuplicate, Arg: 4}}, Expect{}},
 	{"fanin.crash-between-data-and-epoch", FamilyFanIn, "fanin-fleet", "the committer crashes after the data commits, before the epoch record and the cursors: no epoch ahead of the data, no duplicate after the restart", InvEpochHonest, recFanIn,
 		[]Fault{f("fanin.before-epoch-record", 2, actCrash)}, Expect{}},
 	{"fanin.crash-after-table-commit", FamilyFanIn, "fanin-fleet", "the committer crashes after a table commit, before the cursors: the re-read units are skipped by the table's marks", InvExactlyOnce, recFanIn,
