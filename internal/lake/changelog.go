@@ -3,7 +3,6 @@ package lake
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 )
@@ -193,6 +192,3 @@ func KeyOf(cols map[string]*string, keys []string) string {
 }
 
 func fmtLSN(v uint64) string { return fmt.Sprintf("%X/%X", uint32(v>>32), uint32(v)) }
-
-// quoteIdent quotes a PostgreSQL identifier.
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

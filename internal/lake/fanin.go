@@ -5,6 +5,7 @@ package lake
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -175,6 +176,9 @@ func faninSource(ctx context.Context, l *Lake, s FleetSource, wait time.Duration
 func visibleAt(ch Change, at uint64) bool {
 	return ch.CommitLSN < at || ch.Op == OpSnapshot && ch.CommitLSN <= at
 }
+
+// quoteIdent quotes a PostgreSQL identifier.
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // keyed re-keys source rows (read keyed by row number) by their key.
 func keyed(rows map[string]map[string]*string, keys, cols []string) map[string]map[string]*string {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/trellara/trellara/internal/config"
@@ -43,5 +44,22 @@ func TestSQLiteCatalogCommitsAccumulate(t *testing.T) {
 			t.Fatalf("after %d commits: %d rows", i+1, len(chs))
 		}
 		l.Close()
+	}
+}
+
+// TestCatalogErrorsHideThePassword: a catalog that cannot be reached is
+// named without its password.
+func TestCatalogErrorsHideThePassword(t *testing.T) {
+	sink := Sink{Catalog: Catalog{Kind: CatalogPostgres, Name: "t", URI: config.InlineRef("postgres://lake:s3cretpw@127.0.0.1:1/cat?connect_timeout=2")},
+		Warehouse: "file://" + t.TempDir(), Namespace: "ns"}
+	_, err := Open(context.Background(), sink)
+	if err == nil {
+		t.Fatal("no error from an unreachable catalog")
+	}
+	if strings.Contains(err.Error(), "s3cretpw") {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("the error does not name the catalog: %v", err)
 	}
 }
