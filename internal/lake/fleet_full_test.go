@@ -372,6 +372,17 @@ func TestFleetFanIn(t *testing.T) {
 	}
 	t.Logf("workload transactions per source: %v\n%s", w.n, out)
 
+	// The read-only views over the same fleet.
+	if out, errOut, code := e.cli("fleet", "report", "--format", "json"); code != 0 || !strings.Contains(out, `"db2"`) || !strings.Contains(out, `"units_behind"`) {
+		t.Fatalf("fleet report: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if out, errOut, code := e.cli("lake", "plan"); code != 0 || !strings.Contains(out, "db3") {
+		t.Fatalf("lake plan: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if out, errOut, code := e.cli("fleet", "scorecard", "--format", "json"); code > 1 || strings.Count(out, `"last_fanin_verify":"CONVERGED"`) != 3 {
+		t.Fatalf("fleet scorecard: exit %d\n%s\n%s", code, out, errOut)
+	}
+
 	checkNoDuplicates(t, l)
 	checkNoOverclaim(t, l)
 	checkAgainstSource(t, l, e)
