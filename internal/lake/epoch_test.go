@@ -2,6 +2,8 @@ package lake
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +161,33 @@ bogus: 1
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %s:\n%v", want, err)
 		}
+	}
+}
+
+func TestFleetRelativePathsFromTheFile(t *testing.T) {
+	dir := t.TempDir()
+	flow := `version: 2
+flow: a
+source: {id: a, database_url: "postgres://x@127.0.0.1:1/db", owns_slot: true, tables: [public.t]}
+transport: {local: {dir: data}}
+`
+	if err := os.WriteFile(filepath.Join(dir, "a.yml"), []byte(flow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fy := filepath.Join(dir, "fleet.yml")
+	body := "version: 1\nfleet: f\nsources:\n  - config: a.yml\nlake:\n  catalog: {kind: sql-sqlite, uri: lake/c.db}\n  warehouse: file://lake/wh\n"
+	if err := os.WriteFile(fy, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := LoadFleet(fy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := f.Lake.Catalog.URI.Resolve()
+	if sec.Reveal() != filepath.Join(dir, "lake/c.db") || f.Lake.Warehouse != "file://"+filepath.Join(dir, "lake/wh") {
+		t.Fatalf("catalog %q warehouse %q, want both under %s", sec.Reveal(), f.Lake.Warehouse, dir)
+	}
+	if got := f.SourceIDs(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("sources %v", got)
 	}
 }

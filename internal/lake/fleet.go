@@ -59,7 +59,10 @@ type FleetSource struct {
 // Sink is the lake: an Iceberg catalog, a warehouse and a namespace.
 type Sink struct {
 	Catalog   Catalog
-	Warehouse string // warehouse: file:///path (or s3://bucket/prefix: configured, not run here)
+	// Warehouse is warehouse: file:///path (a relative file:// path and a
+	// relative SQLite catalog path are taken from fleet.yml's directory),
+	// or s3://bucket/prefix: configured, not run here.
+	Warehouse string
 	Namespace string // namespace
 	// Properties are passed to iceberg-go as they are (S3 endpoint,
 	// region, REST credentials by reference are not supported: use the
@@ -326,6 +329,14 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 	d.validate(f)
 	if len(d.errs) > 0 {
 		return nil, &config.ValidationError{File: file, Errors: d.errs}
+	}
+	if file != "" && f.Lake.Catalog.Kind == CatalogSQLite && f.Lake.Catalog.URI.IsInline() {
+		// A relative SQLite catalog path is taken from fleet.yml's directory.
+		if sec, err := f.Lake.Catalog.URI.Resolve(); err == nil {
+			if p := strings.TrimPrefix(sec.Reveal(), "file:"); !filepath.IsAbs(p) {
+				f.Lake.Catalog.URI = config.InlineRef(filepath.Join(filepath.Dir(file), p))
+			}
+		}
 	}
 	if file != "" && strings.HasPrefix(f.Lake.Warehouse, "file://") {
 		// A relative file:// warehouse is taken from fleet.yml's directory.
