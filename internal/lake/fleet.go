@@ -58,7 +58,7 @@ type FleetSource struct {
 
 // Sink is the lake: an Iceberg catalog, a warehouse and a namespace.
 type Sink struct {
-	Catalog   Catalog
+	Catalog Catalog
 	// Warehouse is warehouse: file:///path (a relative file:// path and a
 	// relative SQLite catalog path are taken from fleet.yml's directory),
 	// or s3://bucket/prefix: configured, not run here.
