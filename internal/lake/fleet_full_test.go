@@ -379,7 +379,7 @@ func TestFleetFanIn(t *testing.T) {
 	if out, errOut, code := e.cli("lake", "plan"); code != 0 || !strings.Contains(out, "db3") {
 		t.Fatalf("lake plan: exit %d\n%s\n%s", code, out, errOut)
 	}
-	if out, errOut, code := e.cli("fleet", "scorecard", "--format", "json"); code > 1 || strings.Count(out, `"last_fanin_verify":"CONVERGED"`) != 3 {
+	if out, errOut, code := e.cli("fleet", "scorecard", "--format", "json"); code > 1 || strings.Count(out, `"last_fanin_verify": "CONVERGED"`) != 3 {
 		t.Fatalf("fleet scorecard: exit %d\n%s\n%s", code, out, errOut)
 	}
 
