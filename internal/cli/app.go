@@ -35,7 +35,7 @@ func App() *cli.App {
 			"commands not implemented yet (fleet, lake, semantics, schema, reseed) are hidden from this list;\n" +
 			"see docs/CLI.md.",
 		HideHelpCommand: true,
-		Commands: []*cli.Command{
+		Commands: append(append([]*cli.Command{
 			initCommand(),
 			checkCommand(),
 			preflightCommand(),
@@ -44,9 +44,7 @@ func App() *cli.App {
 			statusCommand(),
 			repairPlanCommand(),
 			configCommand(),
-			notImplemented("fleet", "many sources operated as one object: init, report, scorecard", true, configFlag(), formatFlag()),
-			notImplemented("lake", "Iceberg fan-in: plan, epoch, fanin verify", true, configFlag(), formatFlag()),
-
+		}, fleetLakeCommands()...), // fleet, lake, fanin: trellara-full only
 			chaosCommand(),
 			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
 			schemaCommand(),
@@ -56,7 +54,7 @@ func App() *cli.App {
 			pilotPackageCommand(),
 			qualifyCommand(),
 			devCommand(),
-		},
+		),
 		ExitErrHandler: func(*cli.Context, error) {}, // Main decides the exit code
 	}
 	return app

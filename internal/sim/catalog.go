@@ -127,6 +127,9 @@ var simulations = []*Simulation{
 		Workload: Workload{Txns: 30, Incompatible: []int{8, 20}, IncompatibleBig: true, BigEvery: 6, BigRows: 30}, ChunkBytesMax: 1 * kib},
 	{Name: "schema-retention", Title: "a lagging consumer past retention (expire on)",
 		Workload: base(60), SegmentBytesMax: 2 * kib, Retention: segmentlog.Retention{MaxBytes: 6 * kib, Expire: true}, LagApplier: 100},
+	// Fleet fan-in (a model over internal/lake's decision code).
+	{Name: "fanin-fleet", Title: "three sources fanned into one changelog, epochs every 12 steps",
+		FanIn: &FanIn{Sources: 3, Txns: 30, CloseEvery: 12}},
 	{Name: "schema-retention-hold", Title: "a lagging consumer holds its segments (expire off)",
 		Workload: base(60), SegmentBytesMax: 2 * kib, Retention: segmentlog.Retention{MaxBytes: 6 * kib}, LagApplier: 70},
 }
@@ -149,6 +152,12 @@ var (
 	recReseed   = "the consumer cannot continue without a gap: " + shell.Resnapshot(simConfig) + ", then `trellara verify --config trellara.yml`"
 	recRestore  = "restore the log directory from a replica or backup, or " + shell.Resnapshot(simConfig)
 	recSequence = "automatic: the applier stops with ErrSequence naming the log offsets and restarts from its cursor; if the transport keeps reordering, " + shell.Resnapshot(simConfig)
+)
+
+// Fan-in recoveries.
+var (
+	recFanIn       = "automatic: `trellara-full fleet run --config fleet.yml` restarts the committer, which re-reads from its cursors and skips what the changelog's marks hold; a source back online is included again at the next epoch"
+	recFanInReseed = "the source needs a reseed (a new slot and a re-snapshot of its flow: " + shell.Resnapshot(simConfig) + "); until then every epoch reads complete_with_gaps naming it"
 )
 
 type catEntry struct {
@@ -317,6 +326,18 @@ var entries = []catEntry{
 		nil, Expect{Stop: "past-retention"}},
 	{"schema.retention-holds-lagging-consumer", FamilySchema, "schema-retention-hold", "without expiry, retention keeps what a lagging consumer needs", InvNoLoss, recAuto,
 		nil, Expect{}},
+
+	// fleet fan-in
+	{"fanin.source-offline-at-epoch-close", FamilyFanIn, "fanin-fleet", "a source is offline when an epoch closes: complete_with_gaps naming it, complete again after it catches up", InvEpochHonest, recFanIn,
+		[]Fault{{Point: "fanin.epoch-close", Nth: 2, Action: actOffline, Arg: 40}}, Expect{}},
+	{"fanin.reconnect-duplicates", FamilyFanIn, "fanin-fleet", "a relay reconnects and republishes transactions already in its log: skipped by source and commit LSN", InvExactlyOnce, recFanIn,
+		[]Fault{{Point: "fanin.step", Nth: 80, Action: actOffline, Arg: 15}, {Point: "fanin.relay-reconnect", Nth: 1, Action: actDuplicate, Arg: 4}}, Expect{}},
+	{"fanin.crash-between-data-and-epoch", FamilyFanIn, "fanin-fleet", "the committer crashes after the data commits, before the epoch record and the cursors: no epoch ahead of the data, no duplicate after the restart", InvEpochHonest, recFanIn,
+		[]Fault{f("fanin.before-epoch-record", 2, actCrash)}, Expect{}},
+	{"fanin.crash-after-table-commit", FamilyFanIn, "fanin-fleet", "the committer crashes after a table commit, before the cursors: the re-read units are skipped by the table's marks", InvExactlyOnce, recFanIn,
+		[]Fault{f("fanin.after-table-commit", 5, actCrash)}, Expect{}},
+	{"fanin.source-past-retention", FamilyFanIn, "fanin-fleet", "a source's log expires past the committer's cursor: every later epoch shows it past retention (reseed), never complete", InvEpochHonest, recFanInReseed,
+		[]Fault{{Point: "fanin.step", Nth: 40, Action: actExpire}}, Expect{Stop: "past-retention"}},
 }
 
 // Catalogue returns every scenario, in catalogue order, and the simulations

@@ -133,6 +133,9 @@ type applierProc struct {
 
 // Run runs one scenario of sim.
 func Run(sc *Scenario, sim *Simulation, opts Options) (res *Result) {
+	if sim.FanIn != nil {
+		return runFanIn(sc, sim, opts)
+	}
 	h := &harness{sc: sc, sim: sim, opts: opts, ctx: context.Background(),
 		rng:      rand.New(rand.NewPCG(sc.Seed, 0x5c4ed01e)),
 		frng:     rand.New(rand.NewPCG(sc.Seed, 0xfa017)),

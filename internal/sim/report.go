@@ -253,7 +253,7 @@ func BuildReport(results []*Result, sims map[string]*Simulation, bounds string) 
 			rep.Families = append(rep.Families, *f)
 		}
 	}
-	for _, inv := range []string{InvNoLoss, InvExactlyOnce, InvAtomic, InvAckDurable, InvQuarantine, InvSchemaPinned} {
+	for _, inv := range []string{InvNoLoss, InvExactlyOnce, InvAtomic, InvAckDurable, InvQuarantine, InvSchemaPinned, InvEpochHonest} {
 		rep.Invariants = append(rep.Invariants, InvRow{ID: inv, Text: InvariantText[inv]})
 	}
 	for _, name := range SimulationNames() {

@@ -33,6 +33,9 @@ type Simulation struct {
 	// feed holds each unit at the manifest barrier until its chunks are
 	// readable.
 	Partitions int
+	// FanIn, when set, makes this a fleet fan-in simulation (fanin.go):
+	// sources, logs and the lake committer instead of one flow.
+	FanIn *FanIn
 }
 
 // Fault is one injected failure: Action happens the Nth time (1-based) the
@@ -113,7 +116,7 @@ const (
 )
 
 // Families lists them in report order.
-var Families = []string{FamilyRelay, FamilyApplier, FamilyStorage, FamilyTransport, FamilyKafka, FamilySchema}
+var Families = []string{FamilyRelay, FamilyApplier, FamilyStorage, FamilyTransport, FamilyKafka, FamilySchema, FamilyFanIn}
 
 // Invariants checked after every scenario (the half-applied one after
 // every target commit, the slot one after every acknowledgement).
@@ -136,6 +139,7 @@ var InvariantText = map[string]string{
 	InvAckDurable:   "the slot's confirmed LSN never passes a transaction that is not durable in the log (checked at every acknowledgement)",
 	InvQuarantine:   "the quarantined transactions are exactly the incompatible ones",
 	InvSchemaPinned: "no row is assembled under a relation shape that differs from the pinned one",
+	InvEpochHonest:  "a lake epoch is complete only when every source is included, and never claims a source through a position whose rows the changelog does not hold yet",
 }
 
 // Mutations deliberately remove protections, for the mutation tests that
