@@ -6,16 +6,16 @@ import (
 )
 
 // --version claims what the build carries and nothing else: the default
-// edition no Kafka transport, the full edition the Kafka transport.
+// edition no Kafka transport and no lake, the full edition both.
 func TestVersionClaimsWhatTheBuildCarries(t *testing.T) {
 	s := String()
 	switch Edition {
 	case "default":
-		if strings.Contains(s, "Kafka") || !strings.HasSuffix(s, "default edition)") {
+		if strings.Contains(s, "Kafka") || strings.Contains(s, "Iceberg") || !strings.HasSuffix(s, "default edition)") {
 			t.Fatalf("default --version = %q", s)
 		}
 	case "full":
-		if !strings.Contains(s, "full edition: Kafka transport (strict and partitioned modes)") {
+		if !strings.Contains(s, "full edition: Kafka transport (strict and partitioned modes)") || !strings.Contains(s, "Iceberg lake") {
 			t.Fatalf("full --version = %q", s)
 		}
 	default:
