@@ -175,14 +175,15 @@ func runLocalMemory(b testing.TB, bin string, rows int) memRun {
 }
 
 // TestRunLocalMemoryHarness runs the memory harness once at a small size
-// (a smoke of the measurement path: flow, child process, /proc reading);
-// it asserts the applied rows and that a peak was read, never a size.
+// (a smoke of the measurement path: flow, chunked transaction, child
+// process, /proc reading); it asserts the applied rows and that a peak
+// was read, never a size.
 func TestRunLocalMemoryHarness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two PostgreSQL servers and builds the CLI")
 	}
 	pgtest.Require(t)
-	r := runLocalMemory(t, trellaraBin(t), 20_000)
+	r := runLocalMemory(t, trellaraBin(t), 100_000) // more than one 4 MiB chunk
 	if r.peakKiB <= 0 {
 		t.Fatalf("no VmHWM read for the run --local child\n%s", r.out)
 	}
