@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/trellara/trellara/internal/buildinfo.Version=$(VE
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo demo-kafka demo-lake bench bench-e2e fuzz fuzz-short clean
+.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo demo-kafka demo-lake bench bench-e2e bench-mem fuzz fuzz-short clean
 
 all: build
 
@@ -85,6 +85,11 @@ demo-lake: build
 # catch-up and steady-rate latency), ABBA; sizes in scripts/bench-e2e.sh.
 bench-e2e: build
 	./scripts/bench-e2e.sh
+
+# bench-mem: peak RSS of run --local for one large transaction (1.5M and
+# 4.5M rows by default; sizes in scripts/bench-mem.sh).
+bench-mem: build
+	./scripts/bench-mem.sh
 
 fuzz:
 	$(GO) test ./envelope -run='^$$' -fuzz=FuzzDecode -fuzztime=60s

@@ -453,16 +453,24 @@ type item struct {
 }
 
 // reader moves units from the Source into a bounded queue so that a batch
-// can take what is already available without blocking.
+// can take what is already available without blocking. The queue is
+// bounded twice: by MaxBatchTxns units (the channel) and by MaxBatchBytes
+// of envelope bytes (queued), so read-ahead memory does not grow with the
+// size of the transactions waiting in the transport. One unit larger than
+// the byte bound is still queued, alone.
 type reader struct {
 	cfg  Config
 	ch   chan item
 	held *item // taken from ch but belonging to the next batch
 	done chan struct{}
+
+	mu     sync.Mutex
+	queued int           // envelope bytes of the units in ch
+	space  chan struct{} // signalled when units leave ch
 }
 
 func (a *Applier) startReader(ctx context.Context, src Source) *reader {
-	r := &reader{cfg: a.cfg, ch: make(chan item, a.cfg.MaxBatchTxns), done: make(chan struct{})}
+	r := &reader{cfg: a.cfg, ch: make(chan item, a.cfg.MaxBatchTxns), done: make(chan struct{}), space: make(chan struct{}, 1)}
 	go func() {
 		defer close(r.done)
 		for {
@@ -480,6 +488,9 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 			if it.err == nil && it.u.kind() == pb.UnitKind_UNIT_KIND_CHUNK {
 				wait = make(chan struct{})
 				it.u.done = wait
+			}
+			if !r.reserve(ctx, it) {
+				return
 			}
 			select {
 			case r.ch <- it:
@@ -503,6 +514,46 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 	return r
 }
 
+// itemBytes is what an item counts against the read-ahead byte bound.
+func itemBytes(it item) int {
+	if it.u == nil {
+		return 0
+	}
+	return len(it.u.payload)
+}
+
+// reserve waits until it fits the read-ahead byte bound (or the queue is
+// empty) and counts it as queued; false when ctx is done.
+func (r *reader) reserve(ctx context.Context, it item) bool {
+	n := itemBytes(it)
+	for {
+		r.mu.Lock()
+		if r.queued == 0 || r.queued+n <= r.cfg.MaxBatchBytes {
+			r.queued += n
+			r.mu.Unlock()
+			return true
+		}
+		r.mu.Unlock()
+		select {
+		case <-r.space:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// taken uncounts an item received from ch and wakes a waiting reserve.
+func (r *reader) taken(it item) item {
+	r.mu.Lock()
+	r.queued -= itemBytes(it)
+	r.mu.Unlock()
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+	return it
+}
+
 func (r *reader) one(ctx context.Context) item {
 	if r.held != nil {
 		it := *r.held
@@ -511,7 +562,7 @@ func (r *reader) one(ctx context.Context) item {
 	}
 	select {
 	case it := <-r.ch:
-		return it
+		return r.taken(it)
 	case <-ctx.Done():
 		return item{err: fmt.Errorf("apply: flow %q stopped: %w", r.cfg.Flow, ctx.Err())}
 	}
@@ -525,7 +576,7 @@ func (r *reader) ready() (item, bool) {
 	}
 	select {
 	case it := <-r.ch:
-		return it, true
+		return r.taken(it), true
 	default:
 		return item{}, false
 	}
@@ -543,6 +594,7 @@ func (r *reader) wait(ctx context.Context, d time.Duration) bool {
 	defer t.Stop()
 	select {
 	case it := <-r.ch:
+		r.taken(it)
 		r.held = &it
 		return true
 	case <-t.C:

@@ -23,7 +23,9 @@ import (
 //	             then the transport cursor at chunk n-1's offset
 //
 // Only one chunk is in memory: the reader does not fetch the next entry
-// until the current chunk's statements have been sent (unit.release). A
+// until the current chunk's statements have been sent (unit.release), and
+// the sequence keeps only the headers of the chunks it applied
+// (chunkHead). A
 // reader of the target sees all of the transaction or none of it, and the
 // checkpoint and cursor move only after the final chunk commits.
 //
@@ -122,6 +124,13 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 			}
 		}
 		u.release()
+		// Keep only the headers of what was applied: the rows of chunk 0
+		// (first, kept for the checks and errors) and of this chunk are
+		// garbage before the reader decodes the next one.
+		if u == first {
+			first = chunkHead(first)
+		}
+		u = chunkHead(u)
 		it := f.one(ctx)
 		if it.err != nil {
 			return nil, it.err
@@ -163,6 +172,15 @@ func (a *Applier) applyChunks(ctx context.Context, f feed, first *unit, cur Curs
 	}
 	u.release()
 	return nil, err
+}
+
+// chunkHead is the part of an applied chunk a sequence keeps: its offset
+// and the envelope's header (xid, LSNs, commit time, boundary), without
+// rows, relations or payload.
+func chunkHead(u *unit) *unit {
+	e := u.env
+	return &unit{offset: u.offset, env: &pb.Envelope{SourceId: e.SourceId, Xid: e.Xid, CommitLsn: e.CommitLsn, EndLsn: e.EndLsn,
+		CommitTimeUnixMicros: e.CommitTimeUnixMicros, Boundary: e.Boundary}}
 }
 
 // quarantineChunk records the transaction of a refused chunk: the failing

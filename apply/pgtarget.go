@@ -567,6 +567,8 @@ func (x *pgTx) Flush(ctx context.Context) error {
 	}
 	err := x.runBatch(ctx)
 	x.b = pgx.Batch{}
+	// Reused, but not holding on to the rows just sent.
+	clear(x.metas)
 	x.metas = x.metas[:0]
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -261,5 +262,66 @@ func TestBatching(t *testing.T) {
 	want := "t:1+t:2+t:3+t:4 t:5+t:6 t:7 t:8 t:9 t:10 s:1 t:1"
 	if got != want {
 		t.Errorf("batches %s, want %s", got, want)
+	}
+}
+
+// TestReadAheadBytes: the reader's queue holds at most MaxBatchBytes of
+// envelope bytes, however many units MaxBatchTxns would allow, so a
+// backlog of large transactions is not read into memory ahead of the
+// applier.
+func TestReadAheadBytes(t *testing.T) {
+	r := relation("public", "t", 'd', "id*", "v")
+	var payloads [][]byte
+	for i := 1; i <= 40; i++ {
+		payloads = append(payloads, newTxn(uint64(i*10)).insert(r, tv(fmt.Sprint(i)), tv(strings.Repeat("x", 4096))).encode(t))
+	}
+	const budget = 5 * 4096 // room for four of these units, not five
+	a, err := New(nil, Config{Flow: "f", SourceID: testSource, MaxBatchTxns: 1000, MaxBatchBytes: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test takes units only after counting them as consumed, so
+	// fetched-but-not-consumed is never undercounted.
+	var mu sync.Mutex
+	consumed := 0
+	var violations []string
+	fetched := make(chan int, len(payloads))
+	src := &hookSource{memSource: memSource{payloads: payloads, block: true}, before: func(i int) error {
+		mu.Lock()
+		queued := 0
+		for _, p := range payloads[min(consumed, i):i] {
+			queued += len(p)
+		}
+		if queued > budget {
+			violations = append(violations, fmt.Sprintf("fetching entry %d with entries %d..%d (%d bytes) not yet taken", i, consumed, i-1, queued))
+		}
+		mu.Unlock()
+		fetched <- i
+		return nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rd := a.startReader(ctx, src)
+	// Nothing taken yet: the reader fetches entries 0..4 (the fifth does
+	// not fit and waits); without the byte bound it runs on at once.
+	for i := 0; i <= 4; i++ {
+		<-fetched
+	}
+	for n := range payloads {
+		mu.Lock()
+		consumed = n + 1
+		mu.Unlock()
+		it := rd.one(ctx)
+		if it.err != nil {
+			t.Fatal(it.err)
+		}
+		if it.u.offset != uint64(n) {
+			t.Fatalf("took offset %d, want %d", it.u.offset, n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(violations) > 0 {
+		t.Fatalf("read-ahead passed MaxBatchBytes (%d): %s", budget, strings.Join(violations, "; "))
 	}
 }

@@ -630,7 +630,7 @@ func latencies(b *testing.B, c *pgtest.Cluster, phase string) []float64 {
 
 // trellaraBin is the CLI the end-to-end benchmarks run: TRELLARA_BIN (make
 // bench-e2e passes the built bin/trellara) or a fresh build.
-func trellaraBin(b *testing.B) string {
+func trellaraBin(b testing.TB) string {
 	if v := os.Getenv("TRELLARA_BIN"); v != "" {
 		if _, err := os.Stat(v); err != nil {
 			b.Fatalf("TRELLARA_BIN=%s: %v (run make build)", v, err)

@@ -107,6 +107,7 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 	if len(f.Sinks()) == 0 {
 		return nil, fmt.Errorf("flow %s has no target: run --local applies to a target", f.Cfg.Flow)
 	}
+	defer f.setMemoryLimit()()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	report := func(p Progress) {

@@ -316,6 +316,7 @@ func (a *applierRun) get() (apply.Checkpoint, bool) {
 func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetrics, stopped *stopPositions) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer f.setMemoryLimit()()
 	var wg sync.WaitGroup
 	errc := make(chan error, 4+2*len(f.Sinks()))
 

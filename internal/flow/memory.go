@@ -1,0 +1,57 @@
+package flow
+
+import (
+	"log/slog"
+	"os"
+	"runtime/debug"
+)
+
+// The Go runtime's soft memory limit (runtime/debug.SetMemoryLimit) for a
+// process running a flow, derived from the flow's bounds. Without it the
+// collector lets the heap reach twice its live size (GOGC=100), so the
+// peak resident memory of a large transaction was about double what the
+// relay and the appliers actually hold.
+//
+// What a flow holds, and so the limit (at the defaults, 256 MiB for one
+// sink):
+//
+//	relay     source.memory_bytes_max of row data before it spills; its
+//	          in-memory form is larger than the counted bytes: 2×
+//	chunks    one chunk being published and one being applied, with the
+//	          runtime's own needs: memoryLimitBase (128 MiB)
+//	sinks     each further sink's applier: memoryLimitPerSink (64 MiB)
+//
+// GOMEMLIMIT in the environment takes precedence (the operator's choice).
+const (
+	memoryLimitBase    = 128 << 20
+	memoryLimitPerSink = 64 << 20
+)
+
+// MemoryLimit is the soft memory limit a process running this flow sets.
+func (f *Flow) MemoryLimit() int64 {
+	extra := max(len(f.Sinks())-1, 0)
+	return memoryLimitBase + 2*int64(f.Cfg.Source.MemoryBytesMax) + int64(extra)*memoryLimitPerSink
+}
+
+// setMemoryLimit sets MemoryLimit for the duration of a run, unless
+// GOMEMLIMIT is set, and returns the function that restores the previous
+// limit.
+func (f *Flow) setMemoryLimit() (restore func()) {
+	log := f.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if os.Getenv("GOMEMLIMIT") != "" {
+		log.Debug("memory limit from GOMEMLIMIT", "flow", f.Cfg.Flow, "gomemlimit", os.Getenv("GOMEMLIMIT"))
+		return func() {}
+	}
+	lim := f.MemoryLimit()
+	prev := debug.SetMemoryLimit(lim)
+	log.Debug("memory limit", "flow", f.Cfg.Flow, "bytes", lim)
+	return func() {
+		// Only undo our own setting: a limit changed since is not ours.
+		if debug.SetMemoryLimit(-1) == lim {
+			debug.SetMemoryLimit(prev)
+		}
+	}
+}
