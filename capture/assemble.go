@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -37,9 +38,10 @@ type ShapePins interface {
 // AssemblerOptions bound and identify assembly.
 type AssemblerOptions struct {
 	SourceID string
-	// MemoryBytesMax bounds the row data held in memory across all open
-	// transactions; beyond it the transaction being appended to spills to a
-	// file in SpillDir.
+	// MemoryBytesMax bounds the memory the decoded rows of all open
+	// transactions hold (rowHeapBytes: the protobuf structs with their
+	// values, not their smaller encoded size); beyond it the transaction
+	// being appended to spills to a file in SpillDir.
 	MemoryBytesMax int64
 	// ChunkBytesMax is the largest row payload one envelope carries; a
 	// larger transaction is published as CHUNK units that a reader applies
@@ -567,8 +569,10 @@ func (a *Assembler) add(t *txnBuf, subxid uint32, st *relState, row *pb.Row) err
 		return t.writeSpill(subxid, row)
 	}
 	t.rows = append(t.rows, change{subxid: subxid, row: row})
+	heap := rowHeapBytes(row)
 	t.memBytes += size
-	a.memUsed += size
+	t.heapBytes += heap
+	a.memUsed += heap
 	if a.memUsed > a.stats.MemoryPeak {
 		a.stats.MemoryPeak = a.memUsed
 	}
@@ -754,7 +758,8 @@ type txnBuf struct {
 	rels       []*relState
 	relIdx     map[*relState]uint32
 	rows       []change
-	memBytes   int64
+	memBytes   int64 // the rows' encoded size: it decides whole or CHUNK units
+	heapBytes  int64 // what they hold in memory (rowHeapBytes): the memory bound
 	aborted    map[uint32]bool
 	// drift is the blocked change the transaction ran into; barriers are
 	// the relations whose compatible change it carries.
@@ -802,8 +807,8 @@ func (t *txnBuf) startSpill(a *Assembler) error {
 			return err
 		}
 	}
-	a.memUsed -= t.memBytes
-	t.rows, t.memBytes = nil, 0
+	a.memUsed -= t.heapBytes
+	t.rows, t.memBytes, t.heapBytes = nil, 0, 0
 	return nil
 }
 
@@ -873,8 +878,8 @@ func (t *txnBuf) each(fn func(change) error) error {
 }
 
 func (t *txnBuf) discard(a *Assembler) {
-	a.memUsed -= t.memBytes
-	t.rows, t.memBytes = nil, 0
+	a.memUsed -= t.heapBytes
+	t.rows, t.memBytes, t.heapBytes = nil, 0, 0
 	if t.spill != nil {
 		_ = t.spill.Close()
 		t.spill = nil
@@ -886,4 +891,26 @@ func (t *txnBuf) discard(a *Assembler) {
 // form, which parses back to the same table.
 func RelationName(rel *pb.Relation) string {
 	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
+}
+
+// Sizes of the structs a decoded row is made of, on this platform.
+var (
+	rowStructBytes   = int64(unsafe.Sizeof(pb.Row{}))
+	valueStructBytes = int64(unsafe.Sizeof(pb.Value{}))
+	pointerBytes     = int64(unsafe.Sizeof(uintptr(0)))
+)
+
+// rowHeapBytes is what a decoded row holds in memory: the Row, each Value
+// with its pointer and its data, and the message fields. Its encoded size
+// (proto.Size) is a third to a sixth of this for rows of short values, and
+// bounding memory by it let the relay hold several times MemoryBytesMax.
+func rowHeapBytes(r *pb.Row) int64 {
+	n := rowStructBytes + int64(len(r.MessagePrefix)+cap(r.MessageContent))
+	for _, vs := range [][]*pb.Value{r.NewTuple, r.OldTuple} {
+		n += pointerBytes * int64(cap(vs))
+		for _, v := range vs {
+			n += valueStructBytes + int64(cap(v.Data))
+		}
+	}
+	return n
 }

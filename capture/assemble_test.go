@@ -3,8 +3,11 @@ package capture
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
@@ -306,4 +309,36 @@ func TestBarrierPinMovesAfterPublish(t *testing.T) {
 	a = NewAssembler(opts, c.emit)
 	txn(a, 0x70, "4")
 	barrier("after the pin moved", false)
+}
+
+// The memory bound counts what decoded rows really hold: rowHeapBytes is
+// within a third of the heap the rows take (measured), where their encoded
+// size is several times smaller.
+func TestRowHeapBytesMatchesTheHeap(t *testing.T) {
+	const n = 20000
+	mk := func(i int) *pb.Row {
+		r := &pb.Row{Op: pb.Op_OP_INSERT}
+		for _, s := range []string{fmt.Sprint(i), "status-new", fmt.Sprint(i * 7), "2026-12-01 10:00:00+00"} {
+			r.NewTuple = append(r.NewTuple, &pb.Value{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte(s)})
+		}
+		return r
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	rows := make([]*pb.Row, n)
+	var estimate, encoded int64
+	for i := range rows {
+		rows[i] = mk(i)
+		estimate += rowHeapBytes(rows[i])
+		encoded += int64(proto.Size(rows[i]))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc) - int64(8*n) // minus the slice of pointers
+	runtime.KeepAlive(rows)
+	if ratio := float64(estimate) / float64(heap); ratio < 0.67 || ratio > 1.5 {
+		t.Errorf("rowHeapBytes estimates %d bytes for rows holding %d (ratio %.2f); encoded size %d", estimate, heap, ratio, encoded)
+	}
+	t.Logf("%d rows: heap %d bytes, estimate %d, encoded %d", n, heap, estimate, encoded)
 }
