@@ -22,8 +22,25 @@ import (
 // processes chaos live starts (no separate build).
 const asTrellara = "TRELLARA_CHAOSLIVE_TEST_AS_CLI"
 
+// leakingBuild makes the CLI this test binary plays a deliberately leaking
+// build: it retains 4 MiB more every second, which a soak must flag.
+const leakingBuild = "TRELLARA_CHAOSLIVE_TEST_LEAK"
+
+var leaked [][]byte
+
 func TestMain(m *testing.M) {
 	if os.Getenv(asTrellara) == "1" {
+		if os.Getenv(leakingBuild) == "1" {
+			go func() {
+				for range time.Tick(250 * time.Millisecond) {
+					b := make([]byte, 1<<20)
+					for i := range b {
+						b[i] = byte(i) // touched: resident, not just reserved
+					}
+					leaked = append(leaked, b)
+				}
+			}()
+		}
 		os.Exit(cli.Main(append([]string{"trellara"}, os.Args[1:]...), os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -196,5 +213,49 @@ target:
 	_, err := chaoslive.Run(context.Background(), chaoslive.Options{ConfigPath: cfg, Duration: time.Second, Binary: "/bin/false"})
 	if err == nil || !strings.Contains(err.Error(), chaoslive.ErrProduction.Error()) {
 		t.Fatalf("err = %v, want %v", err, chaoslive.ErrProduction)
+	}
+}
+
+// The soak flags a deliberately leaking build of the flow's own processes
+// (this test binary with leakingBuild set: 4 MiB retained per second), and
+// a leak fails the soak.
+func TestSoakFlagsALeakingBuild(t *testing.T) {
+	pgtest.Require(t)
+	if testing.Short() {
+		t.Skip("a soak starts real servers and processes for about 40 seconds")
+	}
+	src := pgtest.Start(t, pgtest.Options{})
+	dst := pgtest.Start(t, pgtest.Options{})
+	cfg := flowConfig(t, src, dst, t.TempDir())
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := chaoslive.Run(context.Background(), chaoslive.Options{
+		ConfigPath:  cfg,
+		Duration:    40 * time.Second,
+		Kinds:       []string{chaoslive.KindNetwork}, // no process restarts: the leak only grows
+		Seed:        3,
+		Binary:      exe,
+		Env:         []string{asTrellara + "=1", leakingBuild + "=1"},
+		WorkDir:     t.TempDir(),
+		GapMin:      15 * time.Second,
+		GapMax:      20 * time.Second,
+		SampleEvery: time.Second,
+		Rate:        20,
+		LeakCheck:   true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	chaoslive.WriteText(&text, rep)
+	t.Log("\n" + text.String())
+	flagged := false
+	for _, l := range rep.Leaks {
+		flagged = flagged || (strings.HasSuffix(l.Series, ".rss_bytes") && l.Leak)
+	}
+	if !flagged || rep.Verdict != "FAIL" {
+		t.Fatalf("a build leaking 4 MiB/s: verdict %s (%s), rss flagged %v", rep.Verdict, rep.VerdictReason, flagged)
 	}
 }
