@@ -150,11 +150,11 @@ func BenchmarkRunLocalMemory(b *testing.B) {
 // runLocalMemory measures one transaction of rows rows on fresh clusters.
 func runLocalMemory(b testing.TB, bin string, rows int) memRun {
 	// The source must keep the transaction's WAL until the slot consumes
-	// it, so no checkpoint may recycle it mid-run. wal_sender_timeout is
-	// raised because the relay sends no standby status while it emits a
-	// large transaction's chunks: at 15M rows on a loaded machine that
-	// took longer than the default minute and the walsender hung up.
-	src := pgtest.Start(b, pgtest.Options{Settings: map[string]string{"max_wal_size": "32GB", "wal_sender_timeout": "30min"}})
+	// it, so no checkpoint may recycle it mid-run. wal_sender_timeout stays
+	// at its default minute: the relay keeps the walsender alive while it
+	// publishes one large transaction (relay
+	// TestRelayStaysAliveWhilePublishingALargeTransaction).
+	src := pgtest.Start(b, pgtest.Options{Settings: map[string]string{"max_wal_size": "32GB"}})
 	defer src.Stop()
 	tgt := pgtest.Start(b, pgtest.Options{Settings: map[string]string{"max_wal_size": "32GB"}})
 	defer tgt.Stop()
