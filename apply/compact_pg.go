@@ -96,11 +96,25 @@ func (x *pgTx) applyDeferred(ctx context.Context) error {
 		}
 		if b, ok := compact(envs); ok {
 			x.folded += len(units)
-			return x.queueNet(ctx, b)
+			if err := x.queueNet(ctx, b); err != nil {
+				return err
+			}
+			return x.reseedPasses(ctx, units)
 		}
 	}
 	for _, u := range units {
 		if _, _, err := x.applyRows(ctx, u.ui, u.env); err != nil {
+			return err
+		}
+	}
+	return x.reseedPasses(ctx, units)
+}
+
+// reseedPasses runs the reseed bookkeeping for units, in order, after
+// their rows were queued.
+func (x *pgTx) reseedPasses(ctx context.Context, units []deferredUnit) error {
+	for _, u := range units {
+		if err := x.reseedPass(ctx, u.ui, u.env); err != nil {
 			return err
 		}
 	}

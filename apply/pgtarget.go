@@ -39,6 +39,10 @@ type pgTarget struct {
 	// Folding counters (Stats.FoldedTxns, FoldsRefused), read by Stats
 	// while Run writes them.
 	foldedTxns, foldsRefused atomic.Int64
+
+	// reseeds are the active reseeds of the flow on this target, as of
+	// the last commit (reseed.go).
+	reseeds reseedSet
 }
 
 var _ Target = (*pgTarget)(nil)
@@ -85,6 +89,10 @@ func (t *pgTarget) Start(ctx context.Context) (State, error) {
 	}
 	st, err := t.load(ctx)
 	if err != nil {
+		t.Stop(ctx)
+		return State{}, err
+	}
+	if t.reseeds, err = t.loadReseeds(ctx); err != nil {
 		t.Stop(ctx)
 		return State{}, err
 	}
@@ -207,7 +215,7 @@ func (t *pgTarget) Begin(ctx context.Context) (TargetTx, error) {
 			return nil, err
 		}
 	}
-	x := &pgTx{t: t, tx: tx}
+	x := &pgTx{t: t, tx: tx, rs: t.reseeds}
 	if t.cfg.SynchronousCommit == SyncCommitOff {
 		// Sent with the transaction's first round trip.
 		if err := x.queue(ctx, stmtMeta{unit: -1}, sqlAsyncCommit); err != nil {
@@ -289,6 +297,10 @@ type pgTx struct {
 	deferred []deferredUnit
 	// folded counts the units written folded, for Stats at commit.
 	folded int
+	// rs are the active reseeds as of this transaction (reseed.go);
+	// rsOwned once the transaction changed its own copy.
+	rs      reseedSet
+	rsOwned bool
 }
 
 // stmtMeta describes one queued statement, to attribute its result.
@@ -330,7 +342,11 @@ func (x *pgTx) Apply(ctx context.Context, ui int, env *pb.Envelope) (int, int, e
 	if err := x.applyDeferred(ctx); err != nil {
 		return 0, 0, err
 	}
-	return x.applyRows(ctx, ui, env)
+	rows, msgs, err := x.applyRows(ctx, ui, env)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rows, msgs, x.reseedPass(ctx, ui, env)
 }
 
 // applyBarrier runs the target DDL of a DDL barrier unit in this
@@ -369,11 +385,19 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 	}
 	// Statements prepared before the change have the old column types as
 	// parameter types: prepare again.
+	return t.resetPrepared(ctx)
+}
+
+// resetPrepared forgets every prepared statement and plan after the
+// target's tables changed under them (a DDL barrier, a reseed handoff)
+// and prepares the state statements again.
+func (t *pgTarget) resetPrepared(ctx context.Context) error {
 	if err := t.conn.DeallocateAll(ctx); err != nil {
 		return err
 	}
 	clear(t.prepared)
 	clear(t.plans)
+	clear(t.types)
 	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
 		if err := t.prepare(ctx, q); err != nil {
 			return err
@@ -530,6 +554,9 @@ func (x *pgTx) Commit(ctx context.Context) (time.Time, error) {
 		return time.Time{}, x.t.refusal(ctx, -1, "", err)
 	}
 	x.t.foldedTxns.Add(int64(x.folded))
+	if x.rsOwned {
+		x.t.reseeds = x.rs
+	}
 	if x.at != nil {
 		return *x.at, nil
 	}

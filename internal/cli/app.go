@@ -32,7 +32,7 @@ func App() *cli.App {
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
 			"Evidence tooling (chaos, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
-			"commands not implemented yet (fleet, lake, semantics, schema, reseed) are hidden from this list;\n" +
+			"schema tooling (schema, reseed) and commands not implemented yet (fleet, lake, semantics) are hidden from this list;\n" +
 			"see docs/CLI.md.",
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
@@ -50,7 +50,7 @@ func App() *cli.App {
 			chaosCommand(),
 			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
 			schemaCommand(),
-			notImplemented("reseed", "re-snapshot a consumer past retention with a visibility boundary", true, configFlag(), formatFlag()),
+			reseedCommand(),
 			streamCommand(),
 			pilotScorecardCommand(),
 			pilotPackageCommand(),

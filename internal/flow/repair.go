@@ -112,6 +112,11 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 		p.Notes = append(p.Notes, "could not read the pending schema changes: "+err.Error())
 	}
 	p.Steps = append(append([]RepairStep{}, schemaSteps...), p.Steps...)
+	reseedSteps, err := f.reseedRepairSteps(ctx)
+	if err != nil {
+		p.Notes = append(p.Notes, "could not read the reseeds in progress: "+err.Error())
+	}
+	p.Steps = append(p.Steps, reseedSteps...)
 	st, err := f.Status(ctx, "report")
 	for _, ss := range st.sinksOrNone(err) {
 		lv := ss.LastVerify
