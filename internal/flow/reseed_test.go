@@ -77,9 +77,10 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 		observations atomic.Int64
 		violation    atomic.Value
 		deleted      atomic.Int64
+		copying      atomic.Int64 // the last key merged: the next chunk starts after it
 		werr         atomic.Value
 	)
-	const deletesMax = 200
+	const deletesMax, chunkRows = 200, 40
 	// The workload runs through the whole copy and stops at the handoff,
 	// so the verify that ends the reseed compares quiet tables (a verify
 	// under a write workload on the same rows may need more re-checks
@@ -96,10 +97,13 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 			var n int
 			_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = 'reseeds'`).Scan(&n)
 			if n == 1 {
-				_ = conn.QueryRow(context.Background(), `SELECT count(*) FROM trellara.reseeds WHERE status <> 'copying'`).Scan(&n)
+				var at int64
+				_ = conn.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE status <> 'copying'),
+					coalesce(max(resume_key[1]::int), 0) FROM trellara.reseeds`).Scan(&n, &at)
 				if n > 0 {
 					return
 				}
+				copying.Store(at)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -113,12 +117,18 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 		next := rows + 1
 		for wctx.Err() == nil {
 			var err error
+			// Half the writes go to the chunk being copied: the rows a
+			// chunk read and the stream change together.
+			id := 1 + rng.Intn(2899)
+			if at := copying.Load(); rng.Intn(2) == 0 && at+chunkRows < 2900 {
+				id = int(at) + 1 + rng.Intn(chunkRows)
+			}
 			switch op := rng.Intn(10); {
 			case op < 6:
-				_, err = conn.Exec(context.Background(), `UPDATE items SET v = v + 1, note = 'u' || v WHERE id = $1`, 1+rng.Intn(2899))
+				_, err = conn.Exec(context.Background(), `UPDATE items SET v = v + 1, note = 'u' || v WHERE id = $1`, id)
 			case op < 8 && deleted.Load() < deletesMax:
 				var tag int64
-				ct, e := conn.Exec(context.Background(), `DELETE FROM items WHERE id = $1`, 1+rng.Intn(2899))
+				ct, e := conn.Exec(context.Background(), `DELETE FROM items WHERE id = $1`, id)
 				err, tag = e, ct.RowsAffected()
 				deleted.Add(tag)
 			default:
@@ -153,7 +163,7 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	}()
 
 	// The first reseed process is killed once some chunks are merged.
-	cmd := exec.Command(f.bin, "reseed", "--config", f.cfg, "--table", "public.items", "--chunk-rows", "40")
+	cmd := exec.Command(f.bin, "reseed", "--config", f.cfg, "--table", "public.items", "--chunk-rows", fmt.Sprint(chunkRows))
 	cmd.Dir = f.dir
 	var out1 bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out1, &out1
@@ -188,7 +198,7 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	if err := tc.QueryRow(context.Background(), `SELECT status, chunks FROM trellara.reseeds WHERE id = 1`).Scan(&status, &chunks); err != nil {
 		t.Fatal(err)
 	}
-	if status != "copying" || chunks >= rows/40 {
+	if status != "copying" || chunks >= rows/chunkRows {
 		t.Fatalf("after SIGKILL: reseed %s with %d chunks merged, want copying and unfinished\n%s", status, chunks, out1.String())
 	}
 	out, code := f.run("repair-plan")
@@ -197,7 +207,7 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	}
 
 	// Run again: it resumes and converges, while the workload goes on.
-	out, code = f.run("reseed", "--table", "public.items", "--chunk-rows", "40")
+	out, code = f.run("reseed", "--table", "public.items", "--chunk-rows", fmt.Sprint(chunkRows))
 	cancel()
 	wg.Wait()
 	if code != 0 || !strings.Contains(out, "CONVERGED public.items: reseed 1 resumed") {
