@@ -141,9 +141,9 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			}
 			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: at,
 				Problem: where + fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
-				Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
-				Then:    verifyAfterRun(f.ConfigPath),
-				Command: verify.CatchUpCommand(f.ConfigPath),
+				Fix:     "with the flow running, copy the table again: " + ReseedCommand(f.ConfigPath, t.Table),
+				Then:    "the reseed ends with a verify of the table (CONVERGED or DIVERGED)",
+				Command: ReseedCommand(f.ConfigPath, t.Table),
 			})
 		}
 	}
