@@ -168,3 +168,17 @@ func (f *Flow) sinkReseeds(ctx context.Context, sk config.Sink) ([]apply.ReseedS
 	defer tgt.Close(context.Background())
 	return apply.ListReseeds(ctx, tgt, sk.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
 }
+
+// reseedNotes are status's lines for sink's unfinished reseeds.
+func (f *Flow) reseedNotes(ctx context.Context, tgt apply.DB, sk config.Sink) []string {
+	rs, err := apply.ListReseeds(ctx, tgt, sk.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+	if err != nil {
+		return []string{"could not read the reseeds in progress: " + err.Error()}
+	}
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("reseed %d of %s in progress (%s, %d chunks and %d rows merged); it needs the flow running, resume it with %s",
+			r.ID, r.Relation, r.Status, r.Chunks, r.Rows, r.Command))
+	}
+	return out
+}

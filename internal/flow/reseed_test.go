@@ -205,6 +205,9 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	if !strings.Contains(out, "reseed 1 of public.items is unfinished") || !strings.Contains(out, "trellara reseed --config") {
 		t.Fatalf("repair-plan during an unfinished reseed: exit %d\n%s", code, out)
 	}
+	if out, code := f.run("status"); !strings.Contains(out, "reseed 1 of public.items in progress (copying") {
+		t.Fatalf("status during an unfinished reseed: exit %d\n%s", code, out)
+	}
 
 	// Run again: it resumes and converges, while the workload goes on.
 	out, code = f.run("reseed", "--table", "public.items", "--chunk-rows", fmt.Sprint(chunkRows))
