@@ -89,7 +89,9 @@ func textArray(vals []*pb.Value) []pgtype.Text {
 func (x *pgTx) applyDeferred(ctx context.Context) error {
 	units := x.deferred
 	x.deferred = nil
-	if len(units) >= compactMinUnits {
+	// A reseed replacing a table writes that table's rows one by one into
+	// its shadow table: no folding while one runs.
+	if len(units) >= compactMinUnits && !x.rs.anyReplace() {
 		envs := make([]*pb.Envelope, len(units))
 		for i, u := range units {
 			envs[i] = u.env

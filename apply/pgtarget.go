@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
@@ -360,6 +361,19 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 	}
 	t := x.t
 	for _, d := range env.DdlEvents {
+		if d.Kind == capture.ReseedKind {
+			// A blocked change a reseed took over: no target DDL; from
+			// here on the reseed's shadow table takes the relation's rows.
+			rel := d.Relation
+			if err := x.activateReseed(ctx, env, func(st ReseedState) bool { return st.Relation == rel }); err != nil {
+				return err
+			}
+			if !x.replacing(rel) {
+				return fmt.Errorf("apply: DDL barrier at commit LSN %s: a reseed of %s took over its schema change, but no reseed of it is recorded on this target; run %s",
+					envelope.FormatLSN(env.CommitLsn), rel, shell.Trellara("reseed", t.cfg.ConfigPath, "--table", rel))
+			}
+			continue
+		}
 		if d.Column == "" {
 			continue
 		}
@@ -423,6 +437,9 @@ func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, in
 			var names, targets []string
 			j := i
 			for ; j < len(env.Rows) && env.Rows[j].Op == pb.Op_OP_TRUNCATE && env.Rows[j].TruncateFlags == r.TruncateFlags; j++ {
+				if x.replacing(relationName(env.Relations[env.Rows[j].RelationIndex])) {
+					continue
+				}
 				p := t.plan(env.Relations[env.Rows[j].RelationIndex])
 				names = append(names, p.source)
 				targets = append(targets, p.target)
@@ -435,6 +452,10 @@ func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, in
 				sql += " CASCADE"
 			}
 			rel := strings.Join(names, ", ")
+			if len(targets) == 0 {
+				i = j - 1
+				continue
+			}
 			if err := t.prepare(ctx, sql); err != nil {
 				return 0, 0, t.refusal(ctx, ui, rel, err)
 			}
@@ -445,6 +466,10 @@ func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, in
 			continue
 		}
 		rel := env.Relations[r.RelationIndex]
+		if x.replacing(relationName(rel)) {
+			rows++ // written to the reseed's shadow table (reseedPass)
+			continue
+		}
 		p := t.plan(rel)
 		var sql string
 		var args []any

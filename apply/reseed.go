@@ -122,6 +122,7 @@ CREATE TABLE IF NOT EXISTS %[1]s.reseeds (
     merged_window bigint      NOT NULL DEFAULT 0,
     resume_key    text[],
     copied        boolean     NOT NULL DEFAULT false,
+    replace       boolean     NOT NULL DEFAULT false,
     chunks        bigint      NOT NULL DEFAULT 0,
     rows          bigint      NOT NULL DEFAULT 0,
     command       text        NOT NULL,
@@ -171,6 +172,11 @@ type reseedRun struct {
 	cols, key              []string
 	openWindow             int64 // 0: no window open
 	copied                 bool
+	// replace: the reseed took over a blocked schema change, so T has the
+	// old shape and the stream the new one: the applier stops writing T
+	// and writes the stream's rows themselves into the shadow table,
+	// which has the source's new shape.
+	replace bool
 
 	upsertSQL, deleteSQL, recordSQL, mergeSQL string
 }
@@ -249,7 +255,7 @@ func (t *pgTarget) loadReseeds(ctx context.Context) (reseedSet, error) {
 	set := reseedSet{}
 	for _, st := range rows {
 		r := newReseedRun(t.cfg.Schema, st.ID, st.Relation, st.TargetSchema, st.TargetName, st.Columns, st.KeyColumns)
-		r.openWindow, r.copied = st.OpenWindow, st.Copied
+		r.openWindow, r.copied, r.replace = st.OpenWindow, st.Copied, st.Replace
 		set[r.relation] = r
 	}
 	return set, nil
@@ -268,6 +274,7 @@ type ReseedState struct {
 	MergedWindow             int64    `json:"merged_window"`
 	ResumeKey                []string `json:"resume_key,omitempty"`
 	Copied                   bool     `json:"copied"`
+	Replace                  bool     `json:"replace"`
 	Chunks                   int64    `json:"chunks"`
 	Rows                     int64    `json:"rows"`
 	Command                  string   `json:"command"`
@@ -298,7 +305,7 @@ func listReseeds(ctx context.Context, db DB, schema, flow, sourceID string, copy
 		statuses = statuses[:1]
 	}
 	rows, err := db.Query(ctx, `SELECT id, relation, target_schema, target_name, columns, key_columns, status,
-		coalesce(open_window, 0), merged_window, resume_key, copied, chunks, rows, command
+		coalesce(open_window, 0), merged_window, resume_key, copied, replace, chunks, rows, command
 		FROM `+qs+`.reseeds WHERE flow = $1 AND source_id = $2 AND status = ANY($3) ORDER BY id`, flow, sourceID, statuses)
 	if err != nil {
 		return nil, err
@@ -308,7 +315,7 @@ func listReseeds(ctx context.Context, db DB, schema, flow, sourceID string, copy
 	for rows.Next() {
 		var s ReseedState
 		if err := rows.Scan(&s.ID, &s.Relation, &s.TargetSchema, &s.TargetName, &s.Columns, &s.KeyColumns, &s.Status,
-			&s.OpenWindow, &s.MergedWindow, &s.ResumeKey, &s.Copied, &s.Chunks, &s.Rows, &s.Command); err != nil {
+			&s.OpenWindow, &s.MergedWindow, &s.ResumeKey, &s.Copied, &s.Replace, &s.Chunks, &s.Rows, &s.Command); err != nil {
 			return nil, err
 		}
 		out = append(out, s)
@@ -382,6 +389,49 @@ func (x *pgTx) reseedPass(ctx context.Context, ui int, env *pb.Envelope) error {
 	return nil
 }
 
+// activateReseed starts applying the reseeds recorded on the target that
+// match and are not active yet: at their begin watermark, or at the
+// barrier of the blocked schema change a reseed took over, whichever the
+// stream brings first.
+func (x *pgTx) activateReseed(ctx context.Context, env *pb.Envelope, match func(ReseedState) bool) error {
+	t := x.t
+	if err := x.Flush(ctx); err != nil {
+		return err
+	}
+	sts, err := listReseeds(ctx, x.tx, t.cfg.Schema, t.cfg.Flow, t.cfg.SourceID, true)
+	if err != nil {
+		return err
+	}
+	for _, st := range sts {
+		if !match(st) || x.rs.byID(st.ID) != nil {
+			continue
+		}
+		x.ownReseeds()
+		r := newReseedRun(t.cfg.Schema, st.ID, st.Relation, st.TargetSchema, st.TargetName, st.Columns, st.KeyColumns)
+		r.openWindow, r.copied, r.replace = st.OpenWindow, st.Copied, st.Replace
+		x.rs[r.relation] = r
+		t.log.Info("apply: reseed started", "reseed", st.ID, "relation", st.Relation, "replaces_table", st.Replace,
+			"commit_lsn", envelope.FormatLSN(env.CommitLsn))
+	}
+	return nil
+}
+
+// replacing reports whether rows of relation skip the target table: a
+// reseed replaces it.
+func (x *pgTx) replacing(relation string) bool {
+	r := x.rs[relation]
+	return r != nil && r.replace
+}
+
+func (s reseedSet) anyReplace() bool {
+	for _, r := range s {
+		if r.replace {
+			return true
+		}
+	}
+	return false
+}
+
 // shadowRow mirrors one stream change to T into the shadow table and, in
 // an open window, records its keys.
 func (x *pgTx) shadowRow(ctx context.Context, ui int, rs *reseedRun, rel *pb.Relation, r *pb.Row) error {
@@ -435,12 +485,47 @@ func (x *pgTx) shadowRow(ctx context.Context, ui int, rs *reseedRun, rel *pb.Rel
 			return err
 		}
 	}
-	if newKey != nil {
-		if err := x.queueState(ctx, rs.upsertSQL, newKey...); err != nil {
-			return err
+	if newKey == nil {
+		return nil
+	}
+	if rs.replace {
+		sql, args := rs.upsertValues(rel, r)
+		return x.queueState(ctx, sql, args...)
+	}
+	return x.queueState(ctx, rs.upsertSQL, newKey...)
+}
+
+// upsertValues writes the row's new values into the shadow table (replace
+// mode: the target table has another shape). An unchanged TOAST value is
+// left as the shadow holds it.
+func (rs *reseedRun) upsertValues(rel *pb.Relation, r *pb.Row) (string, []any) {
+	var cols, set []string
+	var args []any
+	for i, c := range rel.Columns {
+		if i >= len(r.NewTuple) || r.NewTuple[i].GetKind() == pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST || !containsString(rs.cols, c.Name) {
+			continue
+		}
+		q := pgx.Identifier{c.Name}.Sanitize()
+		cols = append(cols, q)
+		args = append(args, textArg(r.NewTuple[i]))
+		if !containsString(rs.key, c.Name) {
+			set = append(set, q+" = EXCLUDED."+q)
 		}
 	}
-	return nil
+	params := make([]string, len(args))
+	for i := range params {
+		params[i] = "$" + strconv.Itoa(i+1)
+	}
+	keys := make([]string, len(rs.key))
+	for i, k := range rs.key {
+		keys[i] = pgx.Identifier{k}.Sanitize()
+	}
+	conflict := "DO NOTHING"
+	if len(set) > 0 {
+		conflict = "DO UPDATE SET " + strings.Join(set, ", ")
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) %s", rs.shadow, strings.Join(cols, ", "),
+		strings.Join(params, ", "), strings.Join(keys, ", "), conflict), args
 }
 
 func sameArgs(a, b []any) bool {
@@ -473,27 +558,8 @@ func (x *pgTx) watermark(ctx context.Context, env *pb.Envelope, w Watermark) err
 	t := x.t
 	f, s := t.cfg.Flow, t.cfg.SourceID
 	if w.Phase == PhaseBegin {
-		if x.rs.byID(w.ID) != nil {
-			return nil
-		}
 		// The reseed process committed its row before it wrote begin.
-		if err := x.Flush(ctx); err != nil {
-			return err
-		}
-		sts, err := listReseeds(ctx, x.tx, t.cfg.Schema, f, s, true)
-		if err != nil {
-			return err
-		}
-		for _, st := range sts {
-			if st.ID == w.ID {
-				x.ownReseeds()
-				r := newReseedRun(t.cfg.Schema, st.ID, st.Relation, st.TargetSchema, st.TargetName, st.Columns, st.KeyColumns)
-				r.openWindow, r.copied = st.OpenWindow, st.Copied
-				x.rs[r.relation] = r
-				t.log.Info("apply: reseed started", "reseed", st.ID, "relation", st.Relation, "commit_lsn", envelope.FormatLSN(env.CommitLsn))
-			}
-		}
-		return nil
+		return x.activateReseed(ctx, env, func(st ReseedState) bool { return st.ID == w.ID })
 	}
 	rs := x.rs.byID(w.ID)
 	if rs == nil {

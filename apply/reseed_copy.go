@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,15 @@ type ReseedOptions struct {
 	ConfigPath string
 	// Progress, when set, is told about every merged chunk.
 	Progress func(ReseedProgress)
+	// Replace: the table's schema changed at the source in a way capture
+	// blocked on. The shadow table is created from the source's current
+	// definition, and the applier writes the table's rows only to it
+	// until the handoff replaces the target table (reseed.go).
+	Replace bool
+	// Recorded, when set, is called once the reseed is recorded on the
+	// target and before its first watermark (on a resume too): a Replace
+	// reseed lets capture take over the blocked change there.
+	Recorded func(id int64) error
 }
 
 // ReseedProgress reports one step of a reseed.
@@ -98,6 +108,11 @@ func Reseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*ReseedRe
 	}
 	if st == nil {
 		if st, err = createReseed(ctx, src, tgt, o); err != nil {
+			return nil, err
+		}
+	}
+	if o.Recorded != nil && st.Status == ReseedCopying {
+		if err := o.Recorded(st.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -226,13 +241,25 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 	}
 	shadow, stage, keys := reseedTables(o.Schema, id)
 	colList, keyList := identList(cols), identList(key)
+	// The shadow table has the target table's definition, or for a
+	// Replace reseed the source's current one.
+	createShadow := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)", shadow, target)
+	if o.Replace {
+		defs, err := SourceTables(ctx, src, []config.TableName{o.Table})
+		if err != nil {
+			return nil, err
+		}
+		def := defs[0]
+		def.Schema, def.Name = o.Schema, "reseed_"+strconv.FormatInt(id, 10)+"_shadow"
+		createShadow = def.CreateSQL()
+	}
 	for _, q := range []string{
 		fmt.Sprintf("DROP TABLE IF EXISTS %s, %s, %s", shadow, stage, keys),
-		fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)", shadow, target),
-		fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WITH NO DATA", stage, colList, target),
+		createShadow,
+		fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WITH NO DATA", stage, colList, shadow),
 		fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint", stage, windowColumn),
 		fmt.Sprintf("CREATE INDEX ON %s (%s)", stage, windowColumn),
-		fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WITH NO DATA", keys, keyList, target),
+		fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WITH NO DATA", keys, keyList, shadow),
 		fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint NOT NULL", keys, windowColumn),
 		fmt.Sprintf("CREATE INDEX ON %s (%s, %s)", keys, windowColumn, keyList),
 	} {
@@ -240,16 +267,16 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 			return nil, fmt.Errorf("apply: reseed %s: prepare the target (%s): %w", o.Table, q, err)
 		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+qs+`.reseeds (flow, source_id, id, relation, target_schema, target_name, columns, key_columns, command)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, o.Flow, o.SourceID, id, o.Table.String(), o.Target.Schema, o.Target.Name,
-		cols, key, o.Command); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+qs+`.reseeds (flow, source_id, id, relation, target_schema, target_name, columns, key_columns, command, replace)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, o.Flow, o.SourceID, id, o.Table.String(), o.Target.Schema, o.Target.Name,
+		cols, key, o.Command, o.Replace); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
 	return &ReseedState{ID: id, Relation: o.Table.String(), TargetSchema: o.Target.Schema, TargetName: o.Target.Name,
-		Columns: cols, KeyColumns: key, Status: ReseedCopying, Command: o.Command}, nil
+		Columns: cols, KeyColumns: key, Status: ReseedCopying, Command: o.Command, Replace: o.Replace}, nil
 }
 
 func identList(names []string) string {

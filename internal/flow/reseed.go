@@ -2,11 +2,18 @@ package flow
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
@@ -100,6 +107,28 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 		}
 		tables = append(tables, t)
 	}
+	// A blocked schema change on a table being reseeded is taken over by
+	// its reseed; one on another table holds the whole flow, and with it
+	// the reseed's watermarks.
+	if f.Pins == nil {
+		if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+			return nil, err
+		}
+	}
+	pending, err := f.PendingSchemaChanges()
+	if err != nil {
+		return nil, err
+	}
+	blocked := map[string]bool{}
+	for _, p := range pending {
+		blocked[p.Plan.Relation] = true
+	}
+	for rel := range blocked {
+		if !slices.Contains(tableStrings(tables), rel) {
+			return nil, fmt.Errorf("flow %s: capture is stopped at a schema change on %s (see %s), and the whole flow holds there, so no reseed watermark "+
+				"can reach the target; reseed that table too: %s", f.Cfg.Flow, rel, shell.Trellara("schema ddl-plan", f.ConfigPath), ReseedCommand(f.ConfigPath, rel))
+		}
+	}
 	src, err := f.ConnectSource(ctx)
 	if err != nil {
 		return nil, err
@@ -112,11 +141,20 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 	defer tgt.Close(context.Background())
 	res := &ReseedResult{Flow: f.Cfg.Flow, Sink: s.Name, Tables: []ReseedTable{}}
 	for _, t := range tables {
-		r, err := apply.Reseed(ctx, src, tgt, apply.ReseedOptions{
+		ro := apply.ReseedOptions{
 			Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: s.Target.Schema,
 			Table: t, Target: t, ChunkRows: o.ChunkRows, Wait: o.Wait,
 			Command: ReseedCommand(f.ConfigPath, t.String()), ConfigPath: f.ConfigPath, Progress: o.Progress,
-		})
+		}
+		if blocked[t.String()] {
+			rel := t.String()
+			ro.Replace = true
+			ro.Recorded = func(int64) error { return f.setReseedTakeover(rel, true) }
+		}
+		r, err := apply.Reseed(ctx, src, tgt, ro)
+		if err == nil && f.reseedTakesOver(t.String()) {
+			err = f.setReseedTakeover(t.String(), false)
+		}
 		if err != nil {
 			return res, fmt.Errorf("flow %s: %w (run %s again to resume)", f.Cfg.Flow, err, ReseedCommand(f.ConfigPath, t.String()))
 		}
@@ -181,4 +219,54 @@ func (f *Flow) reseedNotes(ctx context.Context, tgt apply.DB, sk config.Sink) []
 			r.ID, r.Relation, r.Status, r.Chunks, r.Rows, r.Command))
 	}
 	return out
+}
+
+// reseedTakeoverPath lists the relations whose blocked schema change a
+// reseed has taken over (capture.AssemblerOptions.Accepted).
+func (f *Flow) reseedTakeoverPath() string { return filepath.Join(f.dir, "schema-reseed.json") }
+
+// reseedTakesOver reports whether a reseed of relation has taken over its
+// blocked schema change: capture goes on under the new shape.
+func (f *Flow) reseedTakesOver(relation string) bool {
+	rels, err := f.reseedTakeovers()
+	if err != nil {
+		f.Logger.Warn("could not read the reseeds taking over schema changes", "path", f.reseedTakeoverPath(), "error", err)
+		return false
+	}
+	return slices.Contains(rels, relation)
+}
+
+func (f *Flow) reseedTakeovers() ([]string, error) {
+	b, err := os.ReadFile(f.reseedTakeoverPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rels []string
+	if err := json.Unmarshal(b, &rels); err != nil {
+		return nil, fmt.Errorf("%s is damaged: %w", f.reseedTakeoverPath(), err)
+	}
+	return rels, nil
+}
+
+// setReseedTakeover records (on) or clears relation's takeover, durably:
+// the record is written once the reseed and its shadow table exist on the
+// target, and cleared after the handoff (by then capture has moved the
+// pin past the change).
+func (f *Flow) setReseedTakeover(relation string, on bool) error {
+	rels, err := f.reseedTakeovers()
+	if err != nil {
+		return err
+	}
+	rels = slices.DeleteFunc(rels, func(r string) bool { return r == relation })
+	if on {
+		rels = append(rels, relation)
+	}
+	b, _ := json.Marshal(rels)
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return err
+	}
+	return capture.WriteFileDurable(f.reseedTakeoverPath(), b)
 }

@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/lsn"
 )
 
 // startService runs the flow (`trellara run`, no --local) until the test
@@ -275,4 +278,100 @@ func tableDiff(t *testing.T, src, dst *pgtest.Cluster, table string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// DROP COLUMN, SET NOT NULL (with a type change pgoutput shows) and a
+// primary-key change each stop capture at the real commit LSN with a plan
+// that names the reseed of the table; the reseed takes the change over
+// while the service runs: the target table is replaced by a copy in the
+// new shape, it verifies CONVERGED, and the other table kept its data and
+// the changes after the block.
+func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, k int NOT NULL, extra text)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
+		`INSERT INTO a SELECT g, g, 'x' FROM generate_series(1, 50) g`, `INSERT INTO other VALUES (1, 'a')`)
+	f := newSchemaFlow(t, src, dst, "public.a", "public.other")
+	f.mustConverge("first run")
+	// A compatible change first: its barrier pins the shape with the
+	// catalog's facts (NOT NULL), which set_not_null is classified by.
+	src.Exec(t, `ALTER TABLE a ADD COLUMN note text`, `INSERT INTO a (id, k, extra, note) VALUES (51, 51, 'x', 'n')`)
+	f.mustConverge("run over ADD COLUMN")
+	tc := dst.Connect(context.Background())
+	defer tc.Close(context.Background())
+
+	for i, c := range []struct{ kind, ddl, insert string }{
+		{"set_not_null", `ALTER TABLE a ALTER COLUMN extra SET NOT NULL, ALTER COLUMN k TYPE bigint`, `INSERT INTO a VALUES (100, 100, 'z')`},
+		{"drop_column", `ALTER TABLE a DROP COLUMN extra`, `INSERT INTO a (id, k) VALUES (101, 100)`},
+		{"primary_key_change", `ALTER TABLE a DROP CONSTRAINT a_pkey, ADD PRIMARY KEY (id, k)`, `INSERT INTO a (id, k) VALUES (102, 100)`},
+	} {
+		id := i + 1
+		src.Exec(t, fmt.Sprintf(`INSERT INTO other VALUES (%d, 'before')`, 10*id), c.ddl)
+		before := walLSN(t, src)
+		src.Exec(t, c.insert, fmt.Sprintf(`UPDATE a SET k = k + 1000 WHERE id = %d`, id), fmt.Sprintf(`DELETE FROM a WHERE id = %d`, 10+id))
+		after := walLSN(t, src)
+		src.Exec(t, fmt.Sprintf(`INSERT INTO other VALUES (%d, 'after')`, 10*id+1))
+		out, code := f.run("run", "--local")
+		if code == 0 || !strings.Contains(out, c.kind) || !strings.Contains(out, "trellara reseed --config") {
+			t.Fatalf("%s: run: exit %d, want a stop naming the kind and the reseed\n%s", c.kind, code, out)
+		}
+		m := lsnRE.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s: no LSN in\n%s", c.kind, out)
+		}
+		if at, err := lsn.Parse(m[1]); err != nil || uint64(at) <= before || uint64(at) > after {
+			t.Fatalf("%s: stopped at LSN %s, want the blocked transaction's commit in (%s, %s]", c.kind, m[1], pglogrepl.LSN(before), pglogrepl.LSN(after))
+		}
+		if rp, _ := f.run("repair-plan"); !strings.Contains(rp, "trellara reseed --config") {
+			t.Fatalf("%s: repair-plan names no reseed\n%s", c.kind, rp)
+		}
+
+		// The reseed first, then the service: capture takes the change
+		// over once the reseed is recorded.
+		cmd := exec.Command(f.bin, "reseed", "--config", f.cfg, "--table", "public.a", "--chunk-rows", "7", "--wait", "60s")
+		cmd.Dir = f.dir
+		var rout bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &rout, &rout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for n := 0; n == 0; {
+			_ = tc.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = $1`,
+				fmt.Sprintf("reseed_%d_shadow", id)).Scan(&n)
+			time.Sleep(10 * time.Millisecond)
+		}
+		stop := f.startService()
+		err := cmd.Wait()
+		if err != nil || !strings.Contains(rout.String(), "CONVERGED public.a") {
+			stop()
+			t.Fatalf("%s: reseed: %v\n%s\nservice:\n%s", c.kind, err, rout.String(), f.serviceLog())
+		}
+		if out, code := f.run("verify", "--wait", "120s"); code != 0 {
+			stop()
+			t.Fatalf("%s: verify after the reseed: exit %d\n%s\nservice:\n%s", c.kind, code, out, f.serviceLog())
+		}
+		stop()
+		var status string
+		var replace bool
+		if err := tc.QueryRow(context.Background(), `SELECT status, replace FROM trellara.reseeds WHERE id = $1`, id).Scan(&status, &replace); err != nil ||
+			status != "converged" || !replace {
+			t.Fatalf("%s: reseed %d is %s, replace %v (%v); want converged, replacing the table", c.kind, id, status, replace, err)
+		}
+		var others string
+		if err := tc.QueryRow(context.Background(), `SELECT string_agg(id::text, ' ' ORDER BY id) FROM other`).Scan(&others); err != nil {
+			t.Fatal(err)
+		}
+		want := "1"
+		for j := 1; j <= id; j++ {
+			want += fmt.Sprintf(" %d %d", 10*j, 10*j+1)
+		}
+		if others != want {
+			t.Fatalf("%s: target other holds %s, want %s", c.kind, others, want)
+		}
+		if plan, code := f.run("schema", "ddl-plan"); code != 0 {
+			t.Fatalf("%s: ddl-plan after the reseed: exit %d\n%s", c.kind, code, plan)
+		}
+	}
+	f.mustConverge("run after the three reseeds")
 }
