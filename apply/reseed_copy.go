@@ -405,8 +405,8 @@ func (d *reseedDriver) waitFor(ctx context.Context, at uint64, phase string, don
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("apply: reseed %d of %s: the flow's applier did not apply the %s watermark at LSN %s within %s; "+
-				"the flow must be running while a reseed copies (%s, or the service); once it runs, run %s again to resume",
-				d.st.ID, d.o.Table, phase, envelope.FormatLSN(at), d.o.Wait, shell.Trellara("run", d.o.ConfigPath), d.o.Command)
+				"the flow must be running while a reseed copies (%s, or the service); once it runs, run the reseed again to resume",
+				d.st.ID, d.o.Table, phase, envelope.FormatLSN(at), d.o.Wait, shell.Trellara("run", d.o.ConfigPath))
 		}
 		select {
 		case <-ctx.Done():

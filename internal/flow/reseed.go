@@ -156,7 +156,7 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 			err = f.setReseedTakeover(t.String(), false)
 		}
 		if err != nil {
-			return res, fmt.Errorf("flow %s: %w (run %s again to resume)", f.Cfg.Flow, err, ReseedCommand(f.ConfigPath, t.String()))
+			return res, fmt.Errorf("flow %s: %w (resume: %s)", f.Cfg.Flow, err, ReseedCommand(f.ConfigPath, t.String()))
 		}
 		vr, err := f.VerifySink(ctx, s, VerifyOptions{Tables: []string{t.String()}, Wait: o.Wait})
 		if err != nil {
