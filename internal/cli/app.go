@@ -32,7 +32,7 @@ func App() *cli.App {
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
 			"Evidence tooling (chaos, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
-			"schema tooling (schema, reseed) and commands not implemented yet (fleet, lake, semantics) are hidden from this list;\n" +
+			"schema tooling (schema, reseed), semantics and commands not implemented yet (fleet, lake) are hidden from this list;\n" +
 			"see docs/CLI.md.",
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
@@ -48,7 +48,7 @@ func App() *cli.App {
 			notImplemented("lake", "Iceberg fan-in: plan, epoch, fanin verify", true, configFlag(), formatFlag()),
 
 			chaosCommand(),
-			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
+			semanticsCommand(),
 			schemaCommand(),
 			reseedCommand(),
 			streamCommand(),

@@ -375,3 +375,48 @@ func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
 	}
 	f.mustConverge("run after the three reseeds")
 }
+
+// semantics on a running flow: transactions writing two tables are
+// committed at the source while the target is read many times; no read
+// sees one table's part without the other's, and the probe's tables are
+// gone afterwards on both sides. A production config is refused.
+func TestSemanticsObservesNoHalfAppliedTransaction(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, v int)`, `INSERT INTO items VALUES (1, 1)`)
+	f := newSchemaFlow(t, src, dst, "public.items")
+	f.mustConverge("first run")
+	f.startService()
+	out, code := f.run("semantics", "--duration", "4s")
+	if code != 0 || !strings.Contains(out, "no half-applied transaction observed") || strings.Contains(out, " 0 target observations") {
+		t.Fatalf("semantics: exit %d\n%s\nservice:\n%s", code, out, f.serviceLog())
+	}
+	for _, c := range []*pgtest.Cluster{src, dst} {
+		conn := c.Connect(context.Background())
+		var n int
+		err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'trellara_semantics%'`).Scan(&n)
+		conn.Close(context.Background())
+		if err != nil || n != 0 {
+			t.Fatalf("%d semantics tables left (%v)", n, err)
+		}
+	}
+	if out, code := f.run("verify", "--wait", "60s"); code != 0 {
+		t.Fatalf("verify after semantics: exit %d\n%s", code, out)
+	}
+	t.Log(out)
+
+	b, err := os.ReadFile(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := filepath.Join(f.dir, "prod.yml")
+	if err := os.WriteFile(prod, []byte(strings.Replace(string(b), "run:\n", "environment: production\nrun:\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(f.bin, "semantics", "--config", prod)
+	pout, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(pout), "production") {
+		t.Fatalf("semantics on a production config: exit %d\n%s", cmd.ProcessState.ExitCode(), pout)
+	}
+}
