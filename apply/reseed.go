@@ -263,22 +263,21 @@ func (t *pgTarget) loadReseeds(ctx context.Context) (reseedSet, error) {
 
 // ReseedState is one row of the reseeds table.
 type ReseedState struct {
-	ID                       int64    `json:"id"`
-	Relation                 string   `json:"relation"`
-	TargetSchema             string   `json:"target_schema"`
-	TargetName               string   `json:"target_name"`
-	Columns                  []string `json:"columns"`
-	KeyColumns               []string `json:"key_columns"`
-	Status                   string   `json:"status"`
-	OpenWindow               int64    `json:"open_window,omitempty"`
-	MergedWindow             int64    `json:"merged_window"`
-	ResumeKey                []string `json:"resume_key,omitempty"`
-	Copied                   bool     `json:"copied"`
-	Replace                  bool     `json:"replace"`
-	Chunks                   int64    `json:"chunks"`
-	Rows                     int64    `json:"rows"`
-	Command                  string   `json:"command"`
-	StartedAt, UpdatedAtText string   `json:"-"`
+	ID           int64    `json:"id"`
+	Relation     string   `json:"relation"`
+	TargetSchema string   `json:"target_schema"`
+	TargetName   string   `json:"target_name"`
+	Columns      []string `json:"columns"`
+	KeyColumns   []string `json:"key_columns"`
+	Status       string   `json:"status"`
+	OpenWindow   int64    `json:"open_window,omitempty"`
+	MergedWindow int64    `json:"merged_window"`
+	ResumeKey    []string `json:"resume_key,omitempty"`
+	Copied       bool     `json:"copied"`
+	Replace      bool     `json:"replace"`
+	Chunks       int64    `json:"chunks"`
+	Rows         int64    `json:"rows"`
+	Command      string   `json:"command"`
 }
 
 // ListReseeds returns the flow's reseeds that are not finished (copying,
@@ -586,9 +585,11 @@ func (x *pgTx) watermark(ctx context.Context, env *pb.Envelope, w Watermark) err
 		if w.Upper != nil {
 			upper = w.Upper
 		}
-		sql := `WITH m AS (` + rs.mergeSQL + `) ` + x.reseedRowSQL(`rows = rows + (SELECT count(*) FROM m),
-			open_window = NULL, merged_window = $1, resume_key = coalesce($5::text[], resume_key), copied = $6, chunks = chunks + 1`)
-		sql = strings.Replace(sql, "WHERE flow = $1 AND source_id = $2 AND id = $3", "WHERE flow = $2 AND source_id = $3 AND id = $4", 1)
+		// One statement: the merge ($1 is the window) and its record.
+		sql := `WITH m AS (` + rs.mergeSQL + `) UPDATE ` + pgx.Identifier{t.cfg.Schema}.Sanitize() + `.reseeds SET
+			rows = rows + (SELECT count(*) FROM m), open_window = NULL, merged_window = $1,
+			resume_key = coalesce($5::text[], resume_key), copied = $6, chunks = chunks + 1, updated_at = now()
+			WHERE flow = $2 AND source_id = $3 AND id = $4`
 		if err := x.queueState(ctx, sql, w.Window, f, s, rs.id, upper, w.Last); err != nil {
 			return err
 		}

@@ -123,6 +123,10 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 	for _, p := range pending {
 		blocked[p.Plan.Relation] = true
 	}
+	if len(blocked) > 0 && f.Cfg.Source.Capture == config.CaptureExtension {
+		return nil, fmt.Errorf("flow %s: capture is stopped at a schema change, and a reseed takes one over only on the pgoutput capture path; "+
+			"recover with: %s", f.Cfg.Flow, f.resnapshot())
+	}
 	for rel := range blocked {
 		if !slices.Contains(tableStrings(tables), rel) {
 			return nil, fmt.Errorf("flow %s: capture is stopped at a schema change on %s (see %s), and the whole flow holds there, so no reseed watermark "+
