@@ -123,6 +123,12 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 	for _, p := range pending {
 		blocked[p.Plan.Relation] = true
 	}
+	if len(blocked) > 0 && len(f.Sinks()) > 1 {
+		// The takeover moves capture on for every sink, and each sink's
+		// applier would need its own reseed from the same barrier.
+		return nil, fmt.Errorf("flow %s: capture is stopped at a schema change, and a reseed takes one over only on a flow with one sink; "+
+			"recover with: %s", f.Cfg.Flow, f.resnapshot())
+	}
 	if len(blocked) > 0 && f.Cfg.Source.Capture == config.CaptureExtension {
 		return nil, fmt.Errorf("flow %s: capture is stopped at a schema change, and a reseed takes one over only on the pgoutput capture path; "+
 			"recover with: %s", f.Cfg.Flow, f.resnapshot())
