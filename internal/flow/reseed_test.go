@@ -182,7 +182,8 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	for chunks < 5 {
 		select {
 		case <-exited:
-			t.Fatalf("the reseed exited after %d chunks (%v)\n%s\nservice:\n%s", chunks, cmd.ProcessState, out1.String(), f.serviceLog())
+			time.Sleep(200 * time.Millisecond) // let the reader look at what the reseed left
+			t.Fatalf("the reseed exited after %d chunks (%v; target reader: %v)\n%s\nservice:\n%s", chunks, cmd.ProcessState, violation.Load(), out1.String(), f.serviceLog())
 		default:
 		}
 		if time.Now().After(deadline) {
