@@ -3,6 +3,7 @@ package flow_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/lsn"
@@ -45,6 +47,23 @@ func (f *schemaFlow) startService() func() {
 	}
 	f.t.Cleanup(stop)
 	return stop
+}
+
+// runStdout is run with stdout alone (JSON output; progress and logs go
+// to stderr).
+func (f *schemaFlow) runStdout(args ...string) (string, int) {
+	f.t.Helper()
+	cmd := exec.Command(f.bin, append(args[:1:1], append([]string{"--config", f.cfg}, args[1:]...)...)...)
+	cmd.Dir = f.dir
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return out.String(), ee.ExitCode()
+	} else if err != nil {
+		f.t.Fatal(err)
+	}
+	return out.String(), 0
 }
 
 func (f *schemaFlow) serviceLog() string {
@@ -375,6 +394,14 @@ func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
 		}
 	}
 	f.mustConverge("run after the three reseeds")
+
+	// An ordinary reseed of the other table, with JSON output.
+	f.startService()
+	jout, code := f.runStdout("reseed", "--table", "public.other", "--format", "json")
+	m := checkJSON(t, "reseed.schema.json", jout)
+	if tables, _ := m["tables"].([]any); code != 0 || m["ok"] != true || len(tables) != 1 {
+		t.Fatalf("reseed --format json: exit %d\n%s", code, jout)
+	}
 }
 
 // semantics on a running flow: transactions writing two tables are
@@ -402,10 +429,14 @@ func TestSemanticsObservesNoHalfAppliedTransaction(t *testing.T) {
 			t.Fatalf("%d semantics tables left (%v)", n, err)
 		}
 	}
+	t.Log(out)
 	if out, code := f.run("verify", "--wait", "60s"); code != 0 {
 		t.Fatalf("verify after semantics: exit %d\n%s", code, out)
 	}
-	t.Log(out)
+	jout, code := f.runStdout("semantics", "--duration", "1s", "--format", "json")
+	if m := checkJSON(t, "semantics.schema.json", jout); code != 0 || m["ok"] != true || m["violations"] != float64(0) {
+		t.Fatalf("semantics --format json: exit %d\n%s", code, jout)
+	}
 
 	b, err := os.ReadFile(f.cfg)
 	if err != nil {
@@ -420,4 +451,41 @@ func TestSemanticsObservesNoHalfAppliedTransaction(t *testing.T) {
 	if cmd.ProcessState.ExitCode() == 0 || !strings.Contains(string(pout), "production") {
 		t.Fatalf("semantics on a production config: exit %d\n%s", cmd.ProcessState.ExitCode(), pout)
 	}
+}
+
+// checkJSON validates a command's --format json output against its schema
+// in docs/json (docs/json/envelope.schema.json for the shared parts).
+func checkJSON(t *testing.T, schemaFile, out string) map[string]any {
+	t.Helper()
+	dir := filepath.Join("..", "..", "docs", "json")
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	for _, name := range []string{"envelope.schema.json", schemaFile} {
+		fh, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := jsonschema.UnmarshalJSON(fh)
+		fh.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := c.AddResource("https://trellara.dev/json/"+name, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := c.Compile("https://trellara.dev/json/" + schemaFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+	if err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if err := s.Validate(inst); err != nil {
+		t.Fatalf("output does not match docs/json/%s: %v\n%s", schemaFile, err, out)
+	}
+	var m map[string]any
+	_ = json.Unmarshal([]byte(out), &m)
+	return m
 }
