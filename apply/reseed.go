@@ -617,13 +617,22 @@ func (x *pgTx) handoff(ctx context.Context, env *pb.Envelope, rs *reseedRun) err
 	}
 	old := "trellara_reseed_" + strconv.FormatInt(rs.id, 10) + "_old"
 	_, shadowName, _ := strings.Cut(rs.shadow, ".")
+	oldName := pgx.Identifier{rs.targetSchema, old}.Sanitize()
 	stmts := []string{
 		fmt.Sprintf("ALTER TABLE %s RENAME TO %s", rs.target, pgx.Identifier{old}.Sanitize()),
 		fmt.Sprintf("ALTER TABLE %s SET SCHEMA %s", rs.shadow, pgx.Identifier{rs.targetSchema}.Sanitize()),
 		fmt.Sprintf("ALTER TABLE %s.%s RENAME TO %s", pgx.Identifier{rs.targetSchema}.Sanitize(), shadowName, pgx.Identifier{rs.targetNm}.Sanitize()),
-		fmt.Sprintf("DROP TABLE %s", pgx.Identifier{rs.targetSchema, old}.Sanitize()),
-		fmt.Sprintf("DROP TABLE %s, %s", rs.stage, rs.keys),
 	}
+	// The readers of the old table keep their access: its grants, read
+	// before the swap, are given on the new one after it.
+	grants, err := tableGrants(ctx, x.tx, rs.target, rs.target)
+	if err != nil {
+		return fmt.Errorf("apply: reseed %d of %s: read the grants on the target table: %w", rs.id, rs.relation, err)
+	}
+	stmts = append(stmts, grants...)
+	stmts = append(stmts,
+		fmt.Sprintf("DROP TABLE %s", oldName),
+		fmt.Sprintf("DROP TABLE %s, %s", rs.stage, rs.keys))
 	for _, q := range stmts {
 		if _, err := x.tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("apply: reseed %d of %s: handoff at commit LSN %s: %s: %w", rs.id, rs.relation,
@@ -640,6 +649,32 @@ func (x *pgTx) handoff(ctx context.Context, env *pb.Envelope, rs *reseedRun) err
 	}
 	t.log.Info("apply: reseed handed off", "reseed", rs.id, "relation", rs.relation, "commit_lsn", envelope.FormatLSN(env.CommitLsn))
 	return nil
+}
+
+// tableGrants returns the GRANT statements that give on table to what
+// from has granted (PUBLIC included), read from its ACL.
+func tableGrants(ctx context.Context, db DB, from, to string) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(r.rolname) END, a.privilege_type, a.is_grantable
+		FROM pg_class c, aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
+		WHERE c.oid = $1::regclass AND a.grantee <> c.relowner`, from)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var grantee, priv string
+		var grantable bool
+		if err := rows.Scan(&grantee, &priv, &grantable); err != nil {
+			return nil, err
+		}
+		q := fmt.Sprintf("GRANT %s ON %s TO %s", priv, to, grantee)
+		if grantable {
+			q += " WITH GRANT OPTION"
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
 }
 
 // errNoKey: the table has no primary key to chunk by.

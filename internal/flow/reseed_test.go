@@ -89,7 +89,8 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	f.mustConverge("first run")
 	// Damage the target copy where the workload does not write: a lost
 	// row, a changed row, a row the source never had.
-	dst.Exec(t, `DELETE FROM items WHERE id IN (2901, 2902)`, `UPDATE items SET v = -1 WHERE id = 2950`, `INSERT INTO items VALUES (-7, 0, 'extra')`)
+	dst.Exec(t, `DELETE FROM items WHERE id IN (2901, 2902)`, `UPDATE items SET v = -1 WHERE id = 2950`, `INSERT INTO items VALUES (-7, 0, 'extra')`,
+		`CREATE ROLE reader`, `GRANT SELECT ON items TO reader`)
 	f.startService()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -252,6 +253,10 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	src.Exec(t, `UPDATE items SET note = 'after' WHERE id = 5`, `UPDATE other SET v = 'after' WHERE id = 1`)
 	if out, code := f.run("verify", "--wait", "120s"); code != 0 || !strings.Contains(out, "CONVERGED") {
 		t.Fatalf("verify after the reseed: exit %d\n%s\nservice:\n%s", code, out, f.serviceLog())
+	}
+	var reads bool
+	if err := tc.QueryRow(context.Background(), `SELECT has_table_privilege('reader', 'public.items', 'SELECT')`).Scan(&reads); err != nil || !reads {
+		t.Fatalf("after the handoff role reader may not read items (%v): the old table's grants were not carried over", err)
 	}
 	var left int
 	if err := tc.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE (tablename LIKE 'reseed%' AND tablename <> 'reseeds') OR tablename LIKE 'trellara_reseed%'`).Scan(&left); err != nil || left != 0 {
