@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/transport"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/mutation"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/transport"
 )
 
 // Source yields encoded envelopes in log order. Next blocks until an entry

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
@@ -214,7 +214,11 @@ func chunkEndToEnd(t *testing.T, mode string) {
 		}
 	}
 	checkWhole(conn2)
-	if applied == 0 || applied >= n {
+	// The kill falls in the middle: some applied, not all. With
+	// asynchronous commits the target may lose every commit it had not
+	// flushed yet (on a loaded machine, all of them), which the next run
+	// must then apply again: none is fine there.
+	if applied >= n || (applied == 0 && mode == SyncCommitOn) {
 		t.Errorf("the kill left %d of %d transactions applied; it should fall in the middle", applied, n)
 	}
 	// Synchronous: the cursor follows every commit. Asynchronous: it

@@ -3,6 +3,8 @@ package apply
 import (
 	"fmt"
 	"log/slog"
+
+	"github.com/trellara/trellara/internal/opts"
 )
 
 // Config shapes one applier. The zero values of the optional fields take the
@@ -113,36 +115,33 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate checks c after defaults are applied.
+// OptionsError names the field Validate refused and what is allowed; it
+// wraps ErrInvalidConfig.
+type OptionsError = opts.Error
+
+// Validate checks c after defaults are applied: an *OptionsError naming the
+// first field outside its range, or ErrPartitioned.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	checks := []struct {
-		field string
-		ok    bool
-		want  string
-		got   any
-	}{
-		{"Flow", c.Flow != "" && len(c.Flow) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax), len(c.Flow)},
-		{"SourceID", c.SourceID != "" && len(c.SourceID) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax), len(c.SourceID)},
-		{"Schema", len(c.Schema) <= identBytesMax, fmt.Sprintf("1..%d bytes", identBytesMax), len(c.Schema)},
-		{"MaxBatchTxns", c.MaxBatchTxns >= 1 && c.MaxBatchTxns <= maxBatchTxnsMax, fmt.Sprintf("1..%d", maxBatchTxnsMax), c.MaxBatchTxns},
-		{"MaxBatchRows", c.MaxBatchRows >= 1 && c.MaxBatchRows <= maxBatchRowsMax, fmt.Sprintf("1..%d", maxBatchRowsMax), c.MaxBatchRows},
-		{"MaxBatchBytes", c.MaxBatchBytes >= 1<<10 && c.MaxBatchBytes <= maxBatchBytesMax, fmt.Sprintf("%d..%d", 1<<10, maxBatchBytesMax), c.MaxBatchBytes},
+	rng := func(field string, ok bool, want string, got any) opts.Rule {
+		return opts.Rule{Field: field, Bad: !ok, Reason: fmt.Sprintf("must be %s (got %v)", want, got)}
 	}
-	if c.SynchronousCommit != SyncCommitOn && c.SynchronousCommit != SyncCommitOff {
-		return fmt.Errorf("%w: SynchronousCommit must be %q or %q (got %q)", ErrInvalidConfig, SyncCommitOn, SyncCommitOff, c.SynchronousCommit)
+	if err := opts.Check("apply",
+		opts.Rule{Field: "SynchronousCommit", Bad: c.SynchronousCommit != SyncCommitOn && c.SynchronousCommit != SyncCommitOff,
+			Reason: fmt.Sprintf("must be %q or %q (got %q)", SyncCommitOn, SyncCommitOff, c.SynchronousCommit)},
+		opts.Rule{Field: "Mode", Bad: c.Mode != ModeStrict && c.Mode != ModePartitioned,
+			Reason: fmt.Sprintf("must be %q or %q (got %q)", ModeStrict, ModePartitioned, c.Mode)},
+		rng("Flow", c.Flow != "" && len(c.Flow) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax), len(c.Flow)),
+		rng("SourceID", c.SourceID != "" && len(c.SourceID) <= nameBytesMax, fmt.Sprintf("1..%d bytes", nameBytesMax), len(c.SourceID)),
+		rng("Schema", len(c.Schema) <= identBytesMax, fmt.Sprintf("1..%d bytes", identBytesMax), len(c.Schema)),
+		rng("MaxBatchTxns", c.MaxBatchTxns >= 1 && c.MaxBatchTxns <= maxBatchTxnsMax, fmt.Sprintf("1..%d", maxBatchTxnsMax), c.MaxBatchTxns),
+		rng("MaxBatchRows", c.MaxBatchRows >= 1 && c.MaxBatchRows <= maxBatchRowsMax, fmt.Sprintf("1..%d", maxBatchRowsMax), c.MaxBatchRows),
+		rng("MaxBatchBytes", c.MaxBatchBytes >= 1<<10 && c.MaxBatchBytes <= maxBatchBytesMax, fmt.Sprintf("%d..%d", 1<<10, maxBatchBytesMax), c.MaxBatchBytes),
+	); err != nil {
+		return err
 	}
-	switch c.Mode {
-	case ModeStrict:
-	case ModePartitioned:
+	if c.Mode == ModePartitioned {
 		return fmt.Errorf("%w (flow %q)", ErrPartitioned, c.Flow)
-	default:
-		return fmt.Errorf("%w: Mode must be %q or %q (got %q)", ErrInvalidConfig, ModeStrict, ModePartitioned, c.Mode)
-	}
-	for _, ch := range checks {
-		if !ch.ok {
-			return fmt.Errorf("%w: %s must be %s (got %v)", ErrInvalidConfig, ch.field, ch.want, ch.got)
-		}
 	}
 	return nil
 }

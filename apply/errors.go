@@ -9,6 +9,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/buildinfo"
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/internal/shell"
 )
 
@@ -16,7 +17,7 @@ import (
 // test with errors.Is.
 var (
 	// ErrInvalidConfig is wrapped by every Config validation failure.
-	ErrInvalidConfig = errors.New("apply: invalid config")
+	ErrInvalidConfig = opts.ErrInvalid
 	// ErrPartitioned is returned for Config.Mode "partitioned" and for a
 	// CHUNK unit routed to a partition other than 0: partitioned mode
 	// interleaves the chunks of one source transaction with other

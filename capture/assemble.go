@@ -4,15 +4,16 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
-	"github.com/trellara/trellara/internal/config"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/schemachange"
 )
@@ -85,6 +86,7 @@ type Assembler struct {
 	emit Emit
 
 	rels    map[pgoutput.OID]*relState
+	movesMu sync.Mutex               // MovePins may run on another goroutine (a pipelined publisher)
 	moves   []pinMove                // pins to move once their barrier is durable
 	cur     *txnBuf                  // open Begin..Commit transaction
 	streams map[pgoutput.XID]*txnBuf // open streamed transactions
@@ -493,7 +495,12 @@ func describeShape(sh schemachange.Shape) string {
 // pin moves leaves the old pin: the next session sees the same change
 // again and emits the barrier again, which the target applies
 // idempotently.
+//
+// It is safe to call from another goroutine than the one calling Handle:
+// the sidecar moves pins on its publisher's goroutine.
 func (a *Assembler) MovePins(durableEnd uint64) error {
+	a.movesMu.Lock()
+	defer a.movesMu.Unlock()
 	keep := a.moves[:0]
 	for _, mv := range a.moves {
 		if mv.endLSN > durableEnd {
@@ -742,7 +749,9 @@ func (a *Assembler) barrier(t *txnBuf, e *pb.Envelope, endLSN uint64) {
 			e.DdlEvents = append(e.DdlEvents, d)
 		}
 		st.barrierOut = true
+		a.movesMu.Lock()
 		a.moves = append(a.moves, pinMove{relation: st.name, fingerprint: st.rel.Fingerprint, shape: st.shape, endLSN: endLSN})
+		a.movesMu.Unlock()
 	}
 }
 

@@ -1,11 +1,15 @@
 package capture
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/schemachange"
 )
 
@@ -111,4 +115,34 @@ func (p *FilePins) writeLocked() error {
 	}
 	b, _ := json.MarshalIndent(doc, "", "  ")
 	return WriteFileDurable(p.path, b)
+}
+
+// CatalogFacts reads what the source catalog says about relation's columns
+// that pgoutput does not carry. It is the catalog now, which may be later
+// than the stream position being classified.
+func CatalogFacts(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, relation string) (map[string]schemachange.Facts, error) {
+	t, err := config.ParseTableName(relation)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `
+		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, t.Schema, t.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]schemachange.Facts{}
+	for rows.Next() {
+		var name string
+		var fc schemachange.Facts
+		if err := rows.Scan(&name, &fc.TypeName, &fc.NotNull, &fc.HasDefault); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[name] = fc
+	}
+	return out, rows.Err()
 }

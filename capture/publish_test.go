@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"slices"
 	"testing"
 
+	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay/pgoutput"
 )

@@ -21,10 +21,10 @@ package capture
 import (
 	"context"
 	"fmt"
-	"github.com/trellara/trellara/transport"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/transport"
 )
 
 // FencePrefix is the logical-message prefix of a fence: a transactional

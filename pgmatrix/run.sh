@@ -32,7 +32,7 @@ timeout=${PGMATRIX_TIMEOUT:-10m}
 cache=${PGMATRIX_CACHE:-$repo/.cache/pgmatrix}
 export PGMATRIX_CACHE=$cache
 results=pgmatrix/results
-suite=(./relay/... ./apply/... ./internal/verify/... ./internal/flow/... ./internal/check/... ./internal/pgtest/...)
+suite=(./relay/... ./capture/... ./apply/... ./internal/verify/... ./internal/flow/... ./internal/check/... ./internal/pgtest/...)
 
 mkdir -p "$cache/bin" "$results"
 tool=$cache/bin/pgmatrix

@@ -69,13 +69,17 @@ func relayChild() int {
 	if slot == "" {
 		slot = "crash"
 	}
-	s := relay.NewSession(conn, tr, res, relay.Config{SourceID: "src", Slot: slot, Publication: "pub", Streaming: true,
+	s, err := relay.NewSession(conn, tr, res, relay.Options{SourceID: "src", Slot: slot, Publication: "pub", Streaming: true,
 		StatusInterval: 50 * time.Millisecond,
 		Assembler:      capture.AssemblerOptions{MemoryBytesMax: memMax, ChunkBytesMax: chunkMax, SpillDir: os.Getenv("TRELLARA_LOG_DIR")},
 		OnDurable: func(end uint64) {
 			fmt.Fprintf(out, "durable %d\n", end)
 			out.Flush()
 		}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
 	if err := s.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 4
@@ -406,7 +410,7 @@ func TestRelayFsyncFailureNeverAcksAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := relay.NewSession(rc, tr, res, relay.Config{SourceID: "src", Slot: "fsync", Publication: "pub", Streaming: true,
+	s, err := relay.NewSession(rc, tr, res, relay.Options{SourceID: "src", Slot: "fsync", Publication: "pub", Streaming: true,
 		StatusInterval: 10 * time.Millisecond,
 		Assembler:      capture.AssemblerOptions{ChunkBytesMax: 32 << 10, SpillDir: t.TempDir()},
 		OnDurable:      func(end uint64) { mu.Lock(); reports = append(reports, end); mu.Unlock() },
@@ -414,6 +418,9 @@ func TestRelayFsyncFailureNeverAcksAhead(t *testing.T) {
 		OnFence:        func(string, uint64) { mu.Lock(); fenced = true; mu.Unlock() },
 		Stop:           func() bool { mu.Lock(); defer mu.Unlock(); return fenced },
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	runErr := s.Run(ctx)
 	wcancel()
 	<-workloadDone

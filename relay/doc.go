@@ -21,7 +21,7 @@
 //  2. Record: a position the relay is about to acknowledge although no
 //     unit in the transport ends there (a transaction without rows, a
 //     transaction skipped on resume, an idle advance) is first written to
-//     the ack store (capture.AckStore, Config.Acks). Without that record a
+//     the ack store (capture.AckStore, Options.Acks). Without that record a
 //     restart would see the slot ahead of the transport and refuse it as a
 //     gap (capture.CheckResume).
 //  3. Acknowledge: only then does the position become the one sent in

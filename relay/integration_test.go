@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/config"
@@ -94,7 +94,7 @@ func replConn(t *testing.T, c *pgtest.Cluster) *pgconn.PgConn {
 }
 
 // runUntilFence streams slot into tr until a fence with token is durable.
-func runUntilFence(t *testing.T, c *pgtest.Cluster, conn *pgx.Conn, tr relay.Transport, slot, token string, cfg relay.Config) *relay.Session {
+func runUntilFence(t *testing.T, c *pgtest.Cluster, conn *pgx.Conn, tr relay.Transport, slot, token string, cfg relay.Options) *relay.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -107,7 +107,10 @@ func runUntilFence(t *testing.T, c *pgtest.Cluster, conn *pgx.Conn, tr relay.Tra
 	cfg.OnFence = func(tok string, _ uint64) { done = done || tok == token }
 	cfg.Stop = func() bool { return done }
 	rc := replConn(t, c)
-	s := relay.NewSession(rc, tr, res, cfg)
+	s, err := relay.NewSession(rc, tr, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := relay.EmitFence(ctx, conn, token); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +149,7 @@ func TestRelayMatchesServerDecoding(t *testing.T) {
 	workload(t, c)
 
 	tr := &memTransport{}
-	s := runUntilFence(t, c, conn, tr, "relay_a", "end-1", relay.Config{
+	s := runUntilFence(t, c, conn, tr, "relay_a", "end-1", relay.Options{
 		Assembler: capture.AssemblerOptions{MemoryBytesMax: 32 << 10, ChunkBytesMax: 1 << 20, SpillDir: t.TempDir()}})
 	got := tr.envelopes(t)
 	st := s.Stats()
@@ -274,7 +277,7 @@ func TestRelayResumeDoesNotDuplicate(t *testing.T) {
 	tr := &memTransport{}
 	for round := 0; round < 3; round++ {
 		c.Exec(t, fmt.Sprintf(`INSERT INTO ledger VALUES (%d)`, 100+round))
-		runUntilFence(t, c, conn, tr, "r", fmt.Sprintf("round-%d", round), relay.Config{})
+		runUntilFence(t, c, conn, tr, "r", fmt.Sprintf("round-%d", round), relay.Options{})
 		si, err := relay.LookupSlot(ctx, conn, "r")
 		if err != nil {
 			t.Fatal(err)
@@ -334,8 +337,11 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	}
 	tr := &memTransport{}
 	rc := replConn(t, c)
-	s := relay.NewSession(rc, tr, relay.Resume{}, relay.Config{SourceID: "src", Slot: "drift", Publication: "pub", Streaming: true,
+	s, err := relay.NewSession(rc, tr, relay.Resume{}, relay.Options{SourceID: "src", Slot: "drift", Publication: "pub", Streaming: true,
 		Assembler: capture.AssemblerOptions{Pins: pins}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	err = s.Run(rctx)
@@ -377,7 +383,7 @@ func TestResumeAfterPartialChunksAtBackToBackCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := relay.Config{Assembler: capture.AssemblerOptions{ChunkBytesMax: 4 << 10}}
+	cfg := relay.Options{Assembler: capture.AssemblerOptions{ChunkBytesMax: 4 << 10}}
 	probe := &memTransport{}
 	a, b := -1, -1 // indexes in probe of A and of B's first chunk
 	for attempt := 0; attempt < 5 && a < 0; attempt++ {
@@ -454,5 +460,49 @@ func TestResumeAfterPartialChunksAtBackToBackCommits(t *testing.T) {
 	si, err = relay.LookupSlot(ctx, conn, "bb")
 	if err != nil || si.ConfirmedFlush <= envs[b].EndLsn {
 		t.Fatalf("slot bb confirmed at %s (%v), want past B's end %s", envelope.FormatLSN(si.ConfirmedFlush), err, envelope.FormatLSN(envs[b].EndLsn))
+	}
+}
+
+// slowTransport makes every publish take a while, as a slow disk would.
+type slowTransport struct {
+	*memTransport
+	delay time.Duration
+}
+
+func (s slowTransport) PublishBatch(ctx context.Context, payloads [][]byte) error {
+	time.Sleep(s.delay)
+	return s.memTransport.PublishBatch(ctx, payloads)
+}
+
+// Publishing one large transaction's chunks can take longer than the
+// server's wal_sender_timeout; the server must not hang up meanwhile: the
+// session keeps sending standby status updates between chunks. (Found at
+// 15M rows, where the walsender terminated the connection.)
+func TestRelayStaysAliveWhilePublishingALargeTransaction(t *testing.T) {
+	pgtest.Require(t)
+	c := pgtest.Start(t, pgtest.Options{Settings: map[string]string{"wal_sender_timeout": "2s"}})
+	ctx := context.Background()
+	conn := c.Connect(ctx)
+	c.Exec(t, schemaSQL)
+	if _, err := relay.CreateSlot(ctx, replConn(t, c), "big"); err != nil {
+		t.Fatal(err)
+	}
+	// ~30 MiB of rows: published in several groups (a group is at most
+	// 8 MiB), each taking 1.5 s: the one transaction takes several times
+	// the server's timeout to publish.
+	c.Exec(t, `INSERT INTO docs SELECT g, repeat('x', 2500), g FROM generate_series(1, 12000) g`)
+	tr := slowTransport{memTransport: &memTransport{}, delay: 1500 * time.Millisecond}
+	s := runUntilFence(t, c, conn, tr, "big", "after-big", relay.Options{StatusInterval: 200 * time.Millisecond,
+		Assembler: capture.AssemblerOptions{MemoryBytesMax: 1 << 20, SpillDir: t.TempDir()}})
+	rows := 0
+	for _, e := range tr.envelopes(t) {
+		for _, r := range e.Rows {
+			if r.Op == pb.Op_OP_INSERT && e.Relations[r.RelationIndex].Name == "docs" {
+				rows++
+			}
+		}
+	}
+	if rows != 12000 {
+		t.Fatalf("%d of 12000 rows published (%+v)", rows, s.Stats())
 	}
 }

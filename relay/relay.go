@@ -15,6 +15,7 @@ import (
 
 	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
 
@@ -41,8 +42,8 @@ func CheckResume(slot string, res Resume, slotConfirmed, acked uint64, recovery 
 	return capture.CheckResume(slot, res, slotConfirmed, acked, recovery)
 }
 
-// Config configures one relay session.
-type Config struct {
+// Options configure one relay session.
+type Options struct {
 	SourceID        string
 	Slot            string
 	Publication     string
@@ -82,14 +83,15 @@ type Stats struct {
 
 // Session is one replication session over a replication connection.
 type Session struct {
-	cfg  Config
-	conn *pgconn.PgConn
-	asm  *capture.Assembler
-	dec  pgoutput.Decoder
-	res  Resume
-	log  *slog.Logger
-	pub  *capture.Publisher
-	sent uint64 // last position sent to the server
+	cfg      Options
+	conn     *pgconn.PgConn
+	asm      *capture.Assembler
+	dec      pgoutput.Decoder
+	res      Resume
+	log      *slog.Logger
+	pub      *capture.Publisher
+	sent     uint64    // last position sent to the server
+	statusAt time.Time // when the last standby status update was sent (keepAlive)
 
 	pending bool // a multi-unit transaction is partly assembled
 	// Units assembled but not yet durable. They are published together
@@ -102,17 +104,39 @@ type Session struct {
 	stats Stats
 }
 
+// OptionsError names the option NewSession refused and what is allowed.
+type OptionsError = opts.Error
+
+// withDefaults fills the zero fields with defaults, then rejects options
+// that cannot work with an *OptionsError.
+func (o Options) withDefaults() (Options, error) {
+	if o.ProtocolVersion == 0 {
+		o.ProtocolVersion = 2
+	}
+	if o.StatusInterval == 0 {
+		o.StatusInterval = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, opts.Check("relay",
+		opts.Rule{Field: "SourceID", Bad: o.SourceID == "" || len(o.SourceID) > 256, Reason: "must be 1..256 bytes (the config's source.id)"},
+		opts.Rule{Field: "Slot", Bad: o.Slot == "", Reason: "is required (the config's source.slot)"},
+		opts.Rule{Field: "ProtocolVersion", Bad: o.ProtocolVersion < 1 || o.ProtocolVersion > 4,
+			Reason: fmt.Sprintf("is %d; pgoutput speaks 1..4", o.ProtocolVersion)},
+		opts.Rule{Field: "Streaming", Bad: o.Streaming && o.ProtocolVersion < 2,
+			Reason: fmt.Sprintf("needs ProtocolVersion 2 or later, not %d", o.ProtocolVersion)},
+		opts.Rule{Field: "StatusInterval", Bad: o.StatusInterval < 0, Reason: "is negative"},
+	)
+}
+
 // NewSession prepares a session; conn must be a replication=database
-// connection.
-func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Session {
-	if cfg.ProtocolVersion == 0 {
-		cfg.ProtocolVersion = 2
-	}
-	if cfg.StatusInterval <= 0 {
-		cfg.StatusInterval = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+// connection (nil for a driver that feeds it through the seams in
+// sim_seams.go).
+func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Options) (*Session, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	cfg.Assembler.SourceID = cfg.SourceID
 	s := &Session{cfg: cfg, conn: conn, res: res, log: cfg.Logger}
@@ -120,7 +144,7 @@ func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Config) *Sess
 		OnDurable: cfg.OnDurable, OnFence: cfg.OnFence}, res.DurableEnd, res.DurableEnd)
 	s.asm = capture.NewAssembler(cfg.Assembler, s.emit)
 	s.stats.StartedFrom = res.DurableEnd
-	return s
+	return s, nil
 }
 
 // Stats returns a copy of the counters.
@@ -139,6 +163,9 @@ func (s *Session) ackable() uint64 { return s.pub.Acked() }
 func (s *Session) waiting() bool { return len(s.cur.Units) > 0 || s.cur.Ack > s.ackable() }
 
 func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
+	if err := s.keepAlive(context.Background()); err != nil {
+		return err
+	}
 	skipped, err := s.cur.Add(s.res, e, endLSN, final)
 	if err != nil {
 		return err
@@ -165,9 +192,25 @@ func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 	return nil
 }
 
+// keepAlive sends a standby status update when a status interval has
+// passed since the last one. Run's loop sends them between messages; while
+// one large transaction is assembled and published (a CHUNK sequence) it
+// gets no turn, and the server hangs up on a client silent for
+// wal_sender_timeout, however busy it is. The position is the
+// acknowledged one, which a transaction in progress does not move.
+func (s *Session) keepAlive(ctx context.Context) error {
+	if s.conn == nil || time.Since(s.statusAt) <= s.cfg.StatusInterval {
+		return nil
+	}
+	return s.sendStatus(ctx, false)
+}
+
 // flush makes the batch durable, then — only then — advances the
 // acknowledgeable position.
 func (s *Session) flush(ctx context.Context) error {
+	if err := s.keepAlive(ctx); err != nil {
+		return err
+	}
 	published := len(s.cur.Units) > 0
 	if err := s.pub.Publish(ctx, &s.cur); err != nil {
 		// Not acknowledged: the source will resend all of it.
@@ -179,6 +222,9 @@ func (s *Session) flush(ctx context.Context) error {
 	if err := s.asm.MovePins(s.pub.Acked()); err != nil {
 		return err
 	}
+	if err := s.keepAlive(ctx); err != nil {
+		return err
+	}
 	if published {
 		s.mu.Lock()
 		s.stats.Assembler = s.asm.Stats()
@@ -188,7 +234,7 @@ func (s *Session) flush(ctx context.Context) error {
 }
 
 // PluginArgs are the pgoutput options for cfg.
-func PluginArgs(cfg Config) []string {
+func PluginArgs(cfg Options) []string {
 	args := []string{
 		fmt.Sprintf("proto_version '%d'", cfg.ProtocolVersion),
 		fmt.Sprintf("publication_names '%s'", strings.ReplaceAll(quoteIdent(cfg.Publication), "'", "''")),
@@ -338,7 +384,7 @@ func (s *Session) sendStatus(ctx context.Context, reply bool) error {
 	if err != nil {
 		return fmt.Errorf("relay: standby status to slot %s at %s: %w", s.cfg.Slot, pos, err)
 	}
-	s.sent = uint64(pos)
+	s.sent, s.statusAt = uint64(pos), time.Now()
 	return nil
 }
 

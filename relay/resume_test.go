@@ -6,10 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/transport"
@@ -41,7 +42,10 @@ func xlogData(walStart uint64, m pgoutput.Message) []byte {
 func TestResumeAfterSnapshotKeepsCommitAtConsistentPoint(t *testing.T) {
 	const cp = 0x18721A0
 	tr := &transport.Memory{}
-	s := NewSession(nil, tr, AfterSnapshot(cp), Config{SourceID: "src", Slot: "s"})
+	s, err := NewSession(nil, tr, AfterSnapshot(cp), Options{SourceID: "src", Slot: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
 	ctx := context.Background()
 	for _, m := range []pgoutput.Message{
@@ -84,8 +88,11 @@ func TestResumeAfterPartialChunksBackToBack(t *testing.T) {
 	)
 	ctx := context.Background()
 	full := &transport.Memory{}
-	opts := Config{SourceID: "src", Slot: "s", Assembler: capture.AssemblerOptions{ChunkBytesMax: 4 << 10}}
-	s := NewSession(nil, full, Resume{Empty: true}, opts)
+	opts := Options{SourceID: "src", Slot: "s", Assembler: capture.AssemblerOptions{ChunkBytesMax: 4 << 10}}
+	s, err := NewSession(nil, full, Resume{Empty: true}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := []pgoutput.Message{
 		&pgoutput.Begin{FinalLSN: cA, Xid: 700},
 		ordersRel,
@@ -141,7 +148,10 @@ func TestResumeAfterPartialChunksBackToBack(t *testing.T) {
 	}
 	// The session resumed there acknowledges nothing past B's commit before
 	// B is durable, and publishes B whole when the server resends it.
-	s2 := NewSession(nil, crashed, res, opts)
+	s2, err := NewSession(nil, crashed, res, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s2.Close()
 	if ack := s2.Stats().DurableEnd; ack > cB {
 		t.Fatalf("resumed session acknowledges %s before B (commit %s) is durable", envelope.FormatLSN(ack), envelope.FormatLSN(cB))
@@ -158,5 +168,29 @@ func TestResumeAfterPartialChunksBackToBack(t *testing.T) {
 	}
 	if ack := s2.Stats().DurableEnd; ack != eB {
 		t.Fatalf("acknowledged %s after B is durable, want %s", envelope.FormatLSN(ack), envelope.FormatLSN(eB))
+	}
+}
+
+// NewSession refuses options that cannot work, naming the field, before
+// anything connects.
+func TestNewSessionRefusesBadOptions(t *testing.T) {
+	for _, tc := range []struct {
+		o     Options
+		field string
+	}{
+		{Options{Slot: "s"}, "SourceID"},
+		{Options{SourceID: "src"}, "Slot"},
+		{Options{SourceID: "src", Slot: "s", ProtocolVersion: 9}, "ProtocolVersion"},
+		{Options{SourceID: "src", Slot: "s", ProtocolVersion: 1, Streaming: true}, "Streaming"},
+	} {
+		_, err := NewSession(nil, &transport.Memory{}, Resume{}, tc.o)
+		var oe *OptionsError
+		if !errors.As(err, &oe) || oe.Field != tc.field || oe.Package != "relay" {
+			t.Errorf("%+v: got %v, want an OptionsError for %s", tc.o, err, tc.field)
+		}
+	}
+	s, err := NewSession(nil, &transport.Memory{}, Resume{}, Options{SourceID: "src", Slot: "s"})
+	if err != nil || s.cfg.ProtocolVersion != 2 || s.cfg.StatusInterval != time.Second {
+		t.Fatalf("defaults: %v %+v", err, s.cfg)
 	}
 }

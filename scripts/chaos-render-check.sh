@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# chaos-render-check.sh [report.html]
+# chaos-render-check.sh [report.html...]
 #
 # Renders the chaos correctness report in headless Chromium and checks that
 # it renders: the screenshot is a non-empty PNG with more than one colour,
 # and the browser logged no console message or uncaught error (the report
 # has no scripts, so any console output is a fault). Without an argument it
-# writes a fresh report with bin/trellara (TRELLARA overrides the binary).
+# writes a fresh report with bin/trellara (TRELLARA overrides the binary)
+# and also renders the published qualification reports
+# (docs/qualification/*.html, written by trellara qualify / chaos live).
 # CHROMIUM names the browser binary; default: chromium on PATH.
 #
 # Exit codes: 0 rendered cleanly, 1 it did not, 2 could not run.
@@ -20,16 +22,23 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-report=${1:-}
-if [ -z "$report" ]; then
+reports=("$@")
+if [ ${#reports[@]} -eq 0 ]; then
 	trellara=${TRELLARA:-bin/trellara}
 	if [ ! -x "$trellara" ]; then
 		echo "chaos-render-check: $trellara not found; run make build or set TRELLARA" >&2
 		exit 2
 	fi
 	"$trellara" chaos report --output "$tmp/report.html"
-	report=$tmp/report.html
+	reports=("$tmp/report.html")
+	for q in "$(dirname "$0")"/../docs/qualification/*.html; do
+		[ -f "$q" ] && reports+=("$q")
+	done
 fi
+
+overall=0
+for report in "${reports[@]}"; do
+rm -rf "$tmp/profile" "$tmp/report.png"
 url="file://$(realpath "$report")"
 
 # --no-sandbox: Chromium refuses to run its sandbox as root (CI containers).
@@ -68,6 +77,9 @@ if grep -E "Uncaught|ERROR:CONSOLE|:CONSOLE\(|Failed to load resource|net::ERR_"
 	fail=1
 fi
 if [ $fail -ne 0 ]; then
-	exit 1
+	overall=1
+	continue
 fi
 echo "chaos-render-check: $report rendered: ${size}-byte PNG screenshot, no console errors"
+done
+exit $overall

@@ -335,7 +335,9 @@ func (l *Log) reloadCursors() error {
 			continue
 		}
 		st := &cursorState{offset: rec.offset, pastRetention: rec.pastRetention}
-		if !l.readOnly && !rec.pastRetention && rec.offset >= l.FirstOffset() {
+		// A read-only log positions its cursors too (a scan of frame
+		// headers: it has no index), so its Stats report their lag in bytes.
+		if !rec.pastRetention && rec.offset >= l.FirstOffset() {
 			if st.segBase, st.pos, err = l.positionOf(rec.offset); err != nil {
 				return err
 			}
@@ -387,4 +389,28 @@ func (l *Log) positionOf(offset uint64) (uint64, int64, error) {
 	defer f.Close()
 	pos, err := seekEntry(newWindow(f, size), path, start, offset)
 	return base, pos, err
+}
+
+// CursorCommittedAt returns when consumer name last committed its cursor:
+// the cursor file's modification time, since every commit replaces the
+// file. ok is false when the cursor is not registered, or the log's
+// filesystem cannot say.
+func (l *Log) CursorCommittedAt(name string) (at time.Time, ok bool, err error) {
+	if err := validCursorName(name); err != nil {
+		return time.Time{}, false, err
+	}
+	st, can := l.fs.(interface {
+		Stat(name string) (fs.FileInfo, error)
+	})
+	if !can {
+		return time.Time{}, false, nil
+	}
+	fi, err := st.Stat(l.cursorPath(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("segmentlog: stat cursor %q: %w", name, err)
+	}
+	return fi.ModTime(), true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/segmentlog/internal/vfs"
 )
 
@@ -31,8 +32,9 @@ var (
 	// ErrLocked means another process (or another Log in this process)
 	// holds the directory. Two writers would interleave frames.
 	ErrLocked = vfs.ErrLocked
-	// ErrInvalidOptions is wrapped by every Options validation failure.
-	ErrInvalidOptions = errors.New("segmentlog: invalid options")
+	// ErrInvalidOptions is wrapped by every Options validation failure
+	// (the one sentinel of every package's OptionsError).
+	ErrInvalidOptions = opts.ErrInvalid
 	// ErrMustReopen is matched (errors.Is) by every *FatalError.
 	ErrMustReopen = errors.New("segmentlog: log must be reopened")
 )
@@ -136,14 +138,6 @@ func (e *PastRetentionError) Error() string {
 		who, e.Offset, e.FirstOffset)
 }
 
-// OptionsError names the option that failed validation and its allowed range.
-type OptionsError struct {
-	Field  string
-	Reason string
-}
-
-func (e *OptionsError) Error() string {
-	return fmt.Sprintf("segmentlog: invalid options: %s %s", e.Field, e.Reason)
-}
-
-func (e *OptionsError) Unwrap() error { return ErrInvalidOptions }
+// OptionsError names the option that failed validation and its allowed
+// range (Options.withDefaults). It wraps ErrInvalidOptions.
+type OptionsError = opts.Error

@@ -46,6 +46,9 @@ func (OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 // Rename implements FS.
 func (OSFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
 
+// Stat is os.Stat (Log.CursorCommittedAt).
+func (OSFS) Stat(name string) (fs.FileInfo, error) { return os.Stat(name) }
+
 // Remove implements FS.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/trellara/trellara/internal/opts"
 )
 
 // FsyncMode says when appended bytes are forced to stable storage.
@@ -115,28 +117,21 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	checks := []struct {
-		field string
-		bad   bool
-		why   string
-	}{
-		{"SegmentBytesMax", o.SegmentBytesMax < segmentBytesMin || o.SegmentBytesMax > 1<<40,
-			fmt.Sprintf("is %d; allowed range is [%d, 2^40]", o.SegmentBytesMax, segmentBytesMin)},
-		{"FrameBytesMax", o.FrameBytesMax < frameBytesMin || o.FrameBytesMax > frameBytesLimit,
-			fmt.Sprintf("is %d; allowed range is [%d, %d] (the format caps one frame at 64 MiB)", o.FrameBytesMax, frameBytesMin, frameBytesLimit)},
-		{"PayloadBytesMax", o.PayloadBytesMax < int64(o.FrameBytesMax) || o.PayloadBytesMax > payloadBytesLimit,
-			fmt.Sprintf("is %d; allowed range is [FrameBytesMax, 2^32]", o.PayloadBytesMax)},
-		{"Fsync", o.Fsync != FsyncAlways,
-			fmt.Sprintf("is %q; only %q is supported (an acknowledgement must mean the bytes are on stable storage)", o.Fsync, FsyncAlways)},
-		{"IndexIntervalBytes", o.IndexIntervalBytes < indexIntervalBytesMin || o.IndexIntervalBytes > o.SegmentBytesMax,
-			fmt.Sprintf("is %d; allowed range is [%d, SegmentBytesMax]", o.IndexIntervalBytes, indexIntervalBytesMin)},
-		{"Retention.MaxBytes", o.Retention.MaxBytes < 0, "is negative"},
-		{"Retention.MaxAge", o.Retention.MaxAge < 0, "is negative"},
-	}
-	for _, c := range checks {
-		if c.bad {
-			return Options{}, &OptionsError{Field: c.field, Reason: c.why}
-		}
+	if err := opts.Check("segmentlog",
+		opts.Rule{Field: "SegmentBytesMax", Bad: o.SegmentBytesMax < segmentBytesMin || o.SegmentBytesMax > 1<<40,
+			Reason: fmt.Sprintf("is %d; allowed range is [%d, 2^40]", o.SegmentBytesMax, segmentBytesMin)},
+		opts.Rule{Field: "FrameBytesMax", Bad: o.FrameBytesMax < frameBytesMin || o.FrameBytesMax > frameBytesLimit,
+			Reason: fmt.Sprintf("is %d; allowed range is [%d, %d] (the format caps one frame at 64 MiB)", o.FrameBytesMax, frameBytesMin, frameBytesLimit)},
+		opts.Rule{Field: "PayloadBytesMax", Bad: o.PayloadBytesMax < int64(o.FrameBytesMax) || o.PayloadBytesMax > payloadBytesLimit,
+			Reason: fmt.Sprintf("is %d; allowed range is [FrameBytesMax, 2^32]", o.PayloadBytesMax)},
+		opts.Rule{Field: "Fsync", Bad: o.Fsync != FsyncAlways,
+			Reason: fmt.Sprintf("is %q; only %q is supported (an acknowledgement must mean the bytes are on stable storage)", o.Fsync, FsyncAlways)},
+		opts.Rule{Field: "IndexIntervalBytes", Bad: o.IndexIntervalBytes < indexIntervalBytesMin || o.IndexIntervalBytes > o.SegmentBytesMax,
+			Reason: fmt.Sprintf("is %d; allowed range is [%d, SegmentBytesMax]", o.IndexIntervalBytes, indexIntervalBytesMin)},
+		opts.Rule{Field: "Retention.MaxBytes", Bad: o.Retention.MaxBytes < 0, Reason: "is negative"},
+		opts.Rule{Field: "Retention.MaxAge", Bad: o.Retention.MaxAge < 0, Reason: "is negative"},
+	); err != nil {
+		return Options{}, err
 	}
 	return o, nil
 }

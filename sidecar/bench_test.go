@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -58,12 +58,15 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 		}
 		defer rc.Close(ctx)
 		var relayDurable uint64
-		rs = relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Config{
+		rs, err = relay.NewSession(rc, transport.Local{Log: relayLog}, relay.Resume{}, relay.Options{
 			SourceID: "bench", Slot: "relay", Publication: "pub", Streaming: true,
 			Assembler: capture.AssemblerOptions{SpillDir: b.TempDir()},
 			OnDurable: func(e uint64) { relayDurable = e },
 			Stop:      func() bool { return relayDurable > fence },
 		})
+		if err != nil {
+			b.Fatal(err)
+		}
 		go func() {
 			// The walsender appears once the session starts streaming.
 			for i := 0; i < 100 && walsenderPID.Load() == 0; i++ {
@@ -99,7 +102,7 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 		dec0, sock0 := procCPU(decPID), procCPU(sockPID)
 		var acked atomic.Uint64
 		s, err = New(Options{Dial: l.dialer(b), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
-			SpillDir: b.TempDir(), OnDurable: func(e uint64) { acked.Store(e) },
+			Assembler: capture.AssemblerOptions{SpillDir: b.TempDir()}, OnDurable: func(e uint64) { acked.Store(e) },
 			Stop: func() bool {
 				if acked.Load() <= fence {
 					return false

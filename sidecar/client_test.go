@@ -325,7 +325,7 @@ func TestClientResumeAfterPartialChunksBackToBack(t *testing.T) {
 		c.readAcks(2)
 		time.Sleep(time.Second)
 	})
-	chunked := func(o *Options) { o.ChunkBytesMax = 4 << 10 }
+	chunked := func(o *Options) { o.Assembler.ChunkBytesMax = 4 << 10 }
 	full := &memTransport{}
 	if _, err := runFake(t, fs, full, func(s *Sidecar) bool { return s.Stats().Acked >= 1016 }, chunked); err != nil {
 		t.Fatal(err)
@@ -385,7 +385,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"Transport", func(o *Options) { o.Transport = nil }},
 		{"SocketPath", func(o *Options) { o.SocketPath = "" }},
 		{"SourceID", func(o *Options) { o.SourceID = "" }},
-		{"MemoryBytesMax", func(o *Options) { o.MemoryBytesMax = -1 }},
+		{"Assembler.MemoryBytesMax", func(o *Options) { o.Assembler.MemoryBytesMax = -1 }},
 		{"FrameBytesMax", func(o *Options) { o.FrameBytesMax = 2 << 30 }},
 		{"DeadServerTimeout", func(o *Options) { o.DeadServerTimeout = time.Second }},
 	} {

@@ -5,21 +5,25 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/encoding/prototext"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/schemachange"
 )
 
 const eqSchema = `
@@ -77,16 +81,31 @@ var eqWorkload = []string{
 	`ROLLBACK PREPARED 'p2'`,
 	`INSERT INTO tgen (id, a) VALUES (1, 21)`,
 	`INSERT INTO "MixedCase" VALUES (1, 'Mixed')`,
-	`ALTER TABLE t1 ADD COLUMN extra int DEFAULT 7`,
+	`ALTER TABLE t1 ADD COLUMN extra int`, // add_nullable_column: compatible, a DDL barrier
 	`UPDATE t1 SET extra = 8 WHERE id = 3`,
 	`INSERT INTO t1 (id, v) VALUES (400, 'after ddl')`,
 }
 
 // assemblyOptions are shared by both capture paths so that both cut large
 // transactions into the same CHUNK units; small, so the 5 000-row
-// transaction spills and chunks.
-func assemblyOptions(t *testing.T) capture.AssemblerOptions {
-	return capture.AssemblerOptions{SourceID: "eq", MemoryBytesMax: 256 << 10, ChunkBytesMax: 64 << 10, SpillDir: t.TempDir()}
+// transaction spills and chunks. Each path gets its own schema pins (in a
+// fresh file) and, as a flow configures both paths, the source catalog
+// read over conn and every table configured in strict mode, so the ADD
+// COLUMN flows through a DDL barrier on both.
+func assemblyOptions(t *testing.T, conn *pgx.Conn) (capture.AssemblerOptions, *capture.FilePins) {
+	pins, err := capture.OpenPins(filepath.Join(t.TempDir(), "pins.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return capture.AssemblerOptions{SourceID: "eq", MemoryBytesMax: 256 << 10, ChunkBytesMax: 64 << 10, SpillDir: t.TempDir(),
+		Pins: pins,
+		Catalog: func(relation string) (map[string]schemachange.Facts, error) {
+			return capture.CatalogFacts(context.Background(), conn, relation)
+		},
+		Policy: func(string) schemachange.Policy {
+			return schemachange.Policy{Mode: schemachange.ModeStrict, Configured: true}
+		},
+	}, pins
 }
 
 // TestEquivalence captures one history twice on one server, with the
@@ -114,11 +133,16 @@ func TestEquivalence(t *testing.T) {
 	}
 	defer rc.Close(context.Background())
 	var relayDurable uint64
-	opts := assemblyOptions(t)
-	rs := relay.NewSession(rc, relayTr, relay.Resume{}, relay.Config{SourceID: "eq", Slot: "relay", Publication: "pub",
+	catalog := l.c.Connect(ctx)
+	defer catalog.Close(context.Background())
+	opts, relayPins := assemblyOptions(t, catalog)
+	rs, err := relay.NewSession(rc, relayTr, relay.Resume{}, relay.Options{SourceID: "eq", Slot: "relay", Publication: "pub",
 		Streaming: true, Assembler: opts,
 		OnDurable: func(e uint64) { relayDurable = e },
 		Stop:      func() bool { return relayDurable > fenceLSN }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	if err := rs.Run(ctx); err != nil {
 		t.Fatalf("relay: %v", err)
@@ -129,8 +153,9 @@ func TestEquivalence(t *testing.T) {
 	sideTr := &memTransport{}
 	var acked atomic.Uint64
 	var frames [][]byte
+	sideOpts, sidePins := assemblyOptions(t, catalog)
 	s, err := New(Options{Dial: l.dialer(t), ServerUID: l.uid, SocketPath: l.sock, Transport: sideTr, SourceID: "eq",
-		MemoryBytesMax: opts.MemoryBytesMax, ChunkBytesMax: opts.ChunkBytesMax, SpillDir: t.TempDir(),
+		Assembler: sideOpts,
 		OnDurable: func(e uint64) { acked.Store(e) },
 		Stop:      func() bool { return acked.Load() > fenceLSN },
 		onFrame:   func(f []byte) { frames = append(frames, append([]byte(nil), f...)) }})
@@ -159,6 +184,14 @@ func TestEquivalence(t *testing.T) {
 	envs := decodeAll(t, got)
 	t.Logf("%d identical units from %d frames", len(envs), len(frames))
 	checkCoverage(t, envs)
+	// Both paths moved t1's pin past its barrier once the barrier was
+	// durable, to the same fingerprint and a shape with the new column.
+	rp, _ := relayPins.Pinned("public.t1")
+	sp, _ := sidePins.Pinned("public.t1")
+	shape, _ := sidePins.PinnedShape("public.t1")
+	if rp != sp || !slices.ContainsFunc(shape.Columns, func(c schemachange.Column) bool { return c.Name == "extra" }) {
+		t.Errorf("pins of public.t1 after the barrier: relay %016x, sidecar %016x, sidecar shape %+v", rp, sp, shape)
+	}
 
 	l.waitFor(t, "trellara slot confirmed past the fence", 10*time.Second, func() bool { return l.confirmed(t, "trellara") > fenceLSN })
 	if os.Getenv("TRELLARA_UPDATE_FRAMES") == "1" {
@@ -172,10 +205,11 @@ func checkCoverage(t *testing.T, envs []*pb.Envelope) {
 	t.Helper()
 	ops := map[pb.Op]int{}
 	var (
-		unchangedToast, oldKey, oldFull, truncFlags3, bigValue, multiRel, chunks bool
-		ids                                                                      = map[string]bool{}
+		unchangedToast, oldKey, oldFull, truncFlags3, bigValue, multiRel, chunks, barrier bool
+		ids                                                                               = map[string]bool{}
 	)
 	for _, e := range envs {
+		barrier = barrier || len(e.DdlEvents) > 0
 		if len(e.Relations) > 1 {
 			multiRel = true
 		}
@@ -213,6 +247,7 @@ func checkCoverage(t *testing.T, envs []*pb.Envelope) {
 		{ops[pb.Op_OP_MESSAGE] >= 2, "messages"}, {unchangedToast, "an unchanged-TOAST marker"},
 		{oldKey, "an old key"}, {oldFull, "a full old row"}, {truncFlags3, "TRUNCATE CASCADE RESTART IDENTITY"},
 		{bigValue, "a value over 64 KiB"}, {multiRel, "a multi-table transaction"}, {chunks, "CHUNK units"},
+		{barrier, "a DDL barrier (the ADD COLUMN)"},
 		{ids["300"] && ids["102"] && ids["400"], "committed prepared, savepoint and post-DDL rows"},
 		{!ids["301"] && !ids["101"] && !ids["200"], "no rolled-back rows"},
 	} {

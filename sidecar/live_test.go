@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/transport"
@@ -42,7 +43,7 @@ func sidecarChild() int {
 	uid, _ := strconv.Atoi(os.Getenv("TRELLARA_UID"))
 	gid, _ := strconv.Atoi(os.Getenv("TRELLARA_GID"))
 	o := Options{SocketPath: os.Getenv("TRELLARA_SOCK"), Transport: transport.Local{Log: log}, SourceID: "kill",
-		MemoryBytesMax: 64 << 10, ChunkBytesMax: 64 << 10, SpillDir: os.TempDir(),
+		Assembler: capture.AssemblerOptions{MemoryBytesMax: 64 << 10, ChunkBytesMax: 64 << 10, SpillDir: os.TempDir()},
 		beforeAck: func(lsn uint64) bool {
 			fmt.Printf("durable %d\n", lsn)
 			return false
@@ -172,7 +173,7 @@ func TestKillBeforeAck(t *testing.T) {
 	defer cancel()
 	var acked atomic.Uint64
 	s, err := New(Options{Dial: l.dialer(t), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: log}, SourceID: "kill",
-		MemoryBytesMax: 64 << 10, ChunkBytesMax: 64 << 10, SpillDir: t.TempDir(), ReconnectBackoffMax: 200 * time.Millisecond,
+		Assembler: capture.AssemblerOptions{MemoryBytesMax: 64 << 10, ChunkBytesMax: 64 << 10, SpillDir: t.TempDir()}, ReconnectBackoffMax: 200 * time.Millisecond,
 		OnDurable: func(e uint64) { acked.Store(e) }, Stop: func() bool { return acked.Load() > fence }})
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +205,7 @@ func TestWorkerAndServerRestart(t *testing.T) {
 	defer log.Close()
 	var hold atomic.Bool
 	s, err := New(Options{Dial: l.dialer(t), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: log}, SourceID: "restart",
-		SpillDir: t.TempDir(), ReconnectBackoffMax: 200 * time.Millisecond,
+		Assembler: capture.AssemblerOptions{SpillDir: t.TempDir()}, ReconnectBackoffMax: 200 * time.Millisecond,
 		beforeAck: func(uint64) bool { return !hold.Load() }})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/relay/pgoutput"
 )
@@ -41,16 +42,12 @@ type Options struct {
 
 	Transport capture.Transport
 	SourceID  string
-	Pins      capture.Pins
-	// MemoryBytesMax bounds row data held for open transactions before
-	// the assembler spills to SpillDir (default 64 MiB); ChunkBytesMax is
-	// the largest unit before a transaction is split into CHUNK units
-	// (default 4 MiB). Both as in capture.AssemblerOptions: the two capture
-	// paths must cut transactions identically.
-	MemoryBytesMax int64
-	ChunkBytesMax  int64
-	SpillDir       string
-	InspectCommand string
+	// Assembler configures transaction assembly exactly as
+	// relay.Options.Assembler does (its SourceID is SourceID): the memory
+	// and chunk bounds, the spill directory, the schema pins and the schema
+	// policy. The two capture paths must cut and classify transactions
+	// identically, so a flow builds both from the same options.
+	Assembler capture.AssemblerOptions
 	// FrameBytesMax refuses frames (one change: one row with all its
 	// values) larger than this; default 64 MiB, at most 1 GiB + 1 MiB.
 	FrameBytesMax int64
@@ -99,8 +96,12 @@ const (
 	stopPoll = 100 * time.Millisecond
 )
 
-// validate rejects options that cannot work and fills defaults.
-func (o *Options) validate() error {
+// OptionsError names the option New refused and what is allowed.
+type OptionsError = opts.Error
+
+// withDefaults fills the zero fields with defaults, then rejects options
+// that cannot work with an *OptionsError.
+func (o *Options) withDefaults() error {
 	if o.FrameBytesMax == 0 {
 		o.FrameBytesMax = frameBytesMaxDefault
 	}
@@ -116,28 +117,18 @@ func (o *Options) validate() error {
 	if o.GapRecovery == "" {
 		o.GapRecovery = shell.ResnapshotExtension("")
 	}
-	checks := []struct {
-		bad    bool
-		field  string
-		reason string
-	}{
-		{o.Transport == nil, "Transport", "is required"},
-		{o.SocketPath == "" && o.Dial == nil, "SocketPath", "is required (the trellara.socket_path setting)"},
-		{o.SourceID == "" || len(o.SourceID) > 256, "SourceID", "must be 1..256 bytes"},
-		{o.MemoryBytesMax < 0, "MemoryBytesMax", "must not be negative"},
-		{o.ChunkBytesMax < 0, "ChunkBytesMax", "must not be negative"},
-		{o.FrameBytesMax < chunkBytesMax || o.FrameBytesMax > frameBytesMaxLimit, "FrameBytesMax",
-			fmt.Sprintf("must be %d..%d bytes", chunkBytesMax, frameBytesMaxLimit)},
-		{o.DeadServerTimeout < deadServerTimeoutMin, "DeadServerTimeout",
-			fmt.Sprintf("must be at least %s (the server sends a keepalive every 10 s)", deadServerTimeoutMin)},
-		{o.ReconnectBackoffMax < reconnectBackoffStart, "ReconnectBackoffMax", fmt.Sprintf("must be at least %s", reconnectBackoffStart)},
-	}
-	for _, c := range checks {
-		if c.bad {
-			return fmt.Errorf("sidecar: option %s %s", c.field, c.reason)
-		}
-	}
-	return nil
+	return opts.Check("sidecar",
+		opts.Rule{Field: "Transport", Bad: o.Transport == nil, Reason: "is required"},
+		opts.Rule{Field: "SocketPath", Bad: o.SocketPath == "" && o.Dial == nil, Reason: "is required (the trellara.socket_path setting)"},
+		opts.Rule{Field: "SourceID", Bad: o.SourceID == "" || len(o.SourceID) > 256, Reason: "must be 1..256 bytes"},
+		opts.Rule{Field: "Assembler.MemoryBytesMax", Bad: o.Assembler.MemoryBytesMax < 0, Reason: "must not be negative"},
+		opts.Rule{Field: "Assembler.ChunkBytesMax", Bad: o.Assembler.ChunkBytesMax < 0, Reason: "must not be negative"},
+		opts.Rule{Field: "FrameBytesMax", Bad: o.FrameBytesMax < chunkBytesMax || o.FrameBytesMax > frameBytesMaxLimit,
+			Reason: fmt.Sprintf("must be %d..%d bytes", chunkBytesMax, frameBytesMaxLimit)},
+		opts.Rule{Field: "DeadServerTimeout", Bad: o.DeadServerTimeout < deadServerTimeoutMin,
+			Reason: fmt.Sprintf("must be at least %s (the server sends a keepalive every 10 s)", deadServerTimeoutMin)},
+		opts.Rule{Field: "ReconnectBackoffMax", Bad: o.ReconnectBackoffMax < reconnectBackoffStart, Reason: fmt.Sprintf("must be at least %s", reconnectBackoffStart)},
+	)
 }
 
 // Stats are a sidecar's counters.
@@ -168,7 +159,7 @@ type Sidecar struct {
 
 // New validates o.
 func New(o Options) (*Sidecar, error) {
-	if err := o.validate(); err != nil {
+	if err := o.withDefaults(); err != nil {
 		return nil, err
 	}
 	s := &Sidecar{o: o, log: o.Logger}
@@ -334,10 +325,12 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 	s.pub.Restart(res.DurableEnd, 0)
 	p := &publisher{s: s, rctx: rctx, cancel: rcancel,
 		notify: make(chan struct{}, 1), space: make(chan struct{}, 1), closed: make(chan struct{}), done: make(chan struct{})}
-	go p.run(ctx)
 	r := &reader{s: s, c: c, p: p, res: res, cur: &capture.Batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
-	r.asm = capture.NewAssembler(capture.AssemblerOptions{SourceID: s.o.SourceID, MemoryBytesMax: s.o.MemoryBytesMax,
-		ChunkBytesMax: s.o.ChunkBytesMax, SpillDir: s.o.SpillDir, Pins: s.o.Pins, InspectCommand: s.o.InspectCommand}, r.emit)
+	ao := s.o.Assembler
+	ao.SourceID = s.o.SourceID
+	r.asm = capture.NewAssembler(ao, r.emit)
+	p.asm = r.asm
+	go p.run(ctx)
 	err = r.loop(rctx)
 	r.asm.Close()
 	close(p.closed)
@@ -526,6 +519,7 @@ func (r *reader) submit(ctx context.Context) error {
 // its own goroutine, so reading and assembling continue during an fsync.
 type publisher struct {
 	s      *Sidecar
+	asm    *capture.Assembler // the session's: its pins move once their barrier is durable
 	rctx   context.Context
 	cancel context.CancelCauseFunc
 
@@ -585,6 +579,11 @@ func (p *publisher) run(ctx context.Context) {
 func (p *publisher) publish(ctx context.Context, b *capture.Batch) error {
 	if err := p.s.pub.Publish(ctx, b); err != nil {
 		// Not acknowledged: the server replays all of it.
+		return err
+	}
+	// Publish, then move: a barrier's pin moves only once the unit that
+	// carries it is durable (as the relay does after each flush).
+	if err := p.asm.MovePins(p.s.pub.Acked()); err != nil {
 		return err
 	}
 	if p.s.o.Stop != nil && p.s.o.Stop() {

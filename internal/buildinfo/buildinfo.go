@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 )
 
 // ErrNotImplemented is wrapped by every refusal of a feature this build does
@@ -25,9 +26,16 @@ var (
 // Edition names the build: "default" or "full" (set by the full build tag).
 var Edition = "default"
 
+// Carries lists what this build has that the default edition does not;
+// the full build tag sets it. --version names each.
+var Carries []string
+
 // String is what --version prints after the program name.
 func String() string {
-	return fmt.Sprintf("%s (commit %s, %s edition)", Version, CommitID(), Edition)
+	if len(Carries) == 0 {
+		return fmt.Sprintf("%s (commit %s, %s edition)", Version, CommitID(), Edition)
+	}
+	return fmt.Sprintf("%s (commit %s, %s edition: %s)", Version, CommitID(), Edition, strings.Join(Carries, ", "))
 }
 
 // CommitID is the stamped commit, else the one the Go toolchain recorded,

@@ -31,11 +31,11 @@ func App() *cli.App {
 		Version: VersionString(),
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
-			"Evidence tooling (chaos, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
+			"Evidence tooling (chaos, qualify, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
 			"schema tooling (schema, reseed), semantics and commands not implemented yet (fleet, lake) are hidden from this list;\n" +
 			"see docs/CLI.md.",
 		HideHelpCommand: true,
-		Commands: []*cli.Command{
+		Commands: append(append([]*cli.Command{
 			initCommand(),
 			checkCommand(),
 			preflightCommand(),
@@ -44,9 +44,7 @@ func App() *cli.App {
 			statusCommand(),
 			repairPlanCommand(),
 			configCommand(),
-			notImplemented("fleet", "many sources operated as one object: init, report, scorecard", true, configFlag(), formatFlag()),
-			notImplemented("lake", "Iceberg fan-in: plan, epoch, fanin verify", true, configFlag(), formatFlag()),
-
+		}, fleetLakeCommands()...), // fleet, lake, fanin: trellara-full only
 			chaosCommand(),
 			semanticsCommand(),
 			schemaCommand(),
@@ -54,8 +52,9 @@ func App() *cli.App {
 			streamCommand(),
 			pilotScorecardCommand(),
 			pilotPackageCommand(),
+			qualifyCommand(),
 			devCommand(),
-		},
+		),
 		ExitErrHandler: func(*cli.Context, error) {}, // Main decides the exit code
 	}
 	return app

@@ -19,7 +19,7 @@ import (
 func chaosCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "chaos",
-		Usage:  "deterministic failure matrix: run, report",
+		Usage:  "deterministic failure matrix (run, report) and live chaos on the real flow (live)",
 		Hidden: true,
 		Subcommands: []*cli.Command{
 			{
@@ -27,7 +27,7 @@ func chaosCommand() *cli.Command {
 				Usage: "run the failure scenarios (all of them by default) and check every invariant",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "scenario", Usage: "run one scenario by id (also swarm.<simulation>.<seed>)"},
-					&cli.StringFlag{Name: "family", Usage: "run one family: relay-crash, applier-crash, storage, transport, schema"},
+					&cli.StringFlag{Name: "family", Usage: "run one family: relay-crash, applier-crash, storage, transport, schema, fleet-fanin"},
 					&cli.IntFlag{Name: "seeds", Usage: "also run N randomized fault mixes per simulation (swarm testing)"},
 					&cli.Uint64Flag{Name: "seed-base", Usage: "where the randomized runs draw their seeds from", Value: 1},
 					&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "apply this flow config's bounds (memory, segment size) to the simulations"},
@@ -44,6 +44,7 @@ func chaosCommand() *cli.Command {
 				},
 				Action: chaosReport,
 			},
+			chaosLiveCommand(),
 		},
 	}
 }

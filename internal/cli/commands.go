@@ -407,7 +407,7 @@ func serve(c *cli.Context, ctx context.Context) error {
 		}
 	}()
 	log := obs.NewLogger(c.App.ErrWriter, slog.LevelInfo)
-	err := flow.Serve(ctx, flow.ServiceOptions{ConfigPath: c.String("config"), Role: c.String("role"), Sink: c.String("sink"), Logger: log, Reload: reload,
+	err := flow.Serve(ctx, flow.ServiceOptions{ConfigPath: c.String("config"), Role: flow.Role(c.String("role")), Sink: c.String("sink"), Logger: log, Reload: reload,
 		Build: build(),
 		Listening: func(component, addr string) {
 			log.Info("listening", "component", component, "addr", addr, "endpoints", "/livez /readyz /healthz /metrics")

@@ -98,6 +98,7 @@ const (
 	DefaultRetentionMaxBytes = 50 * GiB
 	DefaultRetentionMaxAge   = 7 * 24 * time.Hour
 	DefaultReplicationFactor = 3
+	MaxKafkaPartitions       = 1024 // transport.kafka.partitions
 	DefaultMinInsyncReplicas = 2
 	DefaultTargetSchema      = "trellara"
 	// Health and metrics listen on the loopback interface unless
@@ -123,6 +124,7 @@ type Config struct {
 	Sinks  []Sink // sinks
 	Schema SchemaPolicy
 	Run    Run
+	Chaos  Chaos // chaos: commands `trellara chaos live` may run; refused in production
 
 	// meta is behind a pointer so printing a Config shows an address, not a
 	// map of line numbers.
@@ -187,7 +189,13 @@ type Kafka struct {
 	// partitions, the last verify): everything transport.local.dir holds
 	// but the log. Default trellara-data/<flow>; relative paths are taken
 	// from the config file's directory.
-	StateDir          string
+	StateDir string
+	// Mode (mode) is strict (one partition, commit order is the
+	// partition's order) or partitioned: Partitions data partitions chosen
+	// by a hash of table and primary key, plus partition 0 for the
+	// manifests that give commit order (docs/KAFKA.md).
+	Mode              Mode
+	Partitions        int          // partitions: data partitions in partitioned mode
 	Profile           KafkaProfile // profile
 	TLS               *TLS         // tls; nil means plaintext
 	SASL              *SASL        // sasl; nil means no SASL
@@ -292,6 +300,15 @@ type Run struct {
 	Listen   Listen // listen
 }
 
+// Chaos names the commands `trellara chaos live` runs to restart the
+// source and the target. Nothing is guessed: a fault kind whose command is
+// absent is reported "not configured". Each command runs with /bin/sh -c
+// and must return once the server accepts connections again.
+type Chaos struct {
+	SourceRestart string // source_restart
+	TargetRestart string // target_restart
+}
+
 // Listen holds the health and metrics listen addresses.
 type Listen struct {
 	Relay   string // relay
@@ -329,6 +346,7 @@ func DefaultLocal() *Local {
 // a single-broker development setup lowers them explicitly.
 func DefaultKafka() *Kafka {
 	return &Kafka{
+		Mode:              ModeStrict,
 		Profile:           ProfileDevelopment,
 		ReplicationFactor: DefaultReplicationFactor,
 		MinInsyncReplicas: DefaultMinInsyncReplicas,

@@ -149,6 +149,37 @@ func TestKafkaStateDir(t *testing.T) {
 	}
 }
 
+// transport.kafka.mode defaults to strict; partitioned carries its
+// partition count through parsing and back out of Marshal.
+func TestKafkaMode(t *testing.T) {
+	base := readTestdata(t, "kafka-production.yml")
+	c, err := Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := c.Transport.Kafka; k.Mode != ModeStrict || k.Partitions != 0 {
+		t.Fatalf("default mode %q partitions %d, want strict", k.Mode, k.Partitions)
+	}
+	c, err = Parse([]byte(edit(t, base, "    profile: production\n", "    profile: production\n    mode: partitioned\n    partitions: 12\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := c.Transport.Kafka; k.Mode != ModePartitioned || k.Partitions != 12 {
+		t.Fatalf("mode %q partitions %d, want partitioned 12", k.Mode, k.Partitions)
+	}
+	out, err := Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(out)
+	if err != nil {
+		t.Fatalf("marshalled config does not parse: %v\n%s", err, out)
+	}
+	if k := again.Transport.Kafka; k.Mode != ModePartitioned || k.Partitions != 12 {
+		t.Fatalf("after Marshal: mode %q partitions %d\n%s", k.Mode, k.Partitions, out)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "trellara.yml")
@@ -298,6 +329,10 @@ func TestErrorClasses(t *testing.T) {
 		{"replication factor range", edit(t, kafka, "replication_factor: 3", "replication_factor: 0"), "transport.kafka.replication_factor", 18, "outside 1..32"},
 		{"min isr above rf", edit(t, kafka, "min_insync_replicas: 2", "min_insync_replicas: 4"), "transport.kafka.min_insync_replicas", 19, "above replication_factor 3"},
 		{"min isr zero", edit(t, kafka, "min_insync_replicas: 2", "min_insync_replicas: 0"), "transport.kafka.min_insync_replicas", 19, "below 1"},
+		{"kafka mode invalid", edit(t, kafka, "    profile:", "    mode: eventual\n    profile:"), "transport.kafka.mode", 11, "must be strict or partitioned"},
+		{"kafka partitioned without partitions", edit(t, kafka, "    profile:", "    mode: partitioned\n    profile:"), "transport.kafka.partitions", 0, "needs 2 to 1024 data partitions, not 0"},
+		{"kafka partitions too many", edit(t, kafka, "    profile:", "    mode: partitioned\n    partitions: 2000\n    profile:"), "transport.kafka.partitions", 12, "needs 2 to 1024 data partitions, not 2000"},
+		{"kafka strict with partitions", edit(t, kafka, "    profile:", "    partitions: 6\n    profile:"), "transport.kafka.partitions", 11, "needs mode: partitioned"},
 		{"tls relative", edit(t, kafka, "ca_file: /etc/trellara/kafka/ca.pem", "ca_file: ca.pem"), "transport.kafka.tls.ca_file", 13, "must be absolute"},
 		{"tls cert without key", edit(t, kafka, "ca_file: /etc/trellara/kafka/ca.pem", "cert_file: /etc/c.pem"), "transport.kafka.tls", 12, "go together"},
 		{"sasl mechanism", edit(t, kafka, "SCRAM-SHA-512", "GSSAPI"), "transport.kafka.sasl.mechanism", 15, "must be SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"},

@@ -75,6 +75,12 @@ func decode(data []byte) (c *Config, errs []FieldError) {
 				}},
 			})
 		}},
+		{"chaos", func(p string, n *yaml.Node) {
+			d.mapping(p, n, []key{
+				{"source_restart", d.str(&c.Chaos.SourceRestart)},
+				{"target_restart", d.str(&c.Chaos.TargetRestart)},
+			})
+		}},
 	})
 	return c, d.errs
 }
@@ -508,6 +514,8 @@ func (d *decoder) kafka(k *Kafka) keyFn {
 			{"topic", d.str(&k.Topic)},
 			{"consumer_group", d.str(&k.ConsumerGroup)},
 			{"state_dir", d.str(&k.StateDir)},
+			{"mode", d.str((*string)(&k.Mode))},
+			{"partitions", d.integer(&k.Partitions)},
 			{"profile", d.str((*string)(&k.Profile))},
 			{"tls", func(p string, n *yaml.Node) {
 				// Present, even empty (`tls: {}` or `tls:`), means TLS on.

@@ -71,6 +71,10 @@ func Marshal(c *Config) ([]byte, error) {
 		put(kn, "topic", strNode(k.Topic), "")
 		put(kn, "consumer_group", strNode(k.ConsumerGroup), "")
 		put(kn, "state_dir", strNode(k.StateDir), "pins, acknowledged positions, snapshot marker; relative paths are taken from this file's directory")
+		put(kn, "mode", strNode(string(k.Mode)), "strict | partitioned (partitions: N data partitions plus a manifest partition)")
+		if k.Mode == ModePartitioned {
+			put(kn, "partitions", intNode(k.Partitions), "")
+		}
 		put(kn, "profile", strNode(string(k.Profile)), "development | production (production enforces the contract)")
 		if t := k.TLS; t != nil {
 			tn := mapping(false)
@@ -137,6 +141,17 @@ func Marshal(c *Config) ([]byte, error) {
 	put(listen, "applier", strNode(c.Run.Listen.Applier), "")
 	put(run, "listen", listen, "health and metrics endpoints (/livez /readyz /healthz /metrics)")
 	putSection(root, "run", run, "")
+
+	if c.Chaos.SourceRestart != "" || c.Chaos.TargetRestart != "" {
+		ch := mapping(false)
+		if c.Chaos.SourceRestart != "" {
+			put(ch, "source_restart", strNode(c.Chaos.SourceRestart), "shell command that restarts the source (trellara chaos live)")
+		}
+		if c.Chaos.TargetRestart != "" {
+			put(ch, "target_restart", strNode(c.Chaos.TargetRestart), "shell command that restarts the target (trellara chaos live)")
+		}
+		putSection(root, "chaos", ch, "Commands trellara chaos live runs; refused in production.")
+	}
 
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)

@@ -91,7 +91,24 @@ func (c *Config) validate() []FieldError {
 			"must be block or allow_compatible, not %s", quoteValue(string(c.Schema.UnknownTablePolicy)))
 	}
 	v.run(&c.Run, prod)
+	v.chaos(c, prod)
 	return v.errs
+}
+
+// chaos checks the chaos section: its commands restart databases, which a
+// production flow must never do on a tool's say-so.
+func (v *validator) chaos(c *Config, prod bool) {
+	for _, k := range []struct{ key, val string }{{"source_restart", c.Chaos.SourceRestart}, {"target_restart", c.Chaos.TargetRestart}} {
+		present := c.meta != nil && c.meta.lines["chaos."+k.key] > 0
+		switch {
+		case prod && (k.val != "" || present):
+			v.add("chaos."+k.key, "remove the chaos section; chaos live runs only outside environment: production",
+				"environment production refuses chaos commands (they restart a database)")
+		case present && strings.TrimSpace(k.val) == "":
+			v.add("chaos."+k.key, "give the shell command that restarts the server and returns when it accepts connections, or remove the key",
+				"is empty")
+		}
+	}
 }
 
 func (v *validator) source(s *Source, prod bool) {
@@ -283,6 +300,21 @@ func (v *validator) kafka(k *Kafka, prod bool) {
 		v.add(p+".state_dir", "set state_dir to a directory, e.g. /var/lib/trellara/sales, or remove the key for trellara-data/<flow>", "required")
 	} else if strings.ContainsRune(k.StateDir, 0) {
 		v.add(p+".state_dir", "write a directory path", "contains a NUL byte")
+	}
+	switch k.Mode {
+	case ModeStrict:
+		if k.Partitions != 0 && k.Partitions != 1 {
+			v.add(p+".partitions", "remove partitions, or set mode: partitioned",
+				"strict mode writes one partition; partitions %d needs mode: partitioned", k.Partitions)
+		}
+	case ModePartitioned:
+		if k.Partitions < 2 || k.Partitions > MaxKafkaPartitions {
+			v.add(p+".partitions", fmt.Sprintf("set partitions to the number of data partitions, 2 to %d", MaxKafkaPartitions),
+				"partitioned mode needs 2 to %d data partitions, not %d", MaxKafkaPartitions, k.Partitions)
+		}
+	default:
+		v.add(p+".mode", "set mode to strict or partitioned",
+			"must be strict or partitioned, not %s", quoteValue(string(k.Mode)))
 	}
 	switch k.Profile {
 	case ProfileDevelopment, ProfileProduction:

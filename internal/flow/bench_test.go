@@ -3,8 +3,6 @@ package flow_test
 import (
 	"bytes"
 	"context"
-	"github.com/trellara/trellara/capture"
-
 	"fmt"
 	"math"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
@@ -129,7 +128,7 @@ func currentLSN(b *testing.B, c *pgtest.Cluster) uint64 {
 // recvlogicalOptions turns the relay's pgoutput options into
 // pg_recvlogical -o arguments, so both consumers ask the walsender for
 // exactly the same stream.
-func recvlogicalOptions(cfg relay.Config) []string {
+func recvlogicalOptions(cfg relay.Options) []string {
 	var args []string
 	for _, a := range relay.PluginArgs(cfg) {
 		name, value, _ := strings.Cut(a, " ")
@@ -174,7 +173,7 @@ func BenchmarkRelayVsRecvlogical(b *testing.B) {
 	if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'base'`).Scan(&baseLSN); err != nil {
 		b.Fatal(err)
 	}
-	cfg := relay.Config{SourceID: "bench", Publication: "pub", ProtocolVersion: 2, Streaming: true}
+	cfg := relay.Options{SourceID: "bench", Publication: "pub", ProtocolVersion: 2, Streaming: true}
 	opts := recvlogicalOptions(cfg)
 	b.Logf("%d transactions, %d ABBA round(s), every run from slot position %s to %s, pgoutput options %v",
 		txns, rounds, baseLSN, pglogrepl.LSN(end), relay.PluginArgs(cfg))
@@ -223,7 +222,7 @@ func BenchmarkRelayVsRecvlogical(b *testing.B) {
 // runRelayOnce streams slot into a fresh local log in dir until the
 // durable position reaches end; the timing includes opening the log and
 // connecting, as pg_recvlogical's includes its process start and connect.
-func runRelayOnce(b *testing.B, c *pgtest.Cluster, cfg relay.Config, slot, dir string, end uint64) (float64, string) {
+func runRelayOnce(b *testing.B, c *pgtest.Cluster, cfg relay.Options, slot, dir string, end uint64) (float64, string) {
 	ctx := context.Background()
 	t0 := time.Now()
 	log, _, err := segmentlog.Open(dir, segmentlog.Options{})
@@ -241,7 +240,10 @@ func runRelayOnce(b *testing.B, c *pgtest.Cluster, cfg relay.Config, slot, dir s
 	cfg.Assembler = capture.AssemblerOptions{SpillDir: dir}
 	cfg.OnDurable = func(e uint64) { durable = e }
 	cfg.Stop = func() bool { return durable >= end }
-	s := relay.NewSession(rc, transport.Local{Log: log}, relay.Resume{}, cfg)
+	s, err := relay.NewSession(rc, transport.Local{Log: log}, relay.Resume{}, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := s.Run(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -72,3 +72,47 @@ func (f *Flow) publisher(ctx context.Context) (capture.Transport, func(), error)
 // StateDir is the directory of the flow's local state: transport.local.dir,
 // or transport.kafka.state_dir.
 func (f *Flow) StateDir() string { return f.dir }
+
+// BrokerStatus is what status reports of a broker flow's cluster: the
+// topic's partitions, each sink's consumer-group lag per partition, and
+// how far the cluster has acknowledged the relay's writes against the
+// slot's confirmed position.
+type BrokerStatus struct {
+	Topic      string            `json:"topic"`
+	Mode       string            `json:"mode"`
+	Partitions []BrokerPartition `json:"partitions"`
+	Groups     []BrokerGroup     `json:"consumer_groups"`
+	// ProduceAckedCommitLSN is the commit LSN of the newest unit the
+	// cluster has acknowledged ("" for an empty topic); the slot's
+	// confirmed_flush_lsn never passes the end of that unit.
+	ProduceAckedCommitLSN string `json:"produce_acked_commit_lsn"`
+	SlotConfirmedFlushLSN string `json:"slot_confirmed_flush_lsn,omitempty"`
+}
+
+// BrokerPartition is one partition of the topic.
+type BrokerPartition struct {
+	Partition     int32  `json:"partition"`
+	Role          string `json:"role"` // log (strict), manifest or data (partitioned)
+	StartOffset   int64  `json:"start_offset"`
+	HighWatermark int64  `json:"high_watermark"`
+}
+
+// BrokerGroup is one sink's consumer group.
+type BrokerGroup struct {
+	Sink       string                `json:"sink"`
+	Group      string                `json:"group"`
+	Partitions []BrokerGroupPosition `json:"partitions"`
+}
+
+// BrokerGroupPosition is a group's committed offset (-1: none) and lag on
+// one partition.
+type BrokerGroupPosition struct {
+	Partition int32 `json:"partition"`
+	Committed int64 `json:"committed"`
+	Lag       int64 `json:"lag"`
+}
+
+// brokerStatuser is a Broker that reports its cluster for status.
+type brokerStatuser interface {
+	Status(ctx context.Context, sinks []config.Sink) (*BrokerStatus, error)
+}

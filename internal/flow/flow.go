@@ -69,6 +69,9 @@ type Flow struct {
 	// logHeld: OpenReadOnly found the local log locked by the process
 	// running the flow, and left it closed.
 	logHeld bool
+	// heldLog is that log opened read-only, for status; nil when it could
+	// not be read.
+	heldLog *segmentlog.Log
 }
 
 // Open loads path, resolves its secrets and opens the local log.
@@ -127,7 +130,16 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 		return nil, fmt.Errorf("flow %s: local log %s: %w", f.Cfg.Flow, f.logDir(), err)
 	}
 	if err := f.openLog(); errors.Is(err, segmentlog.ErrLocked) {
-		f.logHeld = true // the running flow holds it: report without it
+		// The running flow holds it: read it as its appliers do, up to
+		// the durable end it publishes (status reads; it never writes).
+		f.logHeld = true
+		l := f.Cfg.Transport.Local
+		ro, rerr := segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{SegmentBytesMax: int64(l.SegmentBytesMax), Logger: f.Logger})
+		if rerr != nil {
+			f.Logger.Warn("local log held by the running flow and not readable beside it", "dir", f.logDir(), "err", rerr)
+		} else {
+			f.heldLog = ro
+		}
 	} else if err != nil {
 		return nil, err
 	}
@@ -147,6 +159,16 @@ func OpenApplier(path string, logger *slog.Logger, sink string) (*Flow, error) {
 	sinks, err := f.SelectSinks(sink)
 	if err != nil {
 		return nil, err
+	}
+	if f.broker != nil {
+		// Each sink reads the cluster from its target's checkpoint.
+		if err := os.MkdirAll(f.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("flow %s: create %s: %w", f.Cfg.Flow, f.dir, err)
+		}
+		if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+			return nil, err
+		}
+		return f, nil
 	}
 	l := f.Cfg.Transport.Local
 	f.Log, err = segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{
@@ -241,6 +263,9 @@ func (f *Flow) ApplyRetention() {
 
 // Close closes the log (if one was opened).
 func (f *Flow) Close() error {
+	if f.heldLog != nil {
+		_ = f.heldLog.Close()
+	}
 	if f.Log == nil {
 		return nil
 	}
@@ -343,7 +368,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	if err != nil {
 		return err
 	}
-	si, err := relay.LookupSlot(ctx, conn, src.Slot)
+	si, err := f.lookupReleasedSlot(ctx, conn, src.Slot)
 	if err != nil {
 		return err
 	}
@@ -431,8 +456,8 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 				"flow", f.Cfg.Flow, "table", c.Table, "repair_plan", shell.Trellara("repair-plan", f.ConfigPath))
 		}
 		if si.Active {
-			return fmt.Errorf("flow %s: slot %s is in use by another process; stop it first (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s')",
-				f.Cfg.Flow, src.Slot, src.Slot)
+			return fmt.Errorf("flow %s: slot %s is in use by another process (still after %s); stop it first (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s')",
+				f.Cfg.Flow, src.Slot, slotReleaseWait, src.Slot)
 		}
 	default:
 		return fmt.Errorf("flow %s: no start rule for %s", f.Cfg.Flow, act)
@@ -440,16 +465,17 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 	if o.Streaming != nil {
 		close(o.Streaming)
 	}
-	asm := capture.AssemblerOptions{MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
-		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics")}
-	f.schemaOptions(ctx, conn, &asm)
-	s := relay.NewSession(repl, tr, res, relay.Config{
+	asm := f.assemblerOptions(ctx, conn)
+	s, err := relay.NewSession(repl, tr, res, relay.Options{
 		SourceID: src.ID, Slot: src.Slot, Publication: src.Publication,
 		ProtocolVersion: src.ProtocolVersion, Streaming: src.Streaming,
 		Assembler: asm,
 		Logger:    f.Logger, OnFence: o.OnFence, Stop: o.Stop,
 		Acks: acks,
 	})
+	if err != nil {
+		return fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
+	}
 	if o.Session != nil {
 		o.Session(s)
 	}
@@ -491,4 +517,30 @@ func (f *Flow) Cleanup(ctx context.Context) ([]config.TableName, error) {
 		return nil, err
 	}
 	return emptied, os.RemoveAll(f.dir)
+}
+
+// slotReleaseWait bounds how long capture waits for an active slot to be
+// released before it refuses to start. A walsender outlives its client by
+// a moment (it notices the closed connection on its next send), so a run
+// that starts right after another one exited finds the slot still active.
+const slotReleaseWait = 10 * time.Second
+
+// lookupReleasedSlot looks slot up; while it is active it polls until it is
+// released or slotReleaseWait passes, and returns what it saw last.
+func (f *Flow) lookupReleasedSlot(ctx context.Context, conn *pgx.Conn, slot string) (relay.SlotInfo, error) {
+	deadline := time.Now().Add(slotReleaseWait)
+	for logged := false; ; logged = true {
+		si, err := relay.LookupSlot(ctx, conn, slot)
+		if err != nil || !si.Active || time.Now().After(deadline) {
+			return si, err
+		}
+		if !logged {
+			f.Logger.Info("slot is active; waiting for its previous user to let go", "flow", f.Cfg.Flow, "slot", slot, "wait_max", slotReleaseWait)
+		}
+		select {
+		case <-ctx.Done():
+			return si, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

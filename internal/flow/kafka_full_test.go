@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,9 +20,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -36,7 +40,8 @@ func buildFull(t *testing.T) string {
 }
 
 // kafkaFlowConfig is a development flow over transport.kafka.
-func kafkaFlowConfig(src, dst *pgtest.Cluster, brokers []string) string {
+// kafka holds extra transport.kafka lines (e.g. the mode).
+func kafkaFlowConfig(src, dst *pgtest.Cluster, brokers []string, kafka ...string) string {
 	return fmt.Sprintf(`version: 2
 environment: development
 flow: kflow
@@ -50,11 +55,11 @@ transport:
     brokers: [%s]
     profile: development
     state_dir: state
-target:
+%starget:
   database_url: '%s'
   create_tables: true
 run: {evaluate: true}
-`, src.URL("postgres"), strings.Join(brokers, ", "), dst.URL("postgres"))
+`, src.URL("postgres"), strings.Join(brokers, ", "), indent(kafka), dst.URL("postgres"))
 }
 
 // kafkaHarness runs trellara-full against one source, one target and a
@@ -70,7 +75,15 @@ type kafkaHarness struct {
 	rng      *rand.Rand
 }
 
-func newKafkaHarness(t *testing.T) *kafkaHarness {
+func indent(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("    " + l + "\n")
+	}
+	return b.String()
+}
+
+func newKafkaHarness(t *testing.T, kafka ...string) *kafkaHarness {
 	pgtest.Require(t)
 	h := &kafkaHarness{t: t, bin: buildFull(t), dir: t.TempDir(), rng: rand.New(rand.NewPCG(18, 4)), next: 1}
 	h.src = pgtest.Start(t, pgtest.Options{})
@@ -83,7 +96,7 @@ func newKafkaHarness(t *testing.T) *kafkaHarness {
 	t.Cleanup(kc.Close)
 	h.kc = kc
 	h.cfg = filepath.Join(h.dir, "trellara.yml")
-	if err := os.WriteFile(h.cfg, []byte(kafkaFlowConfig(h.src, h.dst, kc.ListenAddrs())), 0o600); err != nil {
+	if err := os.WriteFile(h.cfg, []byte(kafkaFlowConfig(h.src, h.dst, kc.ListenAddrs(), kafka...)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -162,6 +175,19 @@ func (h *kafkaHarness) same() {
 	}
 }
 
+// targetOrders counts the target's orders.
+func (h *kafkaHarness) targetOrders() int {
+	h.t.Helper()
+	ctx := context.Background()
+	conn := h.dst.Connect(ctx)
+	defer conn.Close(ctx)
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
+		return -1 // not created yet
+	}
+	return n
+}
+
 // confirmedFlush is the slot's confirmed_flush_lsn, as text.
 func (h *kafkaHarness) confirmedFlush(conn *pgx.Conn) string {
 	var lsn string
@@ -214,6 +240,46 @@ func (h *kafkaHarness) killOnProduce(written bool) {
 	}
 }
 
+// killOnOffsetCommit starts `run --local` and SIGKILLs it from inside the
+// cluster when its applier commits a group offset after it has applied
+// something (the target holds more orders than before the run): the
+// applier dies between its target commit and its group-offset commit,
+// and the commit is never answered. The restart resumes from the
+// target's checkpoint, which is ahead of the group offset.
+func (h *kafkaHarness) killOnOffsetCommit() {
+	h.t.Helper()
+	ctx := context.Background()
+	dst := h.dst.Connect(ctx)
+	defer dst.Close(ctx)
+	orders := func() int64 {
+		var n int64
+		if err := dst.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil {
+			h.t.Error(err)
+		}
+		return n
+	}
+	before := orders()
+	child := h.cmd("run", "--config", h.cfg, "--local")
+	if err := child.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	var fired atomic.Bool
+	h.kc.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if fired.Load() || orders() == before {
+			return nil, nil, false // a rewind before applying: let it through
+		}
+		fired.Store(true)
+		_ = child.Process.Signal(syscall.SIGKILL)
+		_, _ = child.Process.Wait()
+		h.kc.DropControl()
+		return nil, errors.New("applier killed"), true
+	})
+	err := child.Wait()
+	if !fired.Load() {
+		h.t.Fatalf("run --local ended (%v) without committing a group offset after applying", err)
+	}
+}
+
 // TestKafkaFlowEndToEnd: source → relay → Kafka (three kfake brokers) →
 // applier → target through the trellara-full CLI. A first run snapshots
 // and ends CONVERGED; a restarted run resumes from the topic and the
@@ -253,4 +319,215 @@ func TestKafkaFlowEndToEnd(t *testing.T) {
 		h.runVerify()
 		h.same()
 	})
+	t.Run("applier killed between target commit and group-offset commit", func(t *testing.T) {
+		h.t = t
+		h.workload(40)
+		h.killOnOffsetCommit()
+		h.runVerify()
+		h.same()
+	})
+}
+
+// TestKafkaPartitionedFlow: the same loop in partitioned mode (three data
+// partitions and the manifest partition). Each run ends CONVERGED with
+// every counter exact: after a snapshot; after the relay is killed when
+// its first produce request (chunks, before any manifest) is written;
+// after the applier is killed between its target commit and its
+// group-offset commit; and after broker faults injected through kfake
+// (acknowledgements lost after the write, NOT_LEADER_FOR_PARTITION, and
+// every partition's leader moved) during a run.
+func TestKafkaPartitionedFlow(t *testing.T) {
+	h := newKafkaHarness(t, "mode: partitioned", "partitions: 3")
+	h.workload(30)
+	res := h.runVerify()
+	h.same()
+	if tr, _ := res["transport"].(map[string]any); !strings.Contains(fmt.Sprint(tr["broker"]), "partitioned mode") {
+		t.Fatalf("transport = %v, want partitioned mode", tr)
+	}
+	t.Run("relay killed after its chunks are written, before the manifests", func(t *testing.T) {
+		h.t = t
+		h.workload(30)
+		h.killOnProduce(true)
+		h.runVerify()
+		h.same()
+	})
+	t.Run("applier killed between target commit and group-offset commit", func(t *testing.T) {
+		h.t = t
+		h.workload(30)
+		h.killOnOffsetCommit()
+		h.runVerify()
+		h.same()
+	})
+	t.Run("broker faults: ambiguous acknowledgement, broker errors, leader moves", func(t *testing.T) {
+		h.t = t
+		h.workload(30)
+		topic := "trellara.kflow"
+		lost := h.kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.RequestTimedOut, Count: 3})
+		h.kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotLeaderForPartition, Count: 3})
+		h.kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Err: kerr.NotLeaderForPartition, Count: 3})
+		for p := int32(0); p <= 3; p++ {
+			if err := h.kc.MoveTopicPartition(topic, p, (h.kc.LeaderFor(topic, p)+1)%3); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.runVerify()
+		h.same()
+		if lost.Hits() == 0 {
+			t.Fatal("no acknowledgement was lost: the fault never fired")
+		}
+		// A restart after the faults converges too.
+		h.workload(10)
+		h.runVerify()
+		h.same()
+	})
+}
+
+// TestKafkaServiceRoles: the long-running service over Kafka in
+// partitioned mode, as two processes, `run --role relay` and `run --role
+// applier`. Transactions committed before and while they run reach the
+// target exactly once; the applier's /metrics keep the contract's three
+// labels; `status --format json` shows the topic's partitions, their high
+// watermarks, the group's lag per partition (0 once caught up) and the
+// produce acknowledgement beside the slot. After SIGTERM, a verify run
+// ends CONVERGED.
+func TestKafkaServiceRoles(t *testing.T) {
+	h := newKafkaHarness(t, "mode: partitioned", "partitions: 3")
+	relayPort, applierPort := freePort(t), freePort(t)
+	b, err := os.ReadFile(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(string(b), "run: {evaluate: true}",
+		fmt.Sprintf(`run: {evaluate: true, listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}}`, relayPort, applierPort), 1)
+	if err := os.WriteFile(h.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.workload(20)
+	var children []*exec.Cmd
+	for _, role := range []string{"relay", "applier"} {
+		c := h.cmd("run", "--config", h.cfg, "--role", role)
+		c.Stderr = &prefixWriter{t: t, prefix: role + ": "}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children = append(children, c)
+	}
+	defer func() {
+		for _, c := range children {
+			_ = c.Process.Kill()
+			_, _ = c.Process.Wait()
+		}
+	}()
+	// Wait until the group has no lag and the target holds every order
+	// (bounded, so a stuck service fails with what status last said).
+	var st map[string]any
+	waitCaughtUp := func() {
+		for start := time.Now(); ; {
+			out, err := h.cmd("status", "--config", h.cfg, "--format", "json").Output()
+			if err != nil {
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) { // exit 1 is a problem report, still JSON
+					t.Fatalf("status: %v\n%s", err, out)
+				}
+			}
+			if err := json.Unmarshal(out, &st); err != nil {
+				t.Fatalf("status output: %v\n%s", err, out)
+			}
+			if kafkaCaughtUp(st) && h.targetOrders() == h.next-1 {
+				return
+			}
+			if time.Since(start) > 3*time.Minute {
+				t.Fatalf("the service did not catch up to %d orders; status says:\n%s", h.next-1, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitCaughtUp() // the snapshot
+	h.workload(20)
+	waitCaughtUp() // streamed through the relay, the topic and the applier
+	k := st["kafka"].(map[string]any)
+	if hw := k["partitions"].([]any)[0].(map[string]any)["high_watermark"].(float64); hw < 20 {
+		t.Fatalf("the manifest partition holds %v records; the 20 streamed transactions did not go through the topic", hw)
+	}
+	parts := k["partitions"].([]any)
+	if len(parts) != 4 || k["mode"] != "partitioned" || k["topic"] != "trellara.kflow" {
+		t.Fatalf("status kafka = %v, want topic trellara.kflow with 4 partitions in partitioned mode", k)
+	}
+	if k["produce_acked_commit_lsn"] == "" || k["slot_confirmed_flush_lsn"] == "" {
+		t.Fatalf("status kafka shows no produce acknowledgement or slot position: %v", k)
+	}
+	for role, port := range map[string]int{"applier": applierPort, "relay": relayPort} {
+		_, metrics := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+		for _, label := range []string{`service="` + role + `"`, `source_id="src1"`, `dataset_id="kflow"`} {
+			if !strings.Contains(metrics, label) {
+				t.Fatalf("%s /metrics lack %s", role, label)
+			}
+		}
+	}
+	for _, c := range children {
+		_ = c.Process.Signal(syscall.SIGTERM)
+		if err := c.Wait(); err != nil {
+			t.Fatalf("%s after SIGTERM: %v", strings.Join(c.Args[1:], " "), err)
+		}
+	}
+	children = nil
+	h.same()
+	h.runVerify()
+}
+
+// kafkaCaughtUp: status shows the default group with lag 0 on the
+// manifest partition of a topic that holds records.
+func kafkaCaughtUp(st map[string]any) bool {
+	k, _ := st["kafka"].(map[string]any)
+	if k == nil {
+		return false
+	}
+	parts, _ := k["partitions"].([]any)
+	groups, _ := k["consumer_groups"].([]any)
+	if len(parts) == 0 || len(groups) == 0 {
+		return false
+	}
+	if hw, _ := parts[0].(map[string]any)["high_watermark"].(float64); hw == 0 {
+		return false
+	}
+	g := groups[0].(map[string]any)
+	for _, p := range g["partitions"].([]any) {
+		pm := p.(map[string]any)
+		if pm["partition"].(float64) == 0 && pm["lag"].(float64) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// prefixWriter logs a child's stderr through t.
+type prefixWriter struct {
+	t      *testing.T
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w.t.Log(w.prefix + l)
+	}
+	return len(p), nil
+}
+
+// TestKafkaEditionVersion: the full edition's --version names what it
+// carries beyond the default edition, the Kafka transport's two modes.
+func TestKafkaEditionVersion(t *testing.T) {
+	if v := buildinfo.String(); !strings.Contains(v, "full edition: Kafka transport (strict and partitioned modes)") {
+		t.Fatalf("--version says %q; the full edition must name the Kafka transport and its modes", v)
+	}
 }

@@ -1,17 +1,14 @@
 package flow
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/segmentlog"
@@ -52,39 +49,6 @@ transport:
 		}
 	}
 }
-
-// The long-running service over transport.kafka is refused with the
-// not-implemented sentinel, which the CLI classifies by errors.Is, not by
-// the message.
-func TestServeKafkaIsNotImplemented(t *testing.T) {
-	old := brokerFactory
-	defer func() { brokerFactory = old }()
-	RegisterBroker(func(*Flow) (Broker, error) { return stubBroker{}, nil })
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "trellara.yml")
-	body := `version: 2
-flow: sales
-source:
-  id: store_001
-  database_url: "postgres://localhost/sales"
-  tables: [public.sales]
-transport:
-  kafka:
-    brokers: [kafka-1:9093]
-target:
-  database_url: "postgres://localhost/target"
-`
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err := Serve(context.Background(), ServiceOptions{ConfigPath: cfg, Role: "all", Logger: slog.New(slog.DiscardHandler)})
-	if !errors.Is(err, buildinfo.ErrNotImplemented) {
-		t.Fatalf("Serve: %v, want buildinfo.ErrNotImplemented", err)
-	}
-}
-
-// stubBroker is a broker the service refuses before using it.
-type stubBroker struct{ Broker }
 
 // The local log's errors name no command; the flow adds its own recovery
 // (the full re-snapshot of this config, or starting the relay first).

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/shell"
 )
 

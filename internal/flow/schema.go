@@ -33,17 +33,22 @@ type PendingChange struct {
 	Pinned string             `json:"pinned_fingerprint"`
 }
 
-// schemaOptions are the assembler's schema-change settings: the source
-// catalog read through src, the policy from the configuration, and the
-// commands a blocked change names.
-func (f *Flow) schemaOptions(ctx context.Context, src *pgx.Conn, o *capture.AssemblerOptions) {
-	o.Catalog = func(relation string) (map[string]schemachange.Facts, error) {
-		return CatalogFacts(ctx, src, relation)
+// assemblerOptions are the transaction assembly options of both capture
+// paths (the relay and the extension's sidecar): the bounds, the spill
+// directory, the schema pins, and the schema policy with the source
+// catalog's facts read over src, which must stay open while capture runs.
+func (f *Flow) assemblerOptions(ctx context.Context, src *pgx.Conn) capture.AssemblerOptions {
+	return capture.AssemblerOptions{
+		MemoryBytesMax: int64(f.Cfg.Source.MemoryBytesMax), SpillDir: f.dir, Pins: f.Pins,
+		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics"),
+		Catalog: func(relation string) (map[string]schemachange.Facts, error) {
+			return capture.CatalogFacts(ctx, src, relation)
+		},
+		Policy:      f.SchemaPolicy,
+		Accepted:    f.reseedTakesOver,
+		PlanCommand: shell.Trellara("schema ddl-plan", f.ConfigPath),
+		Resnapshot:  f.resnapshot(),
 	}
-	o.Policy = f.SchemaPolicy
-	o.Accepted = f.reseedTakesOver
-	o.PlanCommand = shell.Trellara("schema ddl-plan", f.ConfigPath)
-	o.Resnapshot = f.resnapshot()
 }
 
 // resnapshot is the flow's full re-snapshot recovery, by capture path.
@@ -71,36 +76,6 @@ func (f *Flow) SchemaPolicy(relation string) schemachange.Policy {
 	return p
 }
 
-// CatalogFacts reads what the source catalog says about relation's columns
-// that pgoutput does not carry. It is the catalog now, which may be later
-// than the stream position being classified.
-func CatalogFacts(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, relation string) (map[string]schemachange.Facts, error) {
-	t, err := config.ParseTableName(relation)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := db.Query(ctx, `
-		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.atthasdef
-		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped`, t.Schema, t.Name)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]schemachange.Facts{}
-	for rows.Next() {
-		var name string
-		var fc schemachange.Facts
-		if err := rows.Scan(&name, &fc.TypeName, &fc.NotNull, &fc.HasDefault); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out[name] = fc
-	}
-	return out, rows.Err()
-}
-
 // recordDrift keeps the blocked change err names (if it names one) for
 // ddl-plan and repair-plan, and returns err.
 func (f *Flow) recordDrift(err error) error {
@@ -113,7 +88,7 @@ func (f *Flow) recordDrift(err error) error {
 		f.Logger.Warn("schema-pending.json unreadable; rewriting it", "error", rerr)
 	}
 	if len(d.Plan.Commands) == 0 {
-		d.Plan.Commands = []string{f.resnapshot()} // the extension path's assembler knows no commands
+		d.Plan.Commands = []string{f.resnapshot()}
 	}
 	if f.Cfg.Source.Capture != config.CaptureExtension && !slices.Contains(d.Plan.Commands, ReseedCommand(f.ConfigPath, d.Relation)) {
 		// First: copying the one table again while the flow runs takes the

@@ -15,10 +15,8 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/obs"
-	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
@@ -40,10 +38,40 @@ const (
 	pollInterval    = 10 * time.Second
 )
 
+// Role is what a service process runs.
+type Role string
+
+// The roles.
+const (
+	// RoleAll runs the capture (relay or sidecar, as source.capture says)
+	// and every sink's applier in one process.
+	RoleAll Role = "all"
+	// RoleRelay runs the external pgoutput relay (or the sidecar when
+	// source.capture is extension): the log's one writer.
+	RoleRelay Role = "relay"
+	// RoleSidecar runs the native extension's sidecar as the log's writer.
+	RoleSidecar Role = "sidecar"
+	// RoleApplier runs one sink's applier (or every sink's) beside the
+	// writer, reading the log read-only.
+	RoleApplier Role = "applier"
+)
+
+// ParseRole reads a --role value.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleAll, RoleRelay, RoleSidecar, RoleApplier:
+		return r, nil
+	}
+	return "", fmt.Errorf("--role %q: must be all, relay, applier or sidecar", s)
+}
+
+// captures reports whether the role writes the log (runs capture).
+func (r Role) captures() bool { return r != RoleApplier }
+
 // ServiceOptions configure the long-running service.
 type ServiceOptions struct {
 	ConfigPath string
-	Role       string // all, relay, sidecar or applier
+	Role       Role
 	// Sink names the sink of an applier process (Role applier); "" names
 	// the flow's only sink.
 	Sink   string
@@ -68,19 +96,16 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	switch o.Role {
-	case "relay", "all", "sidecar":
-		if o.Sink != "" {
-			return fmt.Errorf("--sink %q: only with --role applier (--role %s runs every sink's applier or none)", o.Sink, o.Role)
-		}
-	case "applier":
-	default:
-		return fmt.Errorf("--role %q: must be all, relay, applier or sidecar", o.Role)
+	if _, err := ParseRole(string(o.Role)); err != nil {
+		return err
+	}
+	if o.Role.captures() && o.Sink != "" {
+		return fmt.Errorf("--sink %q: only with --role applier (--role %s runs every sink's applier or none)", o.Sink, o.Role)
 	}
 	o.Logger.Info("trellara starting", "version", o.Build.Version, "commit", o.Build.Commit, "go_version", o.Build.GoVersion,
 		"role", o.Role, "sink", o.Sink, "config", o.ConfigPath)
 	metrics := &serviceMetrics{build: o.Build, Metrics: obs.NewMetrics(o.Build)}
-	if o.Role == "applier" {
+	if o.Role == RoleApplier {
 		// No relay port in this process: the process-level series go on
 		// the first applier's.
 		obs.RegisterProcess(metrics.Applier.Registry, o.Build)
@@ -90,11 +115,6 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 		f, err := openForRole(ctx, o)
 		if err != nil {
 			return err
-		}
-		if f.broker != nil {
-			f.Close()
-			return fmt.Errorf("flow %s: %w: the long-running service over transport.kafka; %s runs the flow over Kafka to a caught-up target and exits",
-				f.Cfg.Flow, buildinfo.ErrNotImplemented, shell.Trellara("run", o.ConfigPath, "--local"))
 		}
 		if prev != nil && (prev.Cfg.Source.ID != f.Cfg.Source.ID || prev.Cfg.Flow != f.Cfg.Flow) {
 			metrics.Relay.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
@@ -131,7 +151,7 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 // relay (and all), read-only beside the relay for an applier process,
 // which waits, when the relay has never opened the log, until it has.
 func openForRole(ctx context.Context, o ServiceOptions) (*Flow, error) {
-	if o.Role != "applier" {
+	if o.Role.captures() {
 		return Open(o.ConfigPath, o.Logger)
 	}
 	for waited := false; ; waited = true {
@@ -239,7 +259,7 @@ func waitReload(done <-chan error, o ServiceOptions) error {
 			// file is bad: keep running on the old one. An applier process
 			// checks with its own read-only open.
 			open := func() (*Flow, error) { return Open(o.ConfigPath, o.Logger) }
-			if o.Role == "applier" {
+			if o.Role == RoleApplier {
 				open = func() (*Flow, error) { return OpenApplier(o.ConfigPath, o.Logger, o.Sink) }
 			}
 			if nf, err := open(); err == nil {
@@ -319,12 +339,12 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 	}
 
 	var rr *relayRun
-	if o.Role != "applier" {
+	if o.Role.captures() {
 		rr = &relayRun{}
 		relayHealth := obs.NewHealth()
 		start(obs.ServiceRelay, f.Cfg.Run.Listen.Relay, m.Relay.Registry, m.Relay.Component, relayHealth,
 			func(ctx context.Context, h *obs.Health) error {
-				if o.Role == "sidecar" || f.Cfg.Source.Capture == config.CaptureExtension {
+				if o.Role == RoleSidecar || f.Cfg.Source.Capture == config.CaptureExtension {
 					// The native extension path: frames from the extension's socket
 					// into the same assembly, log and applier.
 					h.Set("streaming", true, nil)
@@ -357,9 +377,9 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 
 	var sinks []config.Sink
 	switch o.Role {
-	case "all":
+	case RoleAll:
 		sinks = f.Sinks()
-	case "applier":
+	case RoleApplier:
 		var err error
 		if sinks, err = f.SelectSinks(o.Sink); err != nil {
 			return err
@@ -387,7 +407,9 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 			stopped.confirmed, stopped.hasConfirmed = s.Acknowledged(), true
 		}
 	}
-	if res, err := relay.ResumeFrom(context.Background(), transport.Local{Log: f.Log}); err == nil && !res.Empty {
+	if f.Log == nil {
+		// a broker flow: the relay's acknowledged position is the durable one
+	} else if res, err := relay.ResumeFrom(context.Background(), transport.Local{Log: f.Log}); err == nil && !res.Empty {
 		stopped.durable, stopped.hasDurable = res.DurableEnd, true
 	}
 	for i, ar := range ars {
@@ -509,9 +531,11 @@ func (f *Flow) exportRelay(ctx context.Context, m *obs.RelayMetrics, h *obs.Heal
 			h.Detail("acknowledged_lsn", lsn.Format(last.DurableEnd))
 			h.Detail("published_units", last.Published)
 		}
-		ls := f.Log.Stats()
-		m.LogRetainedBytes.WithLabelValues(l...).Set(float64(ls.RetainedBytes))
-		m.LogSegments.WithLabelValues(l...).Set(float64(ls.Segments))
+		if f.Log != nil { // a broker flow's log figures are the cluster's (status)
+			ls := f.Log.Stats()
+			m.LogRetainedBytes.WithLabelValues(l...).Set(float64(ls.RetainedBytes))
+			m.LogSegments.WithLabelValues(l...).Set(float64(ls.Segments))
+		}
 		if !time.Now().Before(nextPoll) {
 			slot.poll(ctx)
 			nextPoll = time.Now().Add(pollInterval)
@@ -657,6 +681,9 @@ func (f *Flow) openQuarantine(ctx context.Context, sk config.Sink, conn **pgx.Co
 // applier has not applied, lag in seconds (the oldest one's source commit
 // time to now) and in WAL bytes (its checkpoint to the newest one's end).
 func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []string, ar *applierRun, cursor string) {
+	if f.Log == nil {
+		return // a broker flow: lag per partition is in status (consumer group lag)
+	}
 	var cur *segmentlog.CursorStats
 	st := f.Log.Stats()
 	for i := range st.Cursors {
@@ -673,16 +700,16 @@ func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []
 		m.LagBytes.WithLabelValues(l...).Set(0)
 		return
 	}
-	oldest, err := f.logEntry(ctx, cur.Offset)
-	if err != nil {
+	oldest, secs, ok := cursorLag(ctx, f.Log, *cur, time.Now())
+	if oldest == nil {
 		// Retention or a concurrent apply moved past it: the next tick
 		// reads afresh.
 		return
 	}
-	if us := oldest.CommitTimeUnixMicros; us != 0 {
-		m.LagSeconds.WithLabelValues(l...).Set(max(0, time.Since(time.UnixMicro(us)).Seconds()))
+	if ok {
+		m.LagSeconds.WithLabelValues(l...).Set(secs)
 	}
-	newest, err := f.logEntry(ctx, st.NextOffset-1)
+	newest, err := logEntry(ctx, f.Log, st.NextOffset-1)
 	if err != nil {
 		return
 	}
@@ -695,11 +722,11 @@ func (f *Flow) exportApplierLag(ctx context.Context, m *obs.ApplierMetrics, l []
 	}
 }
 
-// logEntry reads and decodes the log entry at offset.
-func (f *Flow) logEntry(ctx context.Context, offset uint64) (*pb.Envelope, error) {
+// logEntry reads and decodes the entry of l at offset.
+func logEntry(ctx context.Context, l *segmentlog.Log, offset uint64) (*pb.Envelope, error) {
 	rctx, cancel := context.WithTimeout(ctx, metricsInterval)
 	defer cancel()
-	rd := f.Log.NewReader(offset)
+	rd := l.NewReader(offset)
 	defer rd.Close()
 	_, b, err := rd.Next(rctx)
 	if err != nil {
@@ -708,15 +735,40 @@ func (f *Flow) logEntry(ctx context.Context, offset uint64) (*pb.Envelope, error
 	return envelope.Decode(b)
 }
 
+// cursorLag is a consumer's lag in time: now minus the source commit time
+// of the first entry of l it has not processed (oldest), 0 when it has
+// processed everything. ok is false when that cannot be told: the entry
+// is unreadable (oldest nil) or carries no commit time.
+func cursorLag(ctx context.Context, l *segmentlog.Log, c segmentlog.CursorStats, now time.Time) (oldest *pb.Envelope, seconds float64, ok bool) {
+	if c.PastRetention {
+		return nil, 0, false
+	}
+	if c.LagOffsets == 0 {
+		return nil, 0, true
+	}
+	e, err := logEntry(ctx, l, c.Offset)
+	if err != nil {
+		return nil, 0, false
+	}
+	if e.CommitTimeUnixMicros == 0 {
+		return e, 0, false
+	}
+	return e, max(0, now.Sub(time.UnixMicro(e.CommitTimeUnixMicros)).Seconds()), true
+}
+
 // supervise runs body until ctx ends, restarting it after errors with
-// capped, jittered exponential backoff. A quarantined unit is not retried
-// hot: the backoff runs to its cap, since only an operator can fix it.
+// capped, jittered exponential backoff. The backoff starts over after a run
+// in which the component became ready (it connected and worked: this
+// failure is a new one, such as a server restart or a network cut, and the
+// component should be back within a second), or that lasted long. A
+// quarantined unit is not retried hot: the backoff runs to its cap, since
+// only an operator can fix it.
 func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.Health, c obs.Component, labels []string,
 	body func(context.Context, *obs.Health) error) {
 	backoff := backoffMin
 	for ctx.Err() == nil {
 		c.Up.WithLabelValues(labels...).Set(1)
-		started := time.Now()
+		started, readies := time.Now(), h.Readies()
 		err := body(ctx, h)
 		if ctx.Err() != nil {
 			h.Set("stopped", false, nil)
@@ -725,12 +777,7 @@ func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.H
 		}
 		c.Up.WithLabelValues(labels...).Set(0)
 		c.Restarts.WithLabelValues(labels...).Inc()
-		if time.Since(started) > 5*backoffMax {
-			backoff = backoffMin // it ran well for a while: start over
-		}
-		if apply.IsQuarantined(err) {
-			backoff = backoffMax
-		}
+		backoff = restartBackoff(backoff, h.Readies() > readies, time.Since(started), err)
 		h.Set("backing off", false, err)
 		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
 		log.Error("component stopped; restarting", "component", component, "err", err,
@@ -742,4 +789,19 @@ func supervise(ctx context.Context, component string, log *slog.Logger, h *obs.H
 		}
 		backoff = min(backoff*2, backoffMax)
 	}
+}
+
+// restartBackoff is the backoff before restarting a component whose run
+// ended with err after ran, cur being the backoff it was started with: the
+// cap for a quarantined unit, the minimum again after a run in which the
+// component became ready or that lasted long, else cur (supervise doubles
+// it after the wait).
+func restartBackoff(cur time.Duration, becameReady bool, ran time.Duration, err error) time.Duration {
+	switch {
+	case apply.IsQuarantined(err):
+		return backoffMax
+	case becameReady || ran > 5*backoffMax:
+		return backoffMin
+	}
+	return cur
 }

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/trellara/trellara/apply"
 )
 
 // A SIGHUP reload of a config with a credential typed where a reference's
@@ -49,5 +52,28 @@ transport:
 	}
 	if strings.Contains(out, planted) {
 		t.Errorf("refusal log echoes the planted secret:\n%s", out)
+	}
+}
+
+// A component that got going and then failed (a server restart, a network
+// cut) is restarted after the minimum backoff however often that happened
+// before; one that never gets going backs off to the cap; a quarantined
+// unit waits the cap at once.
+func TestRestartBackoff(t *testing.T) {
+	b := backoffMin
+	for range 10 { // never ready: doubling to the cap
+		b = min(2*restartBackoff(b, false, time.Second, errors.New("connection refused")), backoffMax)
+	}
+	if b != backoffMax {
+		t.Fatalf("never ready: backoff %s, want the cap %s", b, backoffMax)
+	}
+	if got := restartBackoff(b, true, 3*time.Second, errors.New("server closed the connection")); got != backoffMin {
+		t.Errorf("ready, then failed: backoff %s, want %s", got, backoffMin)
+	}
+	if got := restartBackoff(backoffMin, true, time.Hour, &apply.QuarantinedError{}); got != backoffMax {
+		t.Errorf("quarantined: backoff %s, want %s", got, backoffMax)
+	}
+	if got := restartBackoff(backoffMax, false, 6*backoffMax, errors.New("x")); got != backoffMin {
+		t.Errorf("a long run: backoff %s, want %s", got, backoffMin)
 	}
 }

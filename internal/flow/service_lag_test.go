@@ -86,3 +86,70 @@ func value(t *testing.T, g prometheus.Gauge) float64 {
 	}
 	return d.GetGauge().GetValue()
 }
+
+// status reads a log another process holds (read-only, as an applier does)
+// and reports every consumer: its kind, its lag in entries, bytes and
+// seconds, and when it last committed.
+func TestStatusReportsEveryConsumerOnAHeldLog(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "log")
+	w, _, err := segmentlog.Open(dir, segmentlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // the writer holds the log throughout
+	now := time.Now()
+	for i, age := range []time.Duration{time.Hour, time.Minute, time.Second} {
+		e := &pb.Envelope{ProtocolVersion: envelope.ProtocolVersion, SourceId: "src1", Xid: 7, CommitLsn: uint64(0x1000 * (i + 1)), EndLsn: uint64(0x1000*(i+1) + 0x10),
+			CommitTimeUnixMicros: now.Add(-age).UnixMicro(), Boundary: &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_TRANSACTION}}
+		envelope.Seal(e)
+		b, err := envelope.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Append(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The default sink's applier is caught up; a tail consumer read one.
+	if err := w.CommitCursor(ApplierCursor, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CommitCursor("tailer", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := segmentlog.Open(dir, segmentlog.Options{}); err == nil {
+		t.Fatal("a second writer opened the log")
+	}
+	ro, err := segmentlog.OpenReadOnly(dir, segmentlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	f := &Flow{Cfg: &config.Config{Flow: "svc", Source: config.Source{ID: "src1"},
+		Sinks: []config.Sink{{Name: config.DefaultSinkName}}}}
+	ls := &LogStatus{}
+	f.logStatus(context.Background(), ro, ls)
+	if ls.NextOffset != 3 || len(ls.Cursors) != 2 {
+		t.Fatalf("log status %+v", ls)
+	}
+	got := map[string]CursorStatus{}
+	for _, c := range ls.Cursors {
+		got[c.Name] = c
+		if c.LastCommitAt == nil || now.Sub(*c.LastCommitAt) > time.Hour {
+			t.Errorf("cursor %s: last commit %v", c.Name, c.LastCommitAt)
+		}
+		if c.LagSeconds == nil {
+			t.Fatalf("cursor %s: no lag in seconds", c.Name)
+		}
+	}
+	a, tl := got[ApplierCursor], got["tailer"]
+	if a.Kind != "sink" || a.Sink != config.DefaultSinkName || a.LagEntries != 0 || a.LagBytes != 0 || *a.LagSeconds != 0 {
+		t.Errorf("applier: %+v (lag %v s)", a, *a.LagSeconds)
+	}
+	// The tailer's oldest unread entry committed a minute ago; its bytes
+	// are the two entries it has not read, not the whole log.
+	if tl.Kind != "consumer" || tl.LagEntries != 2 || *tl.LagSeconds < 60 || *tl.LagSeconds > 600 ||
+		tl.LagBytes <= 0 || tl.LagBytes >= ls.RetainedBytes {
+		t.Errorf("tailer: %+v (lag %v s, retained %d)", tl, *tl.LagSeconds, ls.RetainedBytes)
+	}
+}

@@ -36,8 +36,10 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	if err != nil {
 		return err
 	}
+	// conn stays open while capture runs: the schema policy reads the
+	// source catalog over it, as on the pgoutput path.
+	defer conn.Close(context.Background())
 	info, err := sidecar.CheckServer(ctx, conn)
-	conn.Close(context.Background())
 	if err != nil {
 		return fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
 	}
@@ -82,11 +84,10 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	f.Logger.Info("capturing from the trellara extension", "flow", f.Cfg.Flow, "socket", src.Socket,
 		"slot", info.SlotName, "slot_confirmed", envelope.FormatLSN(info.SlotConfirmed), "log_durable", envelope.FormatLSN(res.DurableEnd))
 	return f.recordDrift(sidecar.Run(ctx, sidecar.Options{
-		SocketPath: src.Socket, Transport: tr, SourceID: src.ID, Pins: f.Pins,
-		MemoryBytesMax: int64(src.MemoryBytesMax), SpillDir: f.dir,
-		InspectCommand: shell.Trellara("status", f.ConfigPath, "--view", "diagnostics"),
-		Acks:           acks,
-		GapRecovery:    shell.ResnapshotExtension(f.ConfigPath),
-		Logger:         f.Logger, Stop: o.Stop, OnFence: o.OnFence,
+		SocketPath: src.Socket, Transport: tr, SourceID: src.ID,
+		Assembler:   f.assemblerOptions(ctx, conn),
+		Acks:        acks,
+		GapRecovery: shell.ResnapshotExtension(f.ConfigPath),
+		Logger:      f.Logger, Stop: o.Stop, OnFence: o.OnFence,
 	}))
 }

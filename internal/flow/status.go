@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,12 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/trellara/trellara/lsn"
-
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
+	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 )
@@ -32,6 +31,7 @@ type Status struct {
 	Slot       *SlotStatus       `json:"slot"`
 	Tables     []TableStatus     `json:"tables"`
 	Log        *LogStatus        `json:"log"`
+	Kafka      *BrokerStatus     `json:"kafka,omitempty"` // a transport.kafka flow's cluster
 	Checkpoint *CheckpointState  `json:"checkpoint"`
 	Snapshots  []SnapshotStatus  `json:"snapshots"`
 	Quarantine *QuarantineState  `json:"quarantine"`
@@ -98,11 +98,22 @@ type LogStatus struct {
 
 // CursorStatus is one consumer's position in the local log.
 type CursorStatus struct {
-	Name          string `json:"name"`
+	Name string `json:"name"`
+	// Kind is "sink" for a sink's applier (Sink names it) and "consumer"
+	// for anything else that registered a cursor (stream tail --commit, a
+	// program on package consumer).
+	Kind          string `json:"kind"`
+	Sink          string `json:"sink,omitempty"`
 	Offset        uint64 `json:"offset"`
 	LagEntries    uint64 `json:"lag_entries"`
 	LagBytes      int64  `json:"lag_bytes"`
 	PastRetention bool   `json:"past_retention"`
+	// LagSeconds is how old the oldest entry the consumer has not
+	// processed is (now minus its source commit time); 0 when it is
+	// caught up, nil when that entry could not be read.
+	LagSeconds *float64 `json:"lag_seconds"`
+	// LastCommitAt is when the consumer last committed its cursor.
+	LastCommitAt *time.Time `json:"last_commit_at"`
 }
 
 // CheckpointState is the target checkpoint. The counts are the flow's
@@ -240,16 +251,17 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 	st := &Status{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Tables: []TableStatus{}, Snapshots: []SnapshotStatus{}, Notes: []string{}}
 	st.Log = &LogStatus{Dir: f.dir, Cursors: []CursorStatus{}}
 	switch {
+	case f.logHeld && f.heldLog != nil:
+		st.Log.Exists, st.Log.Held = true, true
+		f.logStatus(ctx, f.heldLog, st.Log)
 	case f.logHeld:
 		st.Log.Exists, st.Log.Held = true, true
 		st.Notes = append(st.Notes, fmt.Sprintf("the local log at %s is held by the process running the flow: its figures are on that process's /metrics (trellara_log_*)", f.dir))
 	case f.Log == nil:
 		st.Notes = append(st.Notes, fmt.Sprintf("no local log at %s: the flow has not run here, or was cleaned up", f.dir))
 	default:
-		ls := f.Log.Stats()
 		st.Log.Exists = true
-		st.Log.RetainedBytes, st.Log.Segments, st.Log.FirstOffset, st.Log.NextOffset = ls.RetainedBytes, ls.Segments, ls.FirstOffset, ls.NextOffset
-		st.Log.Cursors = cursorStatuses(ls.Cursors)
+		f.logStatus(ctx, f.Log, st.Log)
 	}
 
 	if src, err := f.ConnectSource(ctx); err != nil {
@@ -286,6 +298,17 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 				}
 				st.Tables = append(st.Tables, ts)
 			}
+		}
+	}
+
+	if bs, ok := f.broker.(brokerStatuser); ok {
+		if k, err := bs.Status(ctx, f.Sinks()); err != nil {
+			st.Notes = append(st.Notes, "kafka: "+err.Error())
+		} else {
+			if st.Slot != nil {
+				k.SlotConfirmedFlushLSN = st.Slot.ConfirmedFlushLSN
+			}
+			st.Kafka = k
 		}
 	}
 
@@ -359,12 +382,31 @@ func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorS
 	return *st
 }
 
-func cursorStatuses(cs []segmentlog.CursorStats) []CursorStatus {
-	out := make([]CursorStatus, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, CursorStatus{Name: c.Name, Offset: c.Offset, LagEntries: c.LagOffsets, LagBytes: c.LagBytes, PastRetention: c.PastRetention})
+// logStatus fills ls from l: its size and, per consumer, its cursor, lag
+// and when it last committed.
+func (f *Flow) logStatus(ctx context.Context, l *segmentlog.Log, ls *LogStatus) {
+	s := l.Stats()
+	ls.RetainedBytes, ls.Segments, ls.FirstOffset, ls.NextOffset = s.RetainedBytes, s.Segments, s.FirstOffset, s.NextOffset
+	sinks := map[string]string{}
+	for _, sk := range f.Cfg.Sinks {
+		sinks[sk.Cursor()] = sk.Name
 	}
-	return out
+	now := time.Now()
+	ls.Cursors = make([]CursorStatus, 0, len(s.Cursors))
+	for _, c := range s.Cursors {
+		cs := CursorStatus{Name: c.Name, Kind: "consumer", Offset: c.Offset, LagEntries: c.LagOffsets, LagBytes: c.LagBytes, PastRetention: c.PastRetention}
+		if name, ok := sinks[c.Name]; ok {
+			cs.Kind, cs.Sink = "sink", name
+		}
+		if at, ok, err := l.CursorCommittedAt(c.Name); err == nil && ok {
+			at = at.UTC()
+			cs.LastCommitAt = &at
+		}
+		if _, lag, ok := cursorLag(ctx, l, c, now); ok {
+			cs.LagSeconds = &lag
+		}
+		ls.Cursors = append(ls.Cursors, cs)
+	}
 }
 
 // RenderText prints the report for people.
@@ -391,17 +433,47 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		}
 	}
 	if l := st.Log; l != nil {
+		held := ""
 		if l.Held {
-			fmt.Fprintf(w, "local log     %s · held by the process running the flow\n", l.Dir)
-		} else if l.Exists {
-			fmt.Fprintf(w, "local log     %s · %s · %s retained · offsets %d..%d\n", l.Dir, Plural(l.Segments, "segment"), bytesString(l.RetainedBytes), l.FirstOffset, l.NextOffset)
+			held = " · held by the process running the flow"
+		}
+		switch {
+		case l.Exists && l.Segments > 0:
+			fmt.Fprintf(w, "local log     %s · %s · %s retained · offsets %d..%d%s\n", l.Dir, Plural(l.Segments, "segment"), bytesString(l.RetainedBytes), l.FirstOffset, l.NextOffset, held)
+		case l.Held:
+			fmt.Fprintf(w, "local log     %s%s\n", l.Dir, held)
 		}
 		for _, c := range l.Cursors {
 			extra := ""
 			if c.PastRetention {
 				extra = " · PAST RETENTION: the flow must start over (trellara repair-plan says how)"
 			}
-			fmt.Fprintf(w, "  cursor %-10s at %d · lag %d entries, %s%s\n", c.Name, c.Offset, c.LagEntries, bytesString(c.LagBytes), extra)
+			lag := ""
+			if c.LagSeconds != nil {
+				lag = fmt.Sprintf(", %.1f s", *c.LagSeconds)
+			}
+			last := ""
+			if c.LastCommitAt != nil {
+				last = " · last commit " + c.LastCommitAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "  cursor %-10s %s at %d · lag %d entries, %s%s%s%s\n", c.Name, c.Kind, c.Offset, c.LagEntries, bytesString(c.LagBytes), lag, last, extra)
+		}
+	}
+	if k := st.Kafka; k != nil {
+		fmt.Fprintf(w, "kafka         topic %s · %s mode · produce acknowledged through commit LSN %s", k.Topic, k.Mode, orNone(k.ProduceAckedCommitLSN))
+		if k.SlotConfirmedFlushLSN != "" {
+			fmt.Fprintf(w, " · slot confirmed %s", k.SlotConfirmedFlushLSN)
+		}
+		fmt.Fprintln(w)
+		for _, p := range k.Partitions {
+			fmt.Fprintf(w, "  partition %-3d %-8s offsets %d..%d\n", p.Partition, p.Role, p.StartOffset, p.HighWatermark)
+		}
+		for _, g := range k.Groups {
+			fmt.Fprintf(w, "  group %s (sink %s) lag:", g.Group, g.Sink)
+			for _, p := range g.Partitions {
+				fmt.Fprintf(w, " p%d=%d", p.Partition, p.Lag)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	if len(st.Sinks) > 1 {
@@ -511,4 +583,11 @@ func bytesString(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }

@@ -34,6 +34,7 @@ type Health struct {
 	lastError string
 	since     time.Time
 	details   map[string]any
+	readies   uint64 // transitions to ready
 }
 
 // NewHealth starts in state "starting", not ready.
@@ -48,11 +49,23 @@ func (h *Health) Set(state string, ready bool, err error) {
 	if h.state != state {
 		h.since = time.Now()
 	}
+	if ready && !h.ready {
+		h.readies++
+	}
 	h.state, h.ready = state, ready
 	h.lastError = ""
 	if err != nil {
 		h.lastError = err.Error()
 	}
+}
+
+// Readies counts the times the component became ready: a supervisor
+// compares it around a run to tell a component that worked and then failed
+// from one that never got going.
+func (h *Health) Readies() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.readies
 }
 
 // Detail sets a key shown by /healthz.

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	tbuild "github.com/trellara/trellara/internal/buildinfo"
+	"github.com/trellara/trellara/internal/chaoslive"
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
@@ -56,9 +57,14 @@ const (
 	// FileFleet is where fleet completeness evidence would be; no command
 	// produces it yet.
 	FileFleet = "fleet/scorecard.json"
-	// FileQualification is where `trellara qualify`'s report would be;
-	// no command produces it yet.
-	FileQualification = "qualification.html"
+	// FileQualification is `trellara qualify`'s last report (HTML), and
+	// FileQualificationJSON the same as JSON.
+	FileQualification     = "qualification.html"
+	FileQualificationJSON = "qualification.json"
+	// FileLiveChaosJSON and FileLiveChaosHTML are the last
+	// `trellara chaos live` run of the flow.
+	FileLiveChaosJSON = "live/chaos-live.json"
+	FileLiveChaosHTML = "live/chaos-live.html"
 )
 
 // Binaries are the executables a release ships, looked for beside the
@@ -253,7 +259,8 @@ func Build(ctx context.Context, opts Options) (*Package, error) {
 		b.notRun("failure-matrix report", FileChaosJSON, err.Error())
 	}
 
-	b.notRun("qualification report", FileQualification, "trellara qualify is not implemented yet: no workload, duration or environment was qualified")
+	b.progress("live: the flow's last live chaos run and qualification, when recorded")
+	b.live(cfg)
 	b.notRun("fleet completeness", FileFleet, "trellara fleet is not implemented yet: this package covers one flow")
 
 	if err := scanSecrets(b.p, sec); err != nil {
@@ -335,8 +342,42 @@ func (b *builder) chaos(ctx context.Context) error {
 	return nil
 }
 
+// live adds the flow's last live chaos run and qualification report from
+// its evidence directory, or says how to make them.
+func (b *builder) live(cfg *config.Config) {
+	dir := chaoslive.EvidenceDir(cfg)
+	for _, e := range []struct {
+		item, jsonSrc, htmlSrc, jsonDst, htmlDst, command string
+	}{
+		{"live chaos report", chaoslive.EvidenceChaosJSON, chaoslive.EvidenceChaosHTML, FileLiveChaosJSON, FileLiveChaosHTML,
+			shell.Trellara("chaos live", b.opts.ConfigPath, "--duration", "10m")},
+		{"qualification report", chaoslive.EvidenceQualificationJSON, chaoslive.EvidenceQualificationHTML, FileQualificationJSON, FileQualification,
+			shell.Trellara("qualify", b.opts.ConfigPath, "--duration", "30m", "--output", "qualification.html")},
+	} {
+		if dir == "" {
+			b.notRun(e.item, e.htmlDst, "the flow has no transport.local directory to keep live evidence in")
+			continue
+		}
+		js, err1 := os.ReadFile(filepath.Join(dir, e.jsonSrc))
+		page, err2 := os.ReadFile(filepath.Join(dir, e.htmlSrc))
+		if err1 != nil || err2 != nil {
+			b.notRun(e.item, e.htmlDst, "none is recorded in "+dir+": run "+e.command)
+			continue
+		}
+		b.add(e.jsonDst, "the "+e.item+" ("+e.jsonSrc+" from the flow's evidence directory)", js)
+		b.add(e.htmlDst, "the "+e.item+", self-contained HTML", page)
+	}
+}
+
 // binaries describes the running executable and those of Binaries beside
 // it, and returns the paths of the Go executables among them.
+// Executables describes the running executable exe and the release's
+// other executables beside it (name, path, SHA-256, version, commit).
+func Executables(exe string) VersionsFile {
+	v, _ := binaries(exe)
+	return v
+}
+
 func binaries(exe string) (VersionsFile, []string) {
 	out := VersionsFile{Running: tbuild.String(), Binaries: []BinaryVersion{}}
 	var paths []string

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/trellara/trellara/internal/chaoslive"
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/flow"
 	"github.com/trellara/trellara/internal/sim"
@@ -58,13 +59,72 @@ const (
 func Score(p *Package, source string) *Scorecard {
 	sc := &Scorecard{Flow: p.Manifest.Flow, Package: source}
 	chaos, chaosErr := chaosReport(p)
+	live, liveFile, liveErr := liveReport(p)
 	sc.Claims = []Claim{
 		scoreSource(p, chaos, chaosErr),
-		scoreBoundary(chaos, chaosErr),
-		scoreRecovery(p, chaos, chaosErr),
+		withLive(scoreBoundary(chaos, chaosErr), live, liveFile, liveErr, boundaryLive),
+		withLive(scoreRecovery(p, chaos, chaosErr), live, liveFile, liveErr, recoveryLive),
 		scoreFleet(p),
 	}
 	return sc
+}
+
+// liveReport is the package's live evidence: the qualification report,
+// else the last live chaos run.
+func liveReport(p *Package) (*chaoslive.Qualification, string, error) {
+	for _, f := range []string{FileQualificationJSON, FileLiveChaosJSON} {
+		data, ok := p.Files[f]
+		if !ok {
+			continue
+		}
+		var q chaoslive.Qualification
+		if err := json.Unmarshal(data, &q); err != nil || q.Live == nil {
+			return nil, f, fmt.Errorf("%s is not a live chaos report: %v", f, err)
+		}
+		return &q, f, nil
+	}
+	return nil, "", fmt.Errorf("%s; %s", missing(p, FileQualification), missing(p, FileLiveChaosHTML))
+}
+
+// withLive adds the live evidence to a claim scored from simulation: a
+// failing live run fails the claim; a passing one is cited; none is said.
+func withLive(c Claim, q *chaoslive.Qualification, file string, err error, judge func(*chaoslive.Report) (bool, string)) Claim {
+	if err != nil {
+		if file != "" {
+			c.Evidence = append(c.Evidence, file)
+			c.Verdict, c.Detail = Fail, c.Detail+"; live: "+err.Error()
+			return c
+		}
+		c.Detail += "; live evidence: " + err.Error()
+		return c
+	}
+	c.Evidence = append(c.Evidence, file)
+	ok, detail := judge(q.Live)
+	c.Detail += "; live (" + file + "): " + detail
+	if !ok {
+		c.Verdict = Fail
+	}
+	return c
+}
+
+func boundaryLive(r *chaoslive.Report) (bool, string) {
+	bad := 0
+	for _, v := range r.Violations {
+		if v.Source == "reader" {
+			bad++
+		}
+	}
+	return bad == 0, fmt.Sprintf("the target reader made %d whole-transaction observations during %d real faults, %d violations", r.Reader.Observations, len(r.Faults), bad)
+}
+
+func recoveryLive(r *chaoslive.Report) (bool, string) {
+	var parts []string
+	for _, k := range r.Kinds {
+		if k.Injected > 0 {
+			parts = append(parts, fmt.Sprintf("%s n=%d caught up p95 %.1fs", k.Kind, k.Injected, k.CaughtUp.P95))
+		}
+	}
+	return r.Verdict == "PASS", fmt.Sprintf("%s (%s); %s", r.Verdict, r.VerdictReason, strings.Join(parts, ", "))
 }
 
 // missing says why a file is absent: the manifest's not-run reason.

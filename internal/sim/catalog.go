@@ -106,8 +106,17 @@ var simulations = []*Simulation{
 		Workload: Workload{Txns: 32, BigEvery: 4, BigRows: 50}, ChunkBytesMax: 1 * kib},
 	{Name: "transport-partial-batch", Title: "a publish of many units is only partly durable", Workload: base(48), Burst: 12},
 
+	// Kafka partitioned mode: the log is the manifest partition, rows go to
+	// four data partitions.
+	{Name: "kafka-partitioned", Title: "Kafka partitioned mode: chunks on four data partitions, a manifest per unit",
+		Workload: base(48), Partitions: 4},
+	{Name: "kafka-partitioned-batched", Title: "Kafka partitioned mode with large publish batches and large transactions",
+		Workload: Workload{Txns: 40, BigEvery: 6, BigRows: 30, MessageEvery: 4}, Partitions: 4, Burst: 12, ChunkBytesMax: 2 * kib},
+
 	// Schema and semantic faults.
 	{Name: "schema-drift", Title: "a pinned relation changes shape mid-stream", Workload: Workload{Txns: 40, DriftAt: 30, MessageEvery: 4}},
+	{Name: "schema-barrier", Title: "a configured table gains a nullable column mid-stream: a DDL barrier",
+		Workload: Workload{Txns: 40, DriftAt: 20, DriftCompatible: true, MessageEvery: 4}},
 	{Name: "schema-drift-streamed", Title: "the changed shape first appears inside a stream block",
 		Workload: Workload{Txns: 40, DriftAt: 24, DriftInStream: true, StreamEvery: 6}},
 	{Name: "schema-incompatible", Title: "rows the target refuses (CHECK, value too long)",
@@ -118,6 +127,9 @@ var simulations = []*Simulation{
 		Workload: Workload{Txns: 30, Incompatible: []int{8, 20}, IncompatibleBig: true, BigEvery: 6, BigRows: 30}, ChunkBytesMax: 1 * kib},
 	{Name: "schema-retention", Title: "a lagging consumer past retention (expire on)",
 		Workload: base(60), SegmentBytesMax: 2 * kib, Retention: segmentlog.Retention{MaxBytes: 6 * kib, Expire: true}, LagApplier: 100},
+	// Fleet fan-in (a model over internal/lake's decision code).
+	{Name: "fanin-fleet", Title: "three sources fanned into one changelog, epochs every 12 steps",
+		FanIn: &FanIn{Sources: 3, Txns: 30, CloseEvery: 12}},
 	{Name: "schema-retention-hold", Title: "a lagging consumer holds its segments (expire off)",
 		Workload: base(60), SegmentBytesMax: 2 * kib, Retention: segmentlog.Retention{MaxBytes: 6 * kib}, LagApplier: 70},
 }
@@ -140,6 +152,12 @@ var (
 	recReseed   = "the consumer cannot continue without a gap: " + shell.Resnapshot(simConfig) + ", then `trellara verify --config trellara.yml`"
 	recRestore  = "restore the log directory from a replica or backup, or " + shell.Resnapshot(simConfig)
 	recSequence = "automatic: the applier stops with ErrSequence naming the log offsets and restarts from its cursor; if the transport keeps reordering, " + shell.Resnapshot(simConfig)
+)
+
+// Fan-in recoveries.
+var (
+	recFanIn       = "automatic: `trellara-full fleet run --config fleet.yml` restarts the committer, which re-reads from its cursors and skips what the changelog's marks hold; a source back online is included again at the next epoch"
+	recFanInReseed = "the source needs a reseed (a new slot and a re-snapshot of its flow: " + shell.Resnapshot(simConfig) + "); until then every epoch reads complete_with_gaps naming it"
 )
 
 type catEntry struct {
@@ -263,6 +281,20 @@ var entries = []catEntry{
 	{"transport.partial-batch.repeated", FamilyTransport, "transport-partial-batch", "three partial publishes in a row", InvNoLoss, recAuto,
 		[]Fault{{Point: "relay.publish", Nth: 2, Times: 3, Action: actPartial}}, Expect{}},
 
+	// Kafka partitioned mode
+	{"kafka.broker-restart-mid-stream", FamilyKafka, "kafka-partitioned", "broker restart mid-stream: a produce fails after its chunks are durable, every connection drops; republished, orphaned chunks never read", InvNoLoss, recAuto,
+		[]Fault{{Point: "relay.publish", Nth: 4, Times: 2, Action: actBrokerRestart}}, Expect{Detect: []string{"broker-restart"}}},
+	{"kafka.ambiguous-ack", FamilyKafka, "kafka-partitioned", "ambiguous acknowledgement: chunks and manifests durable, the produce reports failure; the applier skips the copy", InvExactlyOnce, recAuto,
+		[]Fault{f("relay.publish", 5, actAmbiguous)}, Expect{Detect: []string{"ambiguous-ack"}}},
+	{"kafka.duplicate-replay-storm", FamilyKafka, "kafka-partitioned", "duplicate replay storm: the consumer group replays the last 20 manifests and their chunks ten times over", InvExactlyOnce, recAuto,
+		[]Fault{{Point: "applier.step", Nth: 6, Times: 10, Action: actStorm, Arg: 20}}, Expect{}},
+	{"kafka.manifest-before-chunks", FamilyKafka, "kafka-partitioned-batched", "manifest before chunks: a batch's manifests are readable before its chunks; held at the barrier, never exposed", InvAtomic, recAuto,
+		[]Fault{{Point: "relay.publish", Nth: 3, Action: actManifestFirst, Arg: 60}}, Expect{Detect: []string{"barrier-held"}}},
+	{"kafka.partition-barrier-incomplete", FamilyKafka, "kafka-partitioned", "partition barrier incomplete: one data partition withholds a chunk of a cross-partition unit; none of it applied until it arrives", InvAtomic, recAuto,
+		[]Fault{{Point: "relay.publish", Nth: 4, Action: actChunkWithheld, Arg: 300}}, Expect{Detect: []string{"barrier-held"}}},
+	{"kafka.relay-crash-between-chunks-and-manifests", FamilyKafka, "kafka-partitioned-batched", "relay dies after its chunks, with part of its manifests durable: the slot never passes a unit without its manifest", InvAckDurable, recAuto,
+		[]Fault{f("relay.publish", 3, actPartial)}, Expect{}},
+
 	// schema and semantic faults
 	{"schema.pinned-drift", FamilySchema, "schema-drift", "pinned schema drift: capture stopped before any row under the new shape", InvSchemaPinned, recDrift,
 		nil, Expect{Stop: "schema-drift"}},
@@ -272,6 +304,16 @@ var entries = []catEntry{
 		nil, Expect{Stop: "schema-drift"}},
 	{"schema.pinned-drift.in-stream-block.after-crash", FamilySchema, "schema-drift-streamed", "relay crash inside a stream before the drifting block", InvSchemaPinned, recDrift,
 		[]Fault{f("relay.mid-stream", 1, actCrash)}, Expect{Stop: "schema-drift"}},
+	{"schema.barrier.add-nullable-column", FamilySchema, "schema-barrier", "a compatible change flows: the target DDL commits with the first rows of the new shape", InvSchemaPinned, recAuto,
+		nil, Expect{Exercise: []string{"ddl-barrier"}}},
+	{"schema.barrier.relay-crash-before-barrier", FamilySchema, "schema-barrier", "relay crash before the barrier is durable: the change is seen again, the barrier emitted again", InvSchemaPinned, recAuto,
+		[]Fault{f("relay.before-flush-barrier", 1, actCrash)}, Expect{Exercise: []string{"ddl-barrier"}}},
+	{"schema.barrier.relay-crash-after-publish", FamilySchema, "schema-barrier", "relay crash after publishing the barrier, before acknowledging: resent and skipped, the pin already moved", InvExactlyOnce, recAuto,
+		[]Fault{f("relay.after-flush-barrier", 1, actCrash)}, Expect{Exercise: []string{"ddl-barrier"}}},
+	{"schema.barrier.applier-crash-between-ddl-and-data", FamilySchema, "schema-barrier", "applier crash after the target DDL, before the rows: both roll back, and apply again together", InvAtomic, recAuto,
+		[]Fault{f("target.after-ddl", 1, actCrash)}, Expect{Exercise: []string{"ddl-barrier"}, Detect: []string{"transient"}}},
+	{"schema.barrier.applier-crash-after-commit", FamilySchema, "schema-barrier", "the barrier's target transaction commits, the reply is lost: redelivered, skipped with its DDL", InvExactlyOnce, recAuto,
+		[]Fault{f("target.commit-barrier", 1, actCrashAfter)}, Expect{Exercise: []string{"ddl-barrier"}, Detect: []string{"transient"}}},
 	{"schema.incompatible-row.quarantine", FamilySchema, "schema-incompatible", "incompatible rows are quarantined, the flow stops before them, replay after repair", InvQuarantine, recQuar,
 		nil, Expect{Detect: []string{"quarantine"}}},
 	{"schema.incompatible-row.crash-during-quarantine", FamilySchema, "schema-incompatible", "crash while the second incompatible transaction is quarantined", InvQuarantine, recQuar,
@@ -284,6 +326,18 @@ var entries = []catEntry{
 		nil, Expect{Stop: "past-retention"}},
 	{"schema.retention-holds-lagging-consumer", FamilySchema, "schema-retention-hold", "without expiry, retention keeps what a lagging consumer needs", InvNoLoss, recAuto,
 		nil, Expect{}},
+
+	// fleet fan-in
+	{"fanin.source-offline-at-epoch-close", FamilyFanIn, "fanin-fleet", "a source is offline when an epoch closes: complete_with_gaps naming it, complete again after it catches up", InvEpochHonest, recFanIn,
+		[]Fault{{Point: "fanin.epoch-close", Nth: 2, Action: actOffline, Arg: 40}}, Expect{}},
+	{"fanin.reconnect-duplicates", FamilyFanIn, "fanin-fleet", "a relay reconnects and republishes transactions already in its log: skipped by source and commit LSN", InvExactlyOnce, recFanIn,
+		[]Fault{{Point: "fanin.step", Nth: 80, Action: actOffline, Arg: 15}, {Point: "fanin.relay-reconnect", Nth: 1, Action: actDuplicate, Arg: 4}}, Expect{}},
+	{"fanin.crash-between-data-and-epoch", FamilyFanIn, "fanin-fleet", "the committer crashes after the data commits, before the epoch record and the cursors: no epoch ahead of the data, no duplicate after the restart", InvEpochHonest, recFanIn,
+		[]Fault{f("fanin.before-epoch-record", 2, actCrash)}, Expect{}},
+	{"fanin.crash-after-table-commit", FamilyFanIn, "fanin-fleet", "the committer crashes after a table commit, before the cursors: the re-read units are skipped by the table's marks", InvExactlyOnce, recFanIn,
+		[]Fault{f("fanin.after-table-commit", 5, actCrash)}, Expect{}},
+	{"fanin.source-past-retention", FamilyFanIn, "fanin-fleet", "a source's log expires past the committer's cursor: every later epoch shows it past retention (reseed), never complete", InvEpochHonest, recFanInReseed,
+		[]Fault{{Point: "fanin.step", Nth: 40, Action: actExpire}}, Expect{Stop: "past-retention"}},
 }
 
 // Catalogue returns every scenario, in catalogue order, and the simulations

@@ -3,10 +3,10 @@ package sim
 import (
 	"context"
 	"fmt"
-	"github.com/trellara/trellara/capture"
 	"sort"
 	"strings"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay/pgoutput"
@@ -32,6 +32,9 @@ type checker struct {
 	chunkRun *scanEntry      // open chunk sequence
 	chunkEnd map[uint64]bool // offsets of final chunks
 	pinned   map[string]uint64
+	// moves are the pins DDL barriers in the log moved, in log order: from
+	// a barrier's offset on, its relation's rows carry the new fingerprint.
+	moves []pinMove
 
 	rd    *segmentlog.Reader
 	rdLog *segmentlog.Log
@@ -40,6 +43,9 @@ type checker struct {
 	ackChecked int
 	quarKeys   map[string]bool
 	snapTables int
+	// unit turns a log entry into its unit: in Kafka partitioned mode the
+	// entry is a manifest, durable with its chunks (written before it).
+	unit func(entry []byte) ([]byte, error)
 }
 
 type scanEntry struct {
@@ -97,6 +103,16 @@ func (c *checker) afterCommit() {
 			return
 		}
 		k = t.hashIndex
+	}
+	// A DDL barrier's column appears together with the first rows of the
+	// new shape: the target has the column exactly when the transaction
+	// that first used it is applied.
+	if t := c.h.driftTxn; c.h.compatible && t != nil {
+		column, applied := len(db.added[tAccounts.name]) > 0, t.hashIndex <= k
+		if column != applied {
+			c.fail(InvAtomic, "a reader of the target sees the added column present %v while the transaction that first used it (xid %d) is applied %v",
+				column, t.xid, applied)
+		}
 	}
 	if db.data.hash == c.h.hashes[k] {
 		return
@@ -170,6 +186,13 @@ func (c *checker) rescan(lg *segmentlog.Log) {
 		}
 	}
 	c.scanned = kept
+	moves := c.moves[:0]
+	for _, m := range c.moves {
+		if m.offset < first {
+			moves = append(moves, m)
+		}
+	}
+	c.moves = moves
 	c.inLog = map[uint64]bool{}
 	for _, e := range c.scanned {
 		if e.complete {
@@ -180,14 +203,45 @@ func (c *checker) rescan(lg *segmentlog.Log) {
 	c.scan(lg)
 }
 
+// pinMove is a DDL barrier seen in the log.
+type pinMove struct {
+	offset      uint64
+	relation    string
+	fingerprint uint64
+}
+
+// pin is the fingerprint relation's rows must carry at the log's current
+// scan position: the first pin, or the last barrier's.
+func (c *checker) pin(relation string) (uint64, bool) {
+	fp, ok := c.pinned[relation]
+	for _, m := range c.moves {
+		if m.relation == relation {
+			fp, ok = m.fingerprint, true
+		}
+	}
+	return fp, ok
+}
+
 func (c *checker) entry(off uint64, b []byte) {
+	if c.unit != nil {
+		u, err := c.unit(b)
+		if err != nil {
+			return
+		}
+		b = u
+	}
 	e, err := envelope.Decode(b)
 	if err != nil {
 		return
 	}
+	for _, d := range e.DdlEvents {
+		if d.Column != "" && d.NewFingerprint != 0 {
+			c.moves = append(c.moves, pinMove{offset: off, relation: d.Relation, fingerprint: d.NewFingerprint})
+		}
+	}
 	for _, r := range e.Relations {
 		name := r.Schema + "." + r.Name
-		if want, ok := c.pinned[name]; ok && r.Fingerprint != want {
+		if want, ok := c.pin(name); ok && r.Fingerprint != want {
 			c.fail(InvSchemaPinned, "log offset %d (commit LSN %s) carries rows of %s under fingerprint %016x; pinned %016x",
 				off, envelope.FormatLSN(e.CommitLsn), name, r.Fingerprint, want)
 		}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
@@ -20,9 +22,11 @@ import (
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/schemachange"
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/segmentlog/segmentlogtest"
 	"github.com/trellara/trellara/transport"
+	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
 // The harness runs one scenario: the real relay session (decode,
@@ -86,6 +90,10 @@ type harness struct {
 	appStop error
 	appIdle bool
 
+	// parts are the data partitions of Kafka partitioned mode
+	// (Simulation.Partitions), index p-1 for partition p.
+	parts [][]simChunk
+
 	faults       []*faultState
 	arg          int
 	pendingImage *segmentlogtest.FS
@@ -111,6 +119,9 @@ type relayProc struct {
 	openRows        int
 	bigCommitted    bool
 	streamCommitted bool
+	// driftCommitted: the transaction that first used a changed shape
+	// (the one carrying a DDL barrier) committed since the last flush.
+	driftOpen, driftCommitted bool
 }
 
 type applierProc struct {
@@ -122,6 +133,9 @@ type applierProc struct {
 
 // Run runs one scenario of sim.
 func Run(sc *Scenario, sim *Simulation, opts Options) (res *Result) {
+	if sim.FanIn != nil {
+		return runFanIn(sc, sim, opts)
+	}
 	h := &harness{sc: sc, sim: sim, opts: opts, ctx: context.Background(),
 		rng:      rand.New(rand.NewPCG(sc.Seed, 0x5c4ed01e)),
 		frng:     rand.New(rand.NewPCG(sc.Seed, 0xfa017)),
@@ -256,6 +270,15 @@ func (h *harness) run() {
 	h.hist = generate(h.sc.Seed, h.sim.Workload)
 	h.db = newSimDB(h.now)
 	h.chk = newChecker(h.hist, h.db, h.sim.Workload.Snapshot)
+	if h.sim.Partitions > 0 {
+		h.chk.unit = func(b []byte) ([]byte, error) {
+			u, missing, err := h.rebuild(b, false)
+			if err == nil && missing != nil {
+				err = fmt.Errorf("manifest names chunks the data partitions do not hold: %v", missing)
+			}
+			return u, err
+		}
+	}
 	h.db.onCommit = h.chk.afterCommit
 	h.db.point = h.at
 	h.stats.Txns = len(h.hist.txns)
@@ -264,7 +287,7 @@ func (h *harness) run() {
 			h.stats.Delivered++
 		}
 	}
-	h.pins = &simPins{pins: map[string]uint64{}, ignore: h.opts.Mutations.IgnoreDrift}
+	h.pins = &simPins{pins: map[string]uint64{}, shapes: map[string]schemachange.Shape{}, ignore: h.opts.Mutations.IgnoreDrift}
 	h.slot = h.hist.cp
 	if dir, err := os.MkdirTemp("", "trellara-sim-spill-"); err == nil {
 		h.spillDir = dir
@@ -382,9 +405,9 @@ func (h *harness) evaluate() {
 	if h.relay != nil {
 		h.relayStats()
 	}
+	h.stats.Barriers = h.db.barriers
 	for _, e := range sc.Expect.Exercise {
-		n := map[string]int{"spill": h.stats.Spilled, "chunks": h.stats.Chunked, "aborted-subxact": h.stats.AbortedSubxacts}[e]
-		if n == 0 {
+		if h.stats.exercised(e) == 0 {
 			h.chk.fail(InvExpectedError, "the run never exercised %q", e)
 		}
 	}
@@ -524,7 +547,46 @@ func (h *harness) machineCrash(img *segmentlogtest.FS) {
 // taken, so it survives crashes.
 type simPins struct {
 	pins   map[string]uint64
+	shapes map[string]schemachange.Shape
 	ignore bool // Mutations.IgnoreDrift
+}
+
+func (p *simPins) PinnedShape(r string) (schemachange.Shape, bool) {
+	if p.ignore {
+		return schemachange.Shape{}, false
+	}
+	sh, ok := p.shapes[r]
+	return sh, ok
+}
+
+func (p *simPins) PinShape(r string, fp uint64, sh schemachange.Shape) error {
+	p.pins[r], p.shapes[r] = fp, sh
+	return nil
+}
+
+// simCatalog is the source catalog's facts about the simulated tables: no
+// column is NOT NULL or has a default but the keys, so the column the
+// drift adds is an add_nullable_column.
+func simCatalog(relation string) (map[string]schemachange.Facts, error) {
+	d := tAccountsDrifted
+	if relation != d.name {
+		for _, t := range simTables {
+			if t.name == relation {
+				d = t
+			}
+		}
+	}
+	out := map[string]schemachange.Facts{}
+	for _, c := range d.cols {
+		typ := "text"
+		if c.typeOID == 20 {
+			typ = "bigint"
+		} else if c.typeOID == 23 {
+			typ = "integer"
+		}
+		out[c.name] = schemachange.Facts{TypeName: typ, NotNull: c.key}
+	}
+	return out, nil
 }
 
 func (p *simPins) Pinned(r string) (uint64, bool) {
@@ -542,15 +604,29 @@ func (p *simPins) Pin(r string, fp uint64) error { p.pins[r] = fp; return nil }
 type simTransport struct{ h *harness }
 
 func (t simTransport) Publish(ctx context.Context, p []byte) (uint64, error) {
+	if t.h.sim.Partitions > 0 {
+		if err := t.publishPartitioned([][]byte{p}); err != nil {
+			return 0, err
+		}
+		return t.h.lg.NextOffset() - 1, nil
+	}
 	return transport.Local{Log: t.h.lg}.Publish(ctx, p)
 }
 
 func (t simTransport) Last(ctx context.Context) ([]byte, bool, error) {
-	return transport.Local{Log: t.h.lg}.Last(ctx)
+	b, ok, err := transport.Local{Log: t.h.lg}.Last(ctx)
+	if err != nil || !ok || t.h.sim.Partitions == 0 {
+		return b, ok, err
+	}
+	b, _, err = t.h.rebuild(b, false)
+	return b, err == nil, err
 }
 
 func (t simTransport) PublishBatch(_ context.Context, ps [][]byte) error {
 	h := t.h
+	if h.sim.Partitions > 0 {
+		return t.publishPartitioned(ps)
+	}
 	if h.opts.Mutations.AckBeforeDurable {
 		prev := h.deferred
 		h.deferred = nil
@@ -670,17 +746,35 @@ func (h *harness) startRelay() {
 	}
 	from := max(res.DurableEnd, h.slot)
 	mem, chunk, _, _, _, _ := h.bounds()
-	sess := relay.NewSession(nil, tr, res, relay.Config{SourceID: simSourceID, Slot: "sim",
-		Assembler: capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
-			InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")},
-		Logger: slog.New(slog.DiscardHandler),
+	sess, err := relay.NewSession(nil, tr, res, relay.Options{SourceID: simSourceID, Slot: "sim",
+		Assembler: h.assemblerOptions(mem, chunk),
+		Logger:    slog.New(slog.DiscardHandler),
 		// The flow records such acknowledgements durably before sending
 		// them (its AckStore); the harness keeps the record across crashes
 		// the same way.
 		Acks: &h.acks})
+	if err != nil {
+		h.relayStop = fmt.Errorf("relay options: %w", err)
+		return
+	}
 	h.relay = &relayProc{sess: sess, stream: h.hist.stream(from)}
 	h.tracef("relay", "start: resume durable-end %s skip-through %s, streaming from %s (%d messages)",
 		envelope.FormatLSN(res.DurableEnd), envelope.FormatLSN(res.SkipThrough), envelope.FormatLSN(from), len(h.relay.stream))
+}
+
+// assemblerOptions are the relay's, as a flow sets them: with a compatible
+// drift the table is configured and the catalog says the added column is
+// nullable, so the change flows through a DDL barrier.
+func (h *harness) assemblerOptions(mem, chunk int64) capture.AssemblerOptions {
+	o := capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
+		InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")}
+	if h.sim.Workload.DriftCompatible {
+		o.Catalog = simCatalog
+		o.Policy = func(string) schemachange.Policy {
+			return schemachange.Policy{Mode: schemachange.ModeStrict, Configured: true}
+		}
+	}
+	return o
 }
 
 // publishSnapshot writes the initial copy the way relay.Snapshot does:
@@ -830,6 +924,10 @@ func (h *harness) relayStep() {
 		h.killRelay("crash inside a streamed transaction")
 		return
 	}
+	if r.driftCommitted && h.at("relay.before-flush-barrier") == actCrash {
+		h.killRelay("crash before publishing the DDL barrier")
+		return
+	}
 	switch h.at("relay.before-flush") {
 	case actCrash:
 		h.killRelay("crash before publish")
@@ -857,7 +955,10 @@ func (h *harness) relayStep() {
 	if r.streamCommitted && h.at("relay.after-flush-stream") == actCrash {
 		crashAfter = true
 	}
-	r.bigCommitted, r.streamCommitted = false, false
+	if r.driftCommitted && h.at("relay.after-flush-barrier") == actCrash {
+		crashAfter = true
+	}
+	r.bigCommitted, r.streamCommitted, r.driftCommitted = false, false, false
 	if crashAfter {
 		h.killRelay("crash after publish, before acknowledging")
 		return
@@ -911,7 +1012,13 @@ func (r *relayProc) track(w *wire) {
 	if t.aborted {
 		return
 	}
+	if w.drift {
+		r.driftOpen = true
+	}
 	if w == t.commit {
+		if r.driftOpen {
+			r.driftOpen, r.driftCommitted = false, true
+		}
 		r.open, r.openRows = nil, 0
 		if strings.HasPrefix(t.kind, "big") {
 			r.bigCommitted = true
@@ -979,6 +1086,7 @@ type logFeed struct {
 	h       *harness
 	rd      *segmentlog.Reader
 	pending []entry // deliveries injected ahead of the reader
+	held    *entry  // partitioned mode: the manifest at the barrier
 }
 
 type entry struct {
@@ -987,6 +1095,31 @@ type entry struct {
 }
 
 func (f *logFeed) Poll(ctx context.Context) (uint64, []byte, bool, error) {
+	if f.h.sim.Partitions == 0 {
+		return f.poll(ctx)
+	}
+	if f.held == nil {
+		off, b, ok, err := f.poll(ctx)
+		if err != nil || !ok {
+			return off, b, ok, err
+		}
+		f.held = &entry{off, b}
+	}
+	b, missing, err := f.h.rebuild(f.held.payload, true)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if missing != nil {
+		f.h.detect("barrier-held")
+		f.h.tracef("apply", "manifest at offset %d held at the barrier: waiting for %v", f.held.offset, missing)
+		return 0, nil, false, nil
+	}
+	e := f.held
+	f.held = nil
+	return e.offset, b, true, nil
+}
+
+func (f *logFeed) poll(ctx context.Context) (uint64, []byte, bool, error) {
 	if len(f.pending) > 0 {
 		e := f.pending[0]
 		f.pending = f.pending[1:]
@@ -1003,7 +1136,7 @@ func (f *logFeed) Poll(ctx context.Context) (uint64, []byte, bool, error) {
 }
 
 func (f *logFeed) Seek(offset uint64) error {
-	f.pending = nil
+	f.pending, f.held = nil, nil
 	_ = f.rd.Close()
 	f.rd = f.h.lg.NewReader(offset)
 	return nil
@@ -1266,4 +1399,132 @@ func kindOf(err error) string {
 		return "corruption"
 	}
 	return "error"
+}
+
+// simChunk is a chunk record on a simulated data partition.
+type simChunk struct {
+	value     []byte
+	checksum  uint64 // the unit's, as the record's header carries it
+	visibleAt int    // the first step a consumer can read it
+}
+
+// publishPartitioned is PublishBatch in Kafka partitioned mode: every
+// unit's chunks go to the data partitions, then the manifests to the log,
+// as transport/kafka's producer writes them, with the broker's faults.
+func (t simTransport) publishPartitioned(ps [][]byte) error {
+	h := t.h
+	n := h.sim.Partitions
+	if h.parts == nil {
+		h.parts = make([][]simChunk, n)
+	}
+	act := h.at("relay.publish")
+	type unitChunks struct{ refs []manifest.ChunkRef }
+	var mans [][]byte
+	var units []unitChunks
+	for _, p := range ps {
+		e, rows, err := manifest.Split(p, n)
+		if err != nil {
+			return err
+		}
+		m := &manifest.Manifest{Skeleton: proto.Clone(e).(*pb.Envelope), Checksum: e.GetChecksum(), From: make([]int64, n)}
+		m.Skeleton.Rows, m.Skeleton.Checksum = nil, 0
+		for i := range n {
+			m.From[i] = int64(len(h.parts[i]))
+		}
+		for part := int32(1); part <= int32(n); part++ {
+			if len(rows[part]) == 0 {
+				continue
+			}
+			v, err := manifest.EncodeChunk(rows[part])
+			if err != nil {
+				return err
+			}
+			m.Chunks = append(m.Chunks, manifest.ChunkRef{Partition: part, Offset: int64(len(h.parts[part-1])), Rows: len(rows[part])})
+			h.parts[part-1] = append(h.parts[part-1], simChunk{value: v, checksum: e.GetChecksum()})
+		}
+		b, err := manifest.Encode(m)
+		if err != nil {
+			return err
+		}
+		mans = append(mans, b)
+		units = append(units, unitChunks{m.Chunks})
+	}
+	delay := func(c manifest.ChunkRef) { h.parts[c.Partition-1][c.Offset].visibleAt = h.step + h.arg }
+	switch act {
+	case actAmbiguous:
+		if _, err := h.lg.AppendBatch(mans); err != nil {
+			return err
+		}
+		h.detect("ambiguous-ack")
+		return errAmbiguous
+	case actPartial:
+		// The relay dies between its chunks and its manifests: a prefix
+		// of the manifests is durable, the rest of the chunks are named by
+		// none.
+		if k := h.frng.IntN(len(mans)); k > 0 {
+			if _, err := h.lg.AppendBatch(mans[:k]); err != nil {
+				return err
+			}
+			h.tracef("fault", "%d of %d manifests durable when the relay died", k, len(mans))
+		}
+		return errRelayDied
+	case actBrokerRestart:
+		// The broker restarts after the chunks are durable, before the
+		// manifests: the produce fails and every consumer reconnects.
+		h.detect("broker-restart")
+		if h.app != nil {
+			cur, _, _ := h.lg.CursorOffset(cursorName)
+			_ = h.app.feed.Seek(cur)
+		}
+		h.tracef("fault", "broker restart: %d units' chunks durable, no manifest", len(mans))
+		return errRelayDied
+	case actManifestFirst:
+		for _, u := range units {
+			for _, c := range u.refs {
+				delay(c)
+			}
+		}
+	case actChunkWithheld:
+		for _, u := range units {
+			if len(u.refs) > 1 {
+				delay(u.refs[len(u.refs)-1])
+				break
+			}
+		}
+	}
+	_, err := h.lg.AppendBatch(mans)
+	return err
+}
+
+// rebuild is the reader's side of partitioned mode: the unit of manifest
+// b, or the chunks it still waits for (visible: only what a consumer can
+// read at this step).
+func (h *harness) rebuild(b []byte, visible bool) ([]byte, []manifest.ChunkRef, error) {
+	m, err := manifest.Decode(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	var missing []manifest.ChunkRef
+	var rows [][]*pb.Row
+	for _, c := range m.Chunks {
+		part := h.parts[c.Partition-1]
+		if int(c.Offset) >= len(part) || visible && part[c.Offset].visibleAt > h.step {
+			missing = append(missing, c)
+			continue
+		}
+		ch := part[c.Offset]
+		if ch.checksum != m.Checksum {
+			return nil, nil, fmt.Errorf("partition %d offset %d holds a chunk of another unit", c.Partition, c.Offset)
+		}
+		r, err := manifest.DecodeChunk(ch.value)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, r)
+	}
+	if missing != nil {
+		return nil, missing, nil
+	}
+	out, err := manifest.Assemble(m, rows)
+	return out, nil, err
 }

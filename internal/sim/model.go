@@ -92,8 +92,13 @@ func newState() *state {
 	return s
 }
 
-// rowHash identifies a row's content in a table.
+// rowHash identifies a row's content in a table. Trailing NULLs do not
+// count: a row written before a column was added equals the same row with
+// NULL in that column, as in PostgreSQL after ADD COLUMN.
 func rowHash(table string, row []val) uint64 {
+	for len(row) > 0 && row[len(row)-1].null {
+		row = row[:len(row)-1]
+	}
 	var b strings.Builder
 	b.WriteString(table)
 	for _, v := range row {

@@ -176,10 +176,9 @@ func proofOf(r *Result) string {
 	if len(sc.Expect.Exercise) > 0 {
 		var ex []string
 		for _, e := range sc.Expect.Exercise {
-			n := map[string]int{"spill": st.Spilled, "chunks": st.Chunked, "aborted-subxact": st.AbortedSubxacts}[e]
-			ex = append(ex, fmt.Sprintf("%s ×%d", e, n))
+			ex = append(ex, fmt.Sprintf("%s ×%d", e, st.exercised(e)))
 		}
-		p = append(p, "relay exercised: "+strings.Join(ex, ", "))
+		p = append(p, "exercised: "+strings.Join(ex, ", "))
 	}
 	return strings.Join(p, "; ")
 }
@@ -254,7 +253,7 @@ func BuildReport(results []*Result, sims map[string]*Simulation, bounds string) 
 			rep.Families = append(rep.Families, *f)
 		}
 	}
-	for _, inv := range []string{InvNoLoss, InvExactlyOnce, InvAtomic, InvAckDurable, InvQuarantine, InvSchemaPinned} {
+	for _, inv := range []string{InvNoLoss, InvExactlyOnce, InvAtomic, InvAckDurable, InvQuarantine, InvSchemaPinned, InvEpochHonest} {
 		rep.Invariants = append(rep.Invariants, InvRow{ID: inv, Text: InvariantText[inv]})
 	}
 	for _, name := range SimulationNames() {

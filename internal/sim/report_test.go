@@ -184,7 +184,7 @@ func TestProofOf(t *testing.T) {
 			"fault reached: 2 relay restarts, 2 log reopens",
 			"target state compared with the source after each target commit (12)",
 			"end: 44 transactions with data counted at the target, final state compared",
-			"relay exercised: spill ×3",
+			"exercised: spill ×3",
 		}, []string{"stop required"}},
 		{"storage.power-loss.mid-append", nil, []string{
 			"slot position checked against the durable log at 9 acknowledgements",
@@ -282,7 +282,12 @@ func TestHTMLPassRateBars(t *testing.T) {
 	for _, sc := range Select(mustCatalogue(), "", FamilyRelay) {
 		results = append(results, fake(t, sc.ID, nil))
 	}
+	// Ten of the schema scenarios: 5 pass, 3 fail, 2 are not reached.
 	schema := Select(mustCatalogue(), "", FamilySchema)
+	if len(schema) < 10 {
+		t.Fatalf("the catalogue changed: %d schema scenarios, this test needs 10", len(schema))
+	}
+	schema = schema[:10]
 	for i, sc := range schema {
 		results = append(results, fake(t, sc.ID, func(r *Result) {
 			switch {

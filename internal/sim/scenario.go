@@ -26,6 +26,16 @@ type Simulation struct {
 	// LagApplier holds the applier back until the relay has sent this
 	// share (percent) of the stream.
 	LagApplier int
+	// Partitions > 0 runs the Kafka transport's partitioned mode: the log
+	// plays the manifest partition (partition 0, whose offsets are the
+	// applier's), the units' rows go to this many in-memory data
+	// partitions as chunks (transport/kafka/manifest), and the applier's
+	// feed holds each unit at the manifest barrier until its chunks are
+	// readable.
+	Partitions int
+	// FanIn, when set, makes this a fleet fan-in simulation (fanin.go):
+	// sources, logs and the lake committer instead of one flow.
+	FanIn *FanIn
 }
 
 // Fault is one injected failure: Action happens the Nth time (1-based) the
@@ -56,6 +66,10 @@ const (
 	actFinalFirst  = "final-chunk-first"
 	actCutStream   = "cut-stream"   // the replication connection drops
 	actRestartFeed = "restart-feed" // the applier's log reader reconnects at its cursor
+	// Kafka partitioned mode.
+	actBrokerRestart = "broker-restart" // the produce fails after the chunks are durable; every connection drops
+	actManifestFirst = "manifest-first" // a batch's manifests are readable Arg steps before its chunks
+	actChunkWithheld = "chunk-withheld" // one chunk of a cross-partition unit is unreadable for Arg steps
 )
 
 // Expect is what a scenario must end in besides the invariants.
@@ -71,7 +85,8 @@ type Expect struct {
 	Detect []string `json:"detect,omitempty"`
 	// Exercise lists what the run must have made the relay do: "spill"
 	// (a transaction past the memory bound), "chunks" (a CHUNK sequence),
-	// "aborted-subxact" (a rolled-back subtransaction in a stream).
+	// "aborted-subxact" (a rolled-back subtransaction in a stream), and the
+	// target: "ddl-barrier" (a commit that ran a DDL barrier's DDL).
 	Exercise []string `json:"exercise,omitempty"`
 }
 
@@ -97,10 +112,11 @@ const (
 	FamilyStorage   = "storage"
 	FamilyTransport = "transport"
 	FamilySchema    = "schema"
+	FamilyKafka     = "kafka"
 )
 
 // Families lists them in report order.
-var Families = []string{FamilyRelay, FamilyApplier, FamilyStorage, FamilyTransport, FamilySchema}
+var Families = []string{FamilyRelay, FamilyApplier, FamilyStorage, FamilyTransport, FamilyKafka, FamilySchema, FamilyFanIn}
 
 // Invariants checked after every scenario (the half-applied one after
 // every target commit, the slot one after every acknowledgement).
@@ -123,6 +139,7 @@ var InvariantText = map[string]string{
 	InvAckDurable:   "the slot's confirmed LSN never passes a transaction that is not durable in the log (checked at every acknowledgement)",
 	InvQuarantine:   "the quarantined transactions are exactly the incompatible ones",
 	InvSchemaPinned: "no row is assembled under a relation shape that differs from the pinned one",
+	InvEpochHonest:  "a lake epoch is complete only when every source is included, and never claims a source through a position whose rows the changelog does not hold yet",
 }
 
 // Mutations deliberately remove protections, for the mutation tests that
@@ -199,6 +216,13 @@ type RunStats struct {
 	Spilled         int `json:"spilled"`
 	Chunked         int `json:"chunked"`
 	AbortedSubxacts int `json:"aborted_subxacts"`
+	// Barriers counts target commits that ran a DDL barrier's DDL.
+	Barriers int `json:"barriers"`
 	// Acks counts the slot acknowledgements the checker verified.
 	Acks int `json:"acks"`
+}
+
+// exercised is how often a run did what Expect.Exercise names.
+func (st RunStats) exercised(e string) int {
+	return map[string]int{"spill": st.Spilled, "chunks": st.Chunked, "aborted-subxact": st.AbortedSubxacts, "ddl-barrier": st.Barriers}[e]
 }

@@ -47,6 +47,10 @@ type Workload struct {
 	// DriftInStream places the first change under the new shape inside a
 	// stream block.
 	DriftInStream bool
+	// DriftCompatible makes the change a compatible one (the added column
+	// is nullable, the table configured): it flows through a DDL barrier,
+	// and the rows under the new shape carry a value in it.
+	DriftCompatible bool
 	// Incompatible lists transactions (1-based) that write a value the
 	// target refuses (a CHECK constraint, a too-long value).
 	Incompatible []int
@@ -95,7 +99,10 @@ type history struct {
 	cp       uint64  // consistent point: where streaming starts
 	hashes   []uint64
 	driftPos uint64 // position of the first change under the drifted shape; 0 if none
-	byLSN    map[uint64]*htxn
+	// compatible: the drift flows through a DDL barrier (Workload.DriftCompatible).
+	compatible bool
+	driftTxn   *htxn // the transaction that first uses the drifted shape
+	byLSN      map[uint64]*htxn
 }
 
 const (
@@ -142,7 +149,7 @@ func generate(seed uint64, w Workload) *history {
 		}
 		g.normal()
 	}
-	h := &history{wires: g.wires, txns: g.txns, initial: initial, hashes: g.hashes, cp: lsnBase, byLSN: map[uint64]*htxn{}}
+	h := &history{wires: g.wires, txns: g.txns, initial: initial, hashes: g.hashes, cp: lsnBase, byLSN: map[uint64]*htxn{}, compatible: w.DriftCompatible}
 	h.layout()
 	return h
 }
@@ -342,7 +349,11 @@ func (g *gen) fill(b *body, id int, kind string) {
 			n, _ := strconv.ParseInt(old[1].s, 10, 64)
 			row := []val{num(x.id), num(n + x.delta), old[2]}
 			wireRow := row
-			if d == tAccountsDrifted {
+			switch {
+			case d == tAccountsDrifted && g.w.DriftCompatible:
+				row = append(row, text(fmt.Sprintf("tier-%d", id)))
+				wireRow = row
+			case d == tAccountsDrifted:
 				wireRow = append(slices.Clone(row), val{null: true})
 			}
 			b.relation(d)
@@ -557,19 +568,19 @@ func (h *history) layout() {
 		}
 		w.data = pgoutput.Append(w.data[:0], w.msg)
 		if w.drift && h.driftPos == 0 {
-			h.driftPos = w.pos
+			h.driftPos, h.driftTxn = w.pos, w.owner
 		}
 	}
 }
 
 // expected reports whether the pipeline must deliver t: it has data and,
-// when the schema drifts, it committed before the first change under the
-// new shape (capture stops there).
+// when the schema drifts incompatibly, it committed before the first change
+// under the new shape (capture stops there).
 func (h *history) expected(t *htxn) bool {
 	if t.rows == 0 {
 		return false
 	}
-	return h.driftPos == 0 || t.commitLSN < h.driftPos
+	return h.driftPos == 0 || h.compatible || t.commitLSN < h.driftPos
 }
 
 // stream returns the messages a walsender sends to a session that starts

@@ -46,12 +46,30 @@ var swarmMenu = []Fault{
 	{Point: "applier.chunks", Action: actFinalFirst},
 }
 
+// fanInMenu is every fault a fan-in swarm run may draw.
+var fanInMenu = []Fault{
+	{Point: "fanin.epoch-close", Action: actOffline, Arg: 30},
+	{Point: "fanin.before-epoch-record", Action: actCrash},
+	{Point: "fanin.after-table-commit", Action: actCrash},
+	{Point: "fanin.step", Action: actOffline, Arg: 20},
+}
+
 // SwarmScenario returns the swarm scenario for simulation sim and seed.
 func SwarmScenario(sim *Simulation, seed uint64) *Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x5a4a))
 	id := fmt.Sprintf("swarm.%s.%d", sim.Name, seed)
 	sc := &Scenario{ID: id, Family: "swarm", Title: "random fault mix", Simulation: sim.Name, Seed: seed,
 		Invariant: "all", Reproduce: fmt.Sprintf(reproduceRun, id), Recovery: recAuto}
+	if sim.FanIn != nil {
+		// The fan-in model has its own fault points.
+		for range 1 + rng.IntN(3) {
+			f := fanInMenu[rng.IntN(len(fanInMenu))]
+			f.Nth = 1 + rng.IntN(12)
+			sc.Faults = append(sc.Faults, f)
+		}
+		sc.Recovery = recFanIn
+		return sc
+	}
 	for range 1 + rng.IntN(4) {
 		f := swarmMenu[rng.IntN(len(swarmMenu))]
 		f.Nth = 1 + rng.IntN(12)
@@ -69,7 +87,7 @@ func SwarmScenario(sim *Simulation, seed uint64) *Scenario {
 	// What the simulation itself must end in.
 	w := sim.Workload
 	switch {
-	case w.DriftAt > 0:
+	case w.DriftAt > 0 && !w.DriftCompatible:
 		sc.Expect.Stop = "schema-drift"
 	case sim.Retention.Expire:
 		sc.Expect.Stop = "past-retention"

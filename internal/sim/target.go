@@ -46,9 +46,14 @@ type simDB struct {
 	clock    func() time.Time
 	// point is the harness's fault hook: the action to take at op.
 	point func(op string) string
-	// onCommit runs after every commit: the checker reads committed state.
+	// onCommit runs after every commit and every lost connection: the
+	// checker reads committed state.
 	onCommit func()
 	commits  int
+	// added holds the columns DDL barriers added, by table: target DDL is
+	// transactional, so a transaction's additions land only at its commit.
+	added    map[string][]colDef
+	barriers int // committed transactions that ran a DDL barrier
 }
 
 type quarRow struct {
@@ -59,7 +64,8 @@ type quarRow struct {
 }
 
 func newSimDB(clock func() time.Time) *simDB {
-	return &simDB{data: newState(), progress: map[string]apply.SnapshotProgress{}, allowed: map[string]bool{}, clock: clock}
+	return &simDB{data: newState(), progress: map[string]apply.SnapshotProgress{}, allowed: map[string]bool{}, clock: clock,
+		added: map[string][]colDef{}}
 }
 
 // connect opens a session for one applier.
@@ -114,6 +120,10 @@ func (c *simConn) kill() {
 	c.tx = nil
 	if c.db.lockedBy == c {
 		c.db.lockedBy = nil
+	}
+	// A reader may look now too: what committed is all it sees.
+	if c.db.onCommit != nil {
+		c.db.onCommit()
 	}
 }
 
@@ -210,7 +220,8 @@ type simTx struct {
 	progress   map[string]apply.SnapshotProgress
 	replayed   []int64
 	done       bool
-	chunked    bool // holds a chunk sequence
+	chunked    bool                // holds a chunk sequence
+	added      map[string][]colDef // columns this transaction's DDL added
 }
 
 func (x *simTx) live() error {
@@ -255,16 +266,50 @@ func pgErr(code, msg string) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: msg}
 }
 
+// table is name as this transaction sees it: the table's columns and
+// those DDL barriers added (committed, then this transaction's).
+func (x *simTx) table(name string) *tableDef {
+	for _, d := range simTables {
+		if d.name == name {
+			add := append(slices.Clone(x.c.db.added[name]), x.added[name]...)
+			if len(add) == 0 {
+				return d
+			}
+			return &tableDef{name: d.name, oid: d.oid, cols: append(slices.Clone(d.cols), add...)}
+		}
+	}
+	return nil
+}
+
+// ddl runs a DDL barrier's target DDL in the transaction: the simulated
+// target knows ADD COLUMN (add_nullable_column), idempotently, as the
+// statements Trellara runs are.
+func (x *simTx) ddl(unit int, env *pb.Envelope) error {
+	for _, d := range env.DdlEvents {
+		if d.Column == "" {
+			continue
+		}
+		def := x.table(d.Relation)
+		if def == nil || d.Kind != "add_nullable_column" {
+			err := pgErr("0A000", fmt.Sprintf("the simulated target cannot run %s on %s", d.Kind, d.Relation))
+			return &apply.Refusal{Unit: unit, Relation: d.Relation, SQLState: "0A000", Err: err}
+		}
+		if !slices.ContainsFunc(def.cols, func(c colDef) bool { return c.name == d.Column }) {
+			if x.added == nil {
+				x.added = map[string][]colDef{}
+			}
+			x.added[d.Relation] = append(x.added[d.Relation], colDef{name: d.Column, typeOID: 25})
+		}
+	}
+	// Between the target DDL and the unit's rows.
+	return x.c.op("after-ddl")
+}
+
 // target maps a source relation to a target table and its column
 // positions.
 func (x *simTx) target(rel *pb.Relation) (*tableDef, []int, error) {
 	name := rel.Schema + "." + rel.Name
-	var def *tableDef
-	for _, d := range simTables {
-		if d.name == name {
-			def = d
-		}
-	}
+	def := x.table(name)
 	if def == nil {
 		return nil, nil, pgErr("42P01", fmt.Sprintf("relation %q does not exist", name))
 	}
@@ -281,12 +326,12 @@ func (x *simTx) target(rel *pb.Relation) (*tableDef, []int, error) {
 // check enforces the target-only constraints.
 func (x *simTx) check(def *tableDef, row []val) error {
 	allowed := x.c.db.allowed
-	switch def {
-	case tOrders:
+	switch def.name {
+	case tOrders.name:
 		if s := row[1].s; strings.HasPrefix(s, "incompatible-") && !allowed[s] {
 			return pgErr("23514", `new row for relation "orders" violates check constraint "orders_status_check"`)
 		}
-	case tAccounts:
+	case tAccounts.name:
 		if s := row[2].s; len(s) > 40 && !allowed[s] {
 			return pgErr("22001", "value too long for type character varying(40)")
 		}
@@ -315,6 +360,11 @@ func (x *simTx) Apply(_ context.Context, unit int, env *pb.Envelope) (int, int, 
 	}
 	if err := x.c.op(op); err != nil {
 		return 0, 0, err
+	}
+	if len(env.DdlEvents) > 0 {
+		if err := x.ddl(unit, env); err != nil {
+			return 0, 0, err
+		}
 	}
 	rows, msgs := 0, 0
 	for _, r := range env.Rows {
@@ -381,6 +431,9 @@ func (x *simTx) Apply(_ context.Context, unit int, env *pb.Envelope) (int, int, 
 				break
 			}
 			row := slices.Clone(old)
+			for len(row) < len(def.cols) { // written before a column was added
+				row = append(row, val{null: true})
+			}
 			for i, v := range r.NewTuple {
 				if v.GetKind() != pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST {
 					row[pos[i]] = toVal(v)
@@ -462,6 +515,11 @@ func (x *simTx) Commit(context.Context) (time.Time, error) {
 				act = a
 			}
 		}
+		if len(x.added) > 0 {
+			if a := c.db.point("target.commit-barrier"); a != "" {
+				act = a
+			}
+		}
 	}
 	if act == actCrash {
 		c.kill()
@@ -486,6 +544,12 @@ func (x *simTx) Commit(context.Context) (time.Time, error) {
 			}
 		}
 		db.data.tables[name].rowID += o.keyless
+	}
+	for name, cols := range x.added {
+		db.added[name] = append(db.added[name], cols...)
+	}
+	if len(x.added) > 0 {
+		db.barriers++
 	}
 	db.checkpoint, db.hasCP = x.checkpoint, true
 	for k, p := range x.progress {

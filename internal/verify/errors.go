@@ -3,6 +3,8 @@ package verify
 import (
 	"errors"
 	"fmt"
+
+	"github.com/trellara/trellara/internal/opts"
 )
 
 // Every operating error Verify returns wraps one of these, so the CLI can
@@ -11,7 +13,7 @@ import (
 var (
 	// ErrOptions: the caller asked for something out of range. Fix the flag
 	// or configuration named in the message.
-	ErrOptions = errors.New("verify: invalid options")
+	ErrOptions = opts.ErrInvalid
 
 	// ErrSourceTable: a table named for verification does not exist on the
 	// source (or is not a table). The configuration or --table flag is wrong;
@@ -47,3 +49,7 @@ func (e *TableError) Error() string {
 
 // Unwrap returns the cause.
 func (e *TableError) Unwrap() error { return e.Err }
+
+// OptionsError names the option Verify refused and what is allowed; it
+// wraps ErrOptions.
+type OptionsError = opts.Error

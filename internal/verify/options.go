@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/opts"
 )
 
 // Options selects what Verify compares and how long it waits for the target.
@@ -138,31 +139,24 @@ type tableSpec struct {
 	src, dst config.TableName
 }
 
-// normalize validates o and fills in defaults. Each range check says what is
+// withDefaults validates o and fills in defaults. Each range check says what is
 // allowed, so the message is the fix.
-func (o Options) normalize() (Options, []tableSpec, error) {
-	checks := []struct {
-		name    string
-		val     int
-		min, hi int
-	}{
-		{"Buckets", o.Buckets, 0, bucketsMax},
-		{"SampleKeysMax", o.SampleKeysMax, 0, sampleKeysMax},
-		{"DrillRowsMax", o.DrillRowsMax, 0, drillRowsMax},
-		{"RechecksMax", o.RechecksMax, 0, rechecksMax},
-		{"ParallelWorkers", o.ParallelWorkers, -1, parallelWorkersMax},
-		{"Connections", o.Connections, 0, connectionsMax},
+func (o Options) withDefaults() (Options, []tableSpec, error) {
+	rng := func(field string, v, lo, hi int) opts.Rule {
+		return opts.Rule{Field: field, Bad: v < lo || v > hi, Reason: fmt.Sprintf("is %d, allowed %d..%d", v, lo, hi)}
 	}
-	for _, c := range checks {
-		if c.val < c.min || c.val > c.hi {
-			return o, nil, fmt.Errorf("%w: %s is %d, allowed %d..%d", ErrOptions, c.name, c.val, c.min, c.hi)
-		}
-	}
-	if o.WaitCaughtUp < 0 && o.WaitCaughtUp != NoWait {
-		return o, nil, fmt.Errorf("%w: WaitCaughtUp is negative (%s); NoWait is the one negative value allowed", ErrOptions, o.WaitCaughtUp)
-	}
-	if len(o.Tables) == 0 {
-		return o, nil, fmt.Errorf("%w: no tables to compare; name at least one schema.table", ErrOptions)
+	if err := opts.Check("verify",
+		rng("Buckets", o.Buckets, 0, bucketsMax),
+		rng("SampleKeysMax", o.SampleKeysMax, 0, sampleKeysMax),
+		rng("DrillRowsMax", o.DrillRowsMax, 0, drillRowsMax),
+		rng("RechecksMax", o.RechecksMax, 0, rechecksMax),
+		rng("ParallelWorkers", o.ParallelWorkers, -1, parallelWorkersMax),
+		rng("Connections", o.Connections, 0, connectionsMax),
+		opts.Rule{Field: "WaitCaughtUp", Bad: o.WaitCaughtUp < 0 && o.WaitCaughtUp != NoWait,
+			Reason: fmt.Sprintf("is negative (%s); NoWait is the one negative value allowed", o.WaitCaughtUp)},
+		opts.Rule{Field: "Tables", Bad: len(o.Tables) == 0, Reason: "is empty: no tables to compare; name at least one schema.table"},
+	); err != nil {
+		return o, nil, err
 	}
 	if o.SampleKeysMax == 0 {
 		o.SampleKeysMax = defaultSampleKeysMax
@@ -190,10 +184,10 @@ func (o Options) normalize() (Options, []tableSpec, error) {
 	for _, s := range o.Tables {
 		tn, err := config.ParseTableName(s)
 		if err != nil {
-			return o, nil, fmt.Errorf("%w: table %q %v", ErrOptions, s, err)
+			return o, nil, &OptionsError{Package: "verify", Field: "Tables", Reason: fmt.Sprintf("table %q %v", s, err)}
 		}
 		if seen[tn] {
-			return o, nil, fmt.Errorf("%w: table %s named twice", ErrOptions, tn)
+			return o, nil, &OptionsError{Package: "verify", Field: "Tables", Reason: fmt.Sprintf("names table %s twice", tn)}
 		}
 		seen[tn] = true
 		dst := tn

@@ -216,7 +216,7 @@ func TestExitCode(t *testing.T) {
 	}
 }
 
-func TestOptionsNormalize(t *testing.T) {
+func TestOptionsWithDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		o    Options
@@ -225,7 +225,7 @@ func TestOptionsNormalize(t *testing.T) {
 		{"ok", Options{Tables: []string{"public.a"}}, ""},
 		{"no tables", Options{}, "no tables"},
 		{"unqualified", Options{Tables: []string{"a"}}, "schema-qualified"},
-		{"twice", Options{Tables: []string{"public.a", "PUBLIC.A"}}, "named twice"},
+		{"twice", Options{Tables: []string{"public.a", "PUBLIC.A"}}, "names table public.a twice"},
 		{"buckets", Options{Tables: []string{"public.a"}, Buckets: bucketsMax + 1}, "Buckets is 65537"},
 		{"negative samples", Options{Tables: []string{"public.a"}, SampleKeysMax: -1}, "SampleKeysMax"},
 		{"drill", Options{Tables: []string{"public.a"}, DrillRowsMax: drillRowsMax + 1}, "DrillRowsMax"},
@@ -234,9 +234,9 @@ func TestOptionsNormalize(t *testing.T) {
 		{"workers off", Options{Tables: []string{"public.a"}, ParallelWorkers: -2}, "allowed -1..64"},
 		{"wait", Options{Tables: []string{"public.a"}, WaitCaughtUp: -time.Second}, "WaitCaughtUp"},
 	} {
-		o, specs, err := tc.o.normalize()
+		o, specs, err := tc.o.withDefaults()
 		if tc.name == "ok" {
-			if o2, _, err2 := (Options{Tables: []string{"public.a"}, WaitCaughtUp: NoWait}).normalize(); err2 != nil || o2.WaitCaughtUp != NoWait {
+			if o2, _, err2 := (Options{Tables: []string{"public.a"}, WaitCaughtUp: NoWait}).withDefaults(); err2 != nil || o2.WaitCaughtUp != NoWait {
 				t.Errorf("NoWait: %v, wait %s", err2, o2.WaitCaughtUp)
 			}
 		}

@@ -56,7 +56,7 @@ const (
 // while the target has not reached the watermark), never an
 // error; an error means no verdict could be reached (see errors.go).
 func Verify(ctx context.Context, src, dst DB, opts Options) (*Result, error) {
-	o, specs, err := opts.normalize()
+	o, specs, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,12 @@
 // The consumer-group offset is committed after the target commit, for lag
 // monitoring only; it is never the position of record.
 //
+// Partitioned mode (partitioned.go, assemble.go, package manifest): rows
+// go to N data partitions by a hash of table and key, a manifest per unit
+// to partition 0; the reader holds each unit at the manifest barrier until
+// all its chunks have arrived and hands out the whole envelope at the
+// manifest's offset, which is then the checkpoint's offset.
+//
 // Only the full edition imports this package, so franz-go stays out of the
 // default binary (go list -deps ./cmd/trellara).
 package kafka
@@ -17,6 +23,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -54,6 +61,9 @@ type Config struct {
 	Kafka    *config.Kafka
 	// ConfigPath is named in errors' fixes.
 	ConfigPath string
+	// Logger receives the reader's warnings (a unit held at the manifest
+	// barrier); nil means slog.Default().
+	Logger *slog.Logger
 
 	// extra options for every client (tests: a short metadata age so a
 	// leader move is seen at once).

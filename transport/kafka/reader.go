@@ -31,6 +31,7 @@ type Reader struct {
 	pos    int64       // the offset Next returns next
 	oldest int64
 	buf    []*kgo.Record
+	part   *assembly // partitioned mode; nil in strict mode
 }
 
 // NewReader opens a reader at the consumer group's committed offset, or at
@@ -59,11 +60,17 @@ func NewReader(ctx context.Context, c Config) (*Reader, error) {
 	if at >= 0 {
 		r.pos = at
 	}
+	if c.partitioned() {
+		r.part = newAssembly(r.pos)
+	}
 	return r, nil
 }
 
 // Next returns the next record's offset and envelope bytes.
 func (r *Reader) Next(ctx context.Context) (uint64, []byte, error) {
+	if r.part != nil {
+		return r.nextPartitioned(ctx)
+	}
 	for len(r.buf) == 0 {
 		if err := r.fill(ctx); err != nil {
 			return 0, nil, err
@@ -109,7 +116,7 @@ func (r *Reader) fill(ctx context.Context) error {
 	if r.cfg.Kafka.AutoCommit && len(r.buf) > 0 {
 		// auto_commit (development only): the group offset follows what
 		// was read, before it is applied, as Kafka's own auto-commit does.
-		return r.commit(ctx, r.buf[len(r.buf)-1].Offset+1)
+		return r.commit(ctx, map[int32]int64{Partition: r.buf[len(r.buf)-1].Offset + 1})
 	}
 	return nil
 }
@@ -127,15 +134,15 @@ func (r *Reader) Oldest() uint64 { return uint64(r.oldest) }
 func (r *Reader) Rewind(offset uint64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := r.commit(ctx, int64(offset)); err != nil {
+	if err := r.commit(ctx, map[int32]int64{Partition: int64(offset)}); err != nil {
 		return err
 	}
-	if r.cl != nil {
-		r.cl.Close()
-		r.cl = nil
-	}
+	r.closeConsumer()
 	r.buf = nil
 	r.pos = int64(offset)
+	if r.part != nil {
+		r.part = newAssembly(r.pos)
+	}
 	return nil
 }
 
@@ -143,17 +150,24 @@ func (r *Reader) Rewind(offset uint64) error {
 // committed offset becomes offset+1, synchronously. The applier calls it
 // only after the target transaction holding offset has committed.
 func (r *Reader) Commit(offset uint64) error {
+	if r.part != nil {
+		return r.commitPartitioned(int64(offset))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	return r.commit(ctx, int64(offset)+1)
+	return r.commit(ctx, map[int32]int64{Partition: int64(offset) + 1})
 }
 
-func (r *Reader) commit(ctx context.Context, next int64) error {
+// commit commits next (partition → the next offset to read) as the
+// group's offsets.
+func (r *Reader) commit(ctx context.Context, next map[int32]int64) error {
 	os := kadm.Offsets{}
-	os.Add(kadm.Offset{Topic: r.cfg.topic(), Partition: Partition, At: next, LeaderEpoch: -1})
+	for p, at := range next {
+		os.Add(kadm.Offset{Topic: r.cfg.topic(), Partition: p, At: at, LeaderEpoch: -1})
+	}
 	if err := r.adm.CommitAllOffsets(ctx, r.cfg.Kafka.ConsumerGroup, os); err != nil {
-		return fmt.Errorf("kafka: flow %q: commit offset %d of topic %q to consumer group %q: %w",
-			r.cfg.Flow, next, r.cfg.topic(), r.cfg.Kafka.ConsumerGroup, err)
+		return fmt.Errorf("kafka: flow %q: commit offset %d of topic %q partition %d to consumer group %q: %w",
+			r.cfg.Flow, next[Partition], r.cfg.topic(), Partition, r.cfg.Kafka.ConsumerGroup, err)
 	}
 	return nil
 }
@@ -179,9 +193,16 @@ func (r *Reader) Committed(ctx context.Context) (int64, error) {
 
 // Close releases the reader's clients.
 func (r *Reader) Close() error {
+	r.closeConsumer()
+	if r.admCl != nil {
+		r.admCl.Close()
+	}
+	return nil
+}
+
+func (r *Reader) closeConsumer() {
 	if r.cl != nil {
 		r.cl.Close()
+		r.cl = nil
 	}
-	r.admCl.Close()
-	return nil
 }

@@ -48,7 +48,8 @@ func (e *TopicError) Error() string {
 }
 
 // CheckTopic checks the flow's topic as the cluster holds it, creating it
-// first when it does not exist (one partition, the configured replication
+// first when it does not exist (one partition, or partitions+1 in
+// partitioned mode, the configured replication
 // factor and min.insync.replicas, cleanup.policy=delete,
 // max.message.bytes=MaxRecordBytes). It refuses (*TopicError) a topic
 // with other than one partition (strict mode), fewer replicas than
@@ -132,15 +133,16 @@ func createTopic(ctx context.Context, adm *kadm.Client, c Config) (partitions, r
 		"cleanup.policy":      str("delete"),
 		"max.message.bytes":   str(strconv.Itoa(MaxRecordBytes)),
 	}
-	resp, err := adm.CreateTopic(ctx, 1, int16(k.ReplicationFactor), configs, c.topic())
+	n := c.topicPartitions()
+	resp, err := adm.CreateTopic(ctx, int32(n), int16(k.ReplicationFactor), configs, c.topic())
 	if err == nil {
 		err = resp.Err
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("kafka: flow %q: create topic %q (1 partition, replication factor %d): %w; fix: create it yourself: "+
-			"kafka-topics.sh --create --topic %s --partitions 1 --replication-factor %d --config min.insync.replicas=%d "+
+		return 0, 0, fmt.Errorf("kafka: flow %q: create topic %q (%d partition(s), replication factor %d): %w; fix: create it yourself: "+
+			"kafka-topics.sh --create --topic %s --partitions %d --replication-factor %d --config min.insync.replicas=%d "+
 			"--config cleanup.policy=delete --config max.message.bytes=%d",
-			c.Flow, c.topic(), k.ReplicationFactor, err, c.topic(), k.ReplicationFactor, k.MinInsyncReplicas, MaxRecordBytes)
+			c.Flow, c.topic(), n, k.ReplicationFactor, err, c.topic(), n, k.ReplicationFactor, k.MinInsyncReplicas, MaxRecordBytes)
 	}
 	return int(resp.NumPartitions), int(resp.ReplicationFactor), nil
 }
@@ -149,10 +151,14 @@ func createTopic(ctx context.Context, adm *kadm.Client, c Config) (partitions, r
 func judgeTopic(c Config, partitions, rf int, vals map[string]string) (refuse, warn []TopicProblem) {
 	k := c.Kafka
 	topic := c.topic()
-	if partitions != 1 {
+	if want := c.topicPartitions(); partitions != want && !c.partitioned() {
 		refuse = append(refuse, TopicProblem{Key: "partitions",
 			Message: fmt.Sprintf("topic has %d partitions; strict mode writes one partition per flow, so commit order is the partition's order", partitions),
 			Fix:     fmt.Sprintf("point transport.kafka.topic at a new name (the flow creates it with one partition), or recreate %s with --partitions 1", topic)})
+	} else if partitions != want {
+		refuse = append(refuse, TopicProblem{Key: "partitions",
+			Message: fmt.Sprintf("topic has %d partitions; partitioned mode with transport.kafka.partitions %d needs %d (partition 0 for the manifests, 1..%d for the rows)", partitions, k.Partitions, want, k.Partitions),
+			Fix:     fmt.Sprintf("point transport.kafka.topic at a new name (the flow creates it with %d partitions), or set transport.kafka.partitions to %d", want, partitions-1)})
 	}
 	if rf < k.ReplicationFactor {
 		refuse = append(refuse, TopicProblem{Key: "replication.factor",

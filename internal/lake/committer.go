@@ -1,0 +1,445 @@
+//go:build full
+
+package lake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/consumer"
+	"github.com/trellara/trellara/segmentlog"
+)
+
+// Committer is the lake's only writer: it reads every source's log
+// through the consumer package (one cursor per log, Fleet.Run.Cursor),
+// batches the changes per changelog table across sources, writes each
+// table's batch in one Iceberg commit together with the table's
+// per-source dedup marks, then moves the cursors; and it closes epochs.
+//
+// Order, and what a crash at each point leaves:
+//  1. table commits (rows + marks, atomic per table): a crash between two
+//     tables leaves the cursors behind; the restart re-reads the units and
+//     Dedup skips what the first table already has.
+//  2. cursor commits: a crash before them re-reads, and dedup skips.
+//  3. the epoch record, written only after the data it claims: a crash
+//     before it leaves no epoch, never an epoch ahead of the data.
+type Committer struct {
+	lake  *Lake
+	fleet *Fleet
+	log   *slog.Logger
+	// Probe asks a source where it is; ProbeSource is the default.
+	Probe func(ctx context.Context, s FleetSource, wait time.Duration) Probe
+
+	dedup   *Dedup
+	sources map[string]*sourceReader
+	tables  map[string]*table.Table
+	prev    map[string]SourceEpoch
+	lastIn  map[string]time.Time
+
+	mu    sync.Mutex
+	stats CommitterStats
+}
+
+// CommitterStats are the committer's counters, for health and metrics.
+type CommitterStats struct {
+	Commits   int64
+	Rows      map[string]int64 // per source
+	LastEpoch Epoch
+}
+
+// sourceReader is one source's log as the committer reads it.
+type sourceReader struct {
+	src  FleetSource
+	cons *consumer.Consumer
+	// held are the units of a group not complete yet (read, not written).
+	held []consumer.Unit
+	// done is the last unit of the last complete group taken into the
+	// batch: the cursor moves past it after the batch commits.
+	done        *consumer.Unit
+	quarantined string
+	pastRetain  bool
+	openErr     error
+}
+
+// NewCommitter opens the committer over lake l. It reads every changelog
+// table's dedup marks and the last epoch.
+func NewCommitter(ctx context.Context, l *Lake, f *Fleet, log *slog.Logger) (*Committer, error) {
+	c := &Committer{lake: l, fleet: f, log: log, Probe: ProbeSource, dedup: NewDedup(),
+		sources: map[string]*sourceReader{}, tables: map[string]*table.Table{},
+		prev: map[string]SourceEpoch{}, lastIn: map[string]time.Time{}}
+	c.stats.Rows = map[string]int64{}
+	names, err := l.ChangelogTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		t, err := l.load(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			throughMarks(t, n, c.dedup)
+			c.tables[n] = t
+		}
+	}
+	eps, err := l.Epochs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(eps) > 0 {
+		last := eps[len(eps)-1]
+		c.stats.LastEpoch = last
+		for _, s := range last.Sources {
+			c.prev[s.SourceID] = s
+			if s.Included {
+				c.lastIn[s.SourceID] = last.ClosedAt
+			}
+		}
+	}
+	for _, s := range f.Sources {
+		c.sources[s.ID] = &sourceReader{src: s}
+	}
+	return c, nil
+}
+
+// Close releases the source logs.
+func (c *Committer) Close() {
+	for _, r := range c.sources {
+		if r.cons != nil {
+			_ = r.cons.Close()
+			r.cons = nil
+		}
+	}
+}
+
+// Stats returns a copy of the counters.
+func (c *Committer) Stats() CommitterStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Rows = map[string]int64{}
+	for k, v := range c.stats.Rows {
+		s.Rows[k] = v
+	}
+	return s
+}
+
+// batch is what one commit writes: per changelog table, the changes and
+// the per-source marks.
+type batch struct {
+	tables map[string]*TableChanges
+	marks  map[string]map[string]uint64
+	rows   map[string]int64
+}
+
+func newBatch() *batch {
+	return &batch{tables: map[string]*TableChanges{}, marks: map[string]map[string]uint64{}, rows: map[string]int64{}}
+}
+
+func (b *batch) add(src string, lsn uint64, tc TableChanges) {
+	name := tc.Table.LakeName()
+	cur := b.tables[name]
+	if cur == nil {
+		cur = &TableChanges{Table: tc.Table, Keys: tc.Keys}
+		b.tables[name] = cur
+	}
+	for _, col := range tc.Columns {
+		found := false
+		for _, have := range cur.Columns {
+			if have == col {
+				found = true
+				break
+			}
+		}
+		if !found {
+			cur.Columns = append(cur.Columns, col)
+		}
+	}
+	cur.Changes = append(cur.Changes, tc.Changes...)
+	if b.marks[name] == nil {
+		b.marks[name] = map[string]uint64{}
+	}
+	if lsn > b.marks[name][src] {
+		b.marks[name][src] = lsn
+	}
+	b.rows[src] += int64(len(tc.Changes))
+}
+
+// open opens source r's log for the committer's cursor, once the relay
+// has created it.
+func (c *Committer) open(r *sourceReader) bool {
+	if r.cons != nil {
+		return true
+	}
+	cons, err := consumer.Open(r.src.Flow.Transport.Local.LogDir(), c.fleet.Run.Cursor, consumer.Options{Logger: c.log})
+	if err != nil {
+		if r.openErr == nil || r.openErr.Error() != err.Error() {
+			c.log.Info("lake: source log not readable yet", "source", r.src.ID, "err", err)
+		}
+		r.openErr = err
+		return false
+	}
+	r.cons, r.openErr = cons, nil
+	return true
+}
+
+// drain reads source r's log up to its durable end now into b: complete
+// groups go into the batch (those dedup has not seen), an incomplete one
+// stays held.
+func (c *Committer) drain(ctx context.Context, r *sourceReader, b *batch) error {
+	if r.quarantined != "" || r.pastRetain || !c.open(r) {
+		return nil
+	}
+	end := r.cons.NextOffset()
+	for r.cons.Offset() < end {
+		u, err := r.cons.Next(ctx)
+		if err != nil {
+			var pr *segmentlog.PastRetentionError
+			if errors.As(err, &pr) {
+				r.pastRetain = true
+				c.log.Error("lake: source past retention: the committer's cursor is behind the log's retention", "source", r.src.ID, "err", err)
+				return nil
+			}
+			var de *consumer.DecodeError
+			if errors.As(err, &de) {
+				r.quarantined = err.Error()
+				c.log.Error("lake: source quarantined: a log entry is not a valid envelope", "source", r.src.ID, "err", err)
+				return nil
+			}
+			return fmt.Errorf("lake: source %s: %w", r.src.ID, err)
+		}
+		r.held = append(r.held, u)
+		if !EndsGroup(u.Envelope) {
+			continue
+		}
+		if err := c.takeGroup(r, b); err != nil {
+			r.quarantined = err.Error()
+			c.log.Error("lake: source quarantined: a transaction cannot be written to the changelog", "source", r.src.ID, "err", err)
+			return nil
+		}
+	}
+	return nil
+}
+
+// takeGroup moves r's held group into b, table by table, skipping tables
+// that already have the group's commit LSN.
+func (c *Committer) takeGroup(r *sourceReader, b *batch) error {
+	var lsn uint64
+	per := map[string]*TableChanges{}
+	var order []string
+	for _, u := range r.held {
+		if u.Envelope.SourceId != "" && u.Envelope.SourceId != r.src.ID {
+			return fmt.Errorf("log entry %d carries source id %q, the flow's is %q", u.Offset, u.Envelope.SourceId, r.src.ID)
+		}
+		lsn = max(lsn, u.Envelope.CommitLsn)
+		tcs, err := Changes(u.Envelope)
+		if err != nil {
+			return err
+		}
+		for _, tc := range tcs {
+			for i := range tc.Changes {
+				tc.Changes[i].SourceID = r.src.ID
+			}
+			n := tc.Table.LakeName()
+			if cur := per[n]; cur != nil {
+				cur.Changes = append(cur.Changes, tc.Changes...)
+				continue
+			}
+			tcCopy := tc
+			per[n] = &tcCopy
+			order = append(order, n)
+		}
+	}
+	for _, n := range order {
+		if c.dedup.Accept(n, r.src.ID, lsn) {
+			b.add(r.src.ID, lsn, *per[n])
+		}
+	}
+	last := r.held[len(r.held)-1]
+	r.done, r.held = &last, nil
+	return nil
+}
+
+// Step drains every source and writes what it read: one Iceberg commit per
+// changelog table, then the cursors. A failed commit returns an error; the
+// caller starts a new Committer (the in-memory marks may be ahead of the
+// tables).
+func (c *Committer) Step(ctx context.Context) error {
+	b := newBatch()
+	for _, id := range c.fleet.SourceIDs() {
+		if err := c.drain(ctx, c.sources[id], b); err != nil {
+			return err
+		}
+	}
+	return c.flush(ctx, b)
+}
+
+func (c *Committer) flush(ctx context.Context, b *batch) error {
+	names := make([]string, 0, len(b.tables))
+	for n := range b.tables {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		tc := b.tables[n]
+		t, err := c.lake.changelogTable(ctx, *tc)
+		if err != nil {
+			return err
+		}
+		if failpoint("before-table-commit") {
+			return errors.New("failpoint")
+		}
+		nt, err := c.lake.appendChanges(ctx, t, tc.Changes, b.marks[n])
+		if err != nil {
+			return err
+		}
+		c.tables[n] = nt
+		if failpoint("after-table-commit") {
+			return errors.New("failpoint")
+		}
+		c.mu.Lock()
+		c.stats.Commits++
+		c.mu.Unlock()
+		c.log.Debug("lake: committed", "table", n, "rows", len(tc.Changes))
+	}
+	for _, id := range c.fleet.SourceIDs() {
+		r := c.sources[id]
+		if r.done == nil {
+			continue
+		}
+		if err := r.cons.Commit(*r.done); err != nil {
+			return fmt.Errorf("lake: source %s: %w", id, err)
+		}
+		r.done = nil
+	}
+	c.mu.Lock()
+	for s, n := range b.rows {
+		c.stats.Rows[s] += n
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// Probe is what a source says when an epoch closes.
+type Probe struct {
+	Reachable bool
+	WALPos    uint64
+	// Confirmed: the slot's confirmed_flush_lsn reached WALPos within the
+	// wait: the relay has every transaction before WALPos durable.
+	Confirmed bool
+	SlotLost  bool
+	Err       string
+}
+
+// ProbeSource reads the source's WAL insert position and waits up to wait
+// for the flow's slot to be confirmed at or past it.
+func ProbeSource(ctx context.Context, s FleetSource, wait time.Duration) Probe {
+	sec, err := s.Flow.Source.DatabaseURL.Resolve()
+	if err != nil {
+		return Probe{Err: err.Error()}
+	}
+	url := sec.Reveal()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, url)
+	if err != nil {
+		return Probe{Err: scrubText(err, url)}
+	}
+	defer conn.Close(context.Background())
+	var w uint64
+	if err := conn.QueryRow(cctx, "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").Scan(&w); err != nil {
+		return Probe{Err: scrubText(err, url)}
+	}
+	p := Probe{Reachable: true, WALPos: w}
+	deadline := time.Now().Add(wait)
+	for {
+		var confirmed *int64
+		var status *string
+		err := conn.QueryRow(ctx, `SELECT (confirmed_flush_lsn - '0/0')::bigint, wal_status FROM pg_replication_slots WHERE slot_name = $1`,
+			s.Flow.Source.Slot).Scan(&confirmed, &status)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			p.SlotLost, p.Err = true, fmt.Sprintf("slot %s does not exist", s.Flow.Source.Slot)
+			return p
+		case err != nil:
+			p.Reachable, p.Err = false, scrubText(err, url)
+			return p
+		case status != nil && *status == "lost":
+			p.SlotLost, p.Err = true, fmt.Sprintf("slot %s lost its WAL (wal_status lost)", s.Flow.Source.Slot)
+			return p
+		case confirmed != nil && uint64(*confirmed) >= w:
+			p.Confirmed = true
+			return p
+		}
+		if time.Now().After(deadline) {
+			return p
+		}
+		select {
+		case <-ctx.Done():
+			return p
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// CloseEpoch probes every source, commits what their logs hold, and
+// writes the epoch record after the data.
+func (c *Committer) CloseEpoch(ctx context.Context) (Epoch, error) {
+	ids := c.fleet.SourceIDs()
+	probes := make([]Probe, len(ids))
+	wait := min(c.fleet.Epochs.MaxLag, 15*time.Second)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			probes[i] = c.Probe(ctx, c.sources[id].src, wait)
+		}()
+	}
+	wg.Wait()
+	// Every confirmation is in: the logs now hold every transaction before
+	// each confirmed WALPos. Commit them before anything claims them.
+	if err := c.Step(ctx); err != nil {
+		return Epoch{}, err
+	}
+	if failpoint("before-epoch") {
+		return Epoch{}, errors.New("failpoint")
+	}
+	now := time.Now()
+	lines := make([]SourceEpoch, len(ids))
+	for i, id := range ids {
+		r, p := c.sources[id], probes[i]
+		// Caught up: confirmed, the log readable, nothing held back and
+		// no quarantine.
+		caught := p.Confirmed && r.cons != nil && len(r.held) == 0 && r.quarantined == "" && !r.pastRetain
+		lines[i] = Decide(Observation{SourceID: id, Reachable: p.Reachable, WALPos: p.WALPos, CaughtUp: caught,
+			SlotLost: p.SlotLost || r.pastRetain, Quarantined: r.quarantined != "", Prev: c.prev[id],
+			LastIncluded: c.lastIn[id], Err: p.Err}, now, c.fleet.Epochs.MaxLag)
+		if p.Reachable && !p.Confirmed && lines[i].Lagging {
+			lines[i].Reason += fmt.Sprintf("; the slot was not confirmed at %s within %s", fmtLSN(p.WALPos), wait)
+		}
+	}
+	e, err := c.lake.WriteEpoch(ctx, now, lines)
+	if err != nil {
+		return Epoch{}, err
+	}
+	for _, s := range e.Sources {
+		c.prev[s.SourceID] = s
+		if s.Included && !s.Lagging {
+			c.lastIn[s.SourceID] = now
+		}
+	}
+	c.mu.Lock()
+	c.stats.LastEpoch = e
+	c.mu.Unlock()
+	c.log.Info("lake: epoch closed", "epoch", e.ID, "status", e.Status, "missing", e.Missing())
+	return e, nil
+}

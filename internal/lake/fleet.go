@@ -1,0 +1,387 @@
+package lake
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
+)
+
+// Catalog kinds of fleet.yml's lake.catalog.kind.
+const (
+	CatalogSQLite   = "sql-sqlite"   // SQL catalog in a SQLite file (demo, single host)
+	CatalogPostgres = "sql-postgres" // SQL catalog in a PostgreSQL database
+	CatalogREST     = "rest"         // REST catalog: configured, not run against a live service here
+)
+
+// Fleet defaults (docs/LAKE.md).
+const (
+	DefaultCloseInterval = 30 * time.Second
+	DefaultMaxLag        = 2 * time.Minute
+	DefaultNamespace     = "trellara"
+	DefaultFleetListen   = "127.0.0.1:9410"
+	DefaultCatalogName   = "trellara"
+	DefaultCommitEvery   = 5 * time.Second
+)
+
+// Fleet is a parsed fleet.yml (version 1).
+type Fleet struct {
+	Version int
+	Name    string // fleet
+	Sources []FleetSource
+	Lake    Sink
+	Epochs  EpochPolicy
+	Run     FleetRun
+
+	file string
+}
+
+// FleetSource is one source of the fleet: a flow with its own
+// trellara.yml (source, slot and transport.local log).
+type FleetSource struct {
+	Config string // config: path of the flow's trellara.yml, relative to fleet.yml's directory
+	// ID is the flow's source.id, read from Config by Load.
+	ID string
+	// Flow is the flow's configuration, loaded by Load.
+	Flow *config.Config
+}
+
+// Sink is the lake: an Iceberg catalog, a warehouse and a namespace.
+type Sink struct {
+	Catalog Catalog
+	// Warehouse is warehouse: file:///path (a relative file:// path and a
+	// relative SQLite catalog path are taken from fleet.yml's directory),
+	// or s3://bucket/prefix: configured, not run here.
+	Warehouse string
+	Namespace string // namespace
+	// Properties are passed to iceberg-go as they are (S3 endpoint,
+	// region, REST credentials by reference are not supported: use the
+	// environment iceberg-go reads).
+	Properties map[string]string
+}
+
+// Catalog is lake.catalog.
+type Catalog struct {
+	Kind string           // kind: sql-sqlite, sql-postgres or rest
+	Name string           // name: the catalog name recorded in the catalog tables
+	URI  config.SecretRef // uri: file path (sqlite), postgres:// URL, or REST base URL
+}
+
+// EpochPolicy is epochs: how often an epoch closes and how far behind a
+// source may be before it counts as a gap.
+type EpochPolicy struct {
+	CloseInterval time.Duration // close_interval
+	MaxLag        time.Duration // max_lag
+}
+
+// FleetRun is run: the fleet process's own settings.
+type FleetRun struct {
+	Listen      string        // listen: /healthz and /metrics of the lake committer
+	CommitEvery time.Duration // commit_every: how often the committer writes a batch
+	Cursor      string        // cursor: the committer's cursor name in every source's log
+}
+
+// File is the path fleet.yml was loaded from.
+func (f *Fleet) File() string { return f.file }
+
+// Source returns the source with id.
+func (f *Fleet) Source(id string) (FleetSource, bool) {
+	for _, s := range f.Sources {
+		if s.ID == id {
+			return s, true
+		}
+	}
+	return FleetSource{}, false
+}
+
+// SourceIDs are the source ids in file order.
+func (f *Fleet) SourceIDs() []string {
+	ids := make([]string, len(f.Sources))
+	for i, s := range f.Sources {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+// LoadFleet reads and validates fleet.yml and every flow config it names.
+// Every problem is reported at once, each naming its key
+// (sources[1].config, lake.catalog.kind, ...), as a *config.ValidationError.
+func LoadFleet(path string) (*Fleet, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: read %s: %w (write one with: %s)", path, err, shell.Command("trellara-full", "fleet", "init", "--config", path, "--source", "trellara.yml"))
+	}
+	return parseFleet(data, path)
+}
+
+// ParseFleet parses fleet.yml text; relative paths are taken from the
+// current directory.
+func ParseFleet(data []byte) (*Fleet, error) { return parseFleet(data, "") }
+
+type fleetDecoder struct {
+	errs []config.FieldError
+}
+
+func (d *fleetDecoder) fail(path string, n *yaml.Node, fix, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	msg := fmt.Sprintf(format, args...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	d.errs = append(d.errs, config.FieldError{Path: path, Line: line, Message: msg, Fix: fix})
+}
+
+// mapping decodes mapping n at path: each known key's value goes to its
+// function; unknown keys and missing required ones are errors.
+func (d *fleetDecoder) mapping(path string, n *yaml.Node, keys map[string]func(string, *yaml.Node), required ...string) {
+	if n == nil || n.Kind != yaml.MappingNode {
+		d.fail(path, n, "write it as a mapping (key: value lines)", "must be a mapping")
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		p := k.Value
+		if path != "" {
+			p = path + "." + k.Value
+		}
+		fn, ok := keys[k.Value]
+		if !ok {
+			names := make([]string, 0, len(keys))
+			for name := range keys {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			d.fail(p, k, "use one of: "+strings.Join(names, ", "), "unknown key")
+			continue
+		}
+		if seen[k.Value] {
+			d.fail(p, k, "keep one of them", "duplicate key")
+			continue
+		}
+		seen[k.Value] = true
+		fn(p, v)
+	}
+	for _, r := range required {
+		if !seen[r] {
+			p := r
+			if path != "" {
+				p = path + "." + r
+			}
+			d.fail(p, n, "add it (see docs/LAKE.md)", "required")
+		}
+	}
+}
+
+func (d *fleetDecoder) str(dst *string) func(string, *yaml.Node) {
+	return func(p string, n *yaml.Node) {
+		if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+			d.fail(p, n, "write a string", "must be a string")
+			return
+		}
+		*dst = n.Value
+	}
+}
+
+func (d *fleetDecoder) duration(dst *time.Duration) func(string, *yaml.Node) {
+	return func(p string, n *yaml.Node) {
+		if n.Kind != yaml.ScalarNode {
+			d.fail(p, n, "write a duration like 30s or 5m", "must be a duration")
+			return
+		}
+		v, err := config.ParseDuration(n.Value)
+		if err != nil || v <= 0 {
+			d.fail(p, n, "write a positive duration like 30s or 5m", "%q is not a positive duration", n.Value)
+			return
+		}
+		*dst = v
+	}
+}
+
+func (d *fleetDecoder) secret(dst *config.SecretRef) func(string, *yaml.Node) {
+	return func(p string, n *yaml.Node) {
+		switch n.Kind {
+		case yaml.ScalarNode:
+			*dst = config.InlineRef(n.Value)
+		case yaml.MappingNode:
+			var env, file string
+			d.mapping(p, n, map[string]func(string, *yaml.Node){"env": d.str(&env), "file": d.str(&file)})
+			switch {
+			case env != "" && file == "":
+				*dst = config.EnvRef(env)
+			case file != "" && env == "":
+				*dst = config.FileRef(file)
+			default:
+				d.fail(p, n, "write {env: VARIABLE} or {file: /path}", "give exactly one of env or file")
+			}
+		default:
+			d.fail(p, n, "write {env: VARIABLE}, {file: /path} or a plain value", "must be a value or a reference")
+		}
+	}
+}
+
+func parseFleet(data []byte, file string) (*Fleet, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, &config.ValidationError{File: file, Errors: []config.FieldError{{Message: "not valid YAML: " + err.Error(), Fix: "fix the YAML syntax"}}}
+	}
+	f := &Fleet{file: file,
+		Lake:   Sink{Namespace: DefaultNamespace, Catalog: Catalog{Name: DefaultCatalogName}},
+		Epochs: EpochPolicy{CloseInterval: DefaultCloseInterval, MaxLag: DefaultMaxLag},
+		Run:    FleetRun{Listen: DefaultFleetListen, CommitEvery: DefaultCommitEvery, Cursor: "lake"},
+	}
+	d := &fleetDecoder{}
+	if len(root.Content) == 0 {
+		d.fail("", nil, "write a fleet.yml (trellara-full fleet init)", "the file is empty")
+		return nil, &config.ValidationError{File: file, Errors: d.errs}
+	}
+	doc := root.Content[0]
+	var srcNodes *yaml.Node
+	d.mapping("", doc, map[string]func(string, *yaml.Node){
+		"version": func(p string, n *yaml.Node) {
+			if n.Value != "1" {
+				d.fail(p, n, "write version: 1", "unsupported version %q", n.Value)
+			}
+			f.Version = 1
+		},
+		"fleet":   d.str(&f.Name),
+		"sources": func(_ string, n *yaml.Node) { srcNodes = n },
+		"lake": func(p string, n *yaml.Node) {
+			d.mapping(p, n, map[string]func(string, *yaml.Node){
+				"catalog": func(p string, n *yaml.Node) {
+					d.mapping(p, n, map[string]func(string, *yaml.Node){
+						"kind": d.str(&f.Lake.Catalog.Kind),
+						"name": d.str(&f.Lake.Catalog.Name),
+						"uri":  d.secret(&f.Lake.Catalog.URI),
+					}, "kind", "uri")
+				},
+				"warehouse": d.str(&f.Lake.Warehouse),
+				"namespace": d.str(&f.Lake.Namespace),
+				"properties": func(p string, n *yaml.Node) {
+					if n.Kind != yaml.MappingNode {
+						d.fail(p, n, "write key: value lines", "must be a mapping")
+						return
+					}
+					f.Lake.Properties = map[string]string{}
+					for i := 0; i+1 < len(n.Content); i += 2 {
+						f.Lake.Properties[n.Content[i].Value] = n.Content[i+1].Value
+					}
+				},
+			}, "catalog", "warehouse")
+		},
+		"epochs": func(p string, n *yaml.Node) {
+			d.mapping(p, n, map[string]func(string, *yaml.Node){
+				"close_interval": d.duration(&f.Epochs.CloseInterval),
+				"max_lag":        d.duration(&f.Epochs.MaxLag),
+			})
+		},
+		"run": func(p string, n *yaml.Node) {
+			d.mapping(p, n, map[string]func(string, *yaml.Node){
+				"listen":       d.str(&f.Run.Listen),
+				"commit_every": d.duration(&f.Run.CommitEvery),
+				"cursor":       d.str(&f.Run.Cursor),
+			})
+		},
+	}, "version", "fleet", "sources", "lake")
+
+	if srcNodes != nil {
+		if srcNodes.Kind != yaml.SequenceNode || len(srcNodes.Content) == 0 {
+			d.fail("sources", srcNodes, "list each flow: - config: flows/NAME.yml", "must be a non-empty list")
+		} else {
+			for i, n := range srcNodes.Content {
+				var s FleetSource
+				p := fmt.Sprintf("sources[%d]", i)
+				d.mapping(p, n, map[string]func(string, *yaml.Node){"config": d.str(&s.Config)}, "config")
+				if s.Config == "" {
+					continue
+				}
+				cp := s.Config
+				if !filepath.IsAbs(cp) && file != "" {
+					cp = filepath.Join(filepath.Dir(file), cp)
+				}
+				fc, err := config.Load(cp)
+				if err != nil {
+					d.fail(p+".config", n, "fix the flow config ("+shell.Trellara("config validate", cp)+")", "%s: %v", cp, err)
+					continue
+				}
+				if fc.Transport.Local == nil {
+					d.fail(p+".config", n, "give the flow a transport.local log: the lake committer reads it", "flow %s has no transport.local", fc.Flow)
+					continue
+				}
+				s.Config, s.ID, s.Flow = cp, fc.Source.ID, fc
+				f.Sources = append(f.Sources, s)
+			}
+		}
+	}
+	d.validate(f)
+	if len(d.errs) > 0 {
+		return nil, &config.ValidationError{File: file, Errors: d.errs}
+	}
+	if file != "" && f.Lake.Catalog.Kind == CatalogSQLite && f.Lake.Catalog.URI.IsInline() {
+		// A relative SQLite catalog path is taken from fleet.yml's directory.
+		if sec, err := f.Lake.Catalog.URI.Resolve(); err == nil {
+			if p := strings.TrimPrefix(sec.Reveal(), "file:"); !filepath.IsAbs(p) {
+				f.Lake.Catalog.URI = config.InlineRef(filepath.Join(filepath.Dir(file), p))
+			}
+		}
+	}
+	if file != "" && strings.HasPrefix(f.Lake.Warehouse, "file://") {
+		// A relative file:// warehouse is taken from fleet.yml's directory.
+		if p := strings.TrimPrefix(f.Lake.Warehouse, "file://"); !filepath.IsAbs(p) {
+			abs, err := filepath.Abs(filepath.Join(filepath.Dir(file), p))
+			if err == nil {
+				f.Lake.Warehouse = "file://" + abs
+			}
+		}
+	}
+	return f, nil
+}
+
+func (d *fleetDecoder) validate(f *Fleet) {
+	seen := map[string]int{}
+	for i, s := range f.Sources {
+		if j, dup := seen[s.ID]; dup {
+			d.fail(fmt.Sprintf("sources[%d].config", i), nil, "give every flow its own source.id", "source id %q is also sources[%d]'s", s.ID, j)
+		}
+		seen[s.ID] = i
+	}
+	kinds := []string{CatalogSQLite, CatalogPostgres, CatalogREST}
+	if k := f.Lake.Catalog.Kind; k != "" && !slices.Contains(kinds, k) {
+		d.fail("lake.catalog.kind", nil, "use one of: "+strings.Join(kinds, ", "), "unknown catalog kind %q", k)
+	}
+	if w := f.Lake.Warehouse; w != "" {
+		u, err := url.Parse(w)
+		switch {
+		case err != nil || u.Scheme == "":
+			d.fail("lake.warehouse", nil, "write file:///absolute/path or s3://bucket/prefix", "%q is not a URL", w)
+		case u.Scheme != "file" && u.Scheme != "s3":
+			d.fail("lake.warehouse", nil, "write file:///absolute/path or s3://bucket/prefix", "scheme %q is not supported", u.Scheme)
+		}
+	}
+	if f.Lake.Namespace == "" || strings.ContainsAny(f.Lake.Namespace, ". ") {
+		d.fail("lake.namespace", nil, "write a single name without dots or spaces", "%q is not a namespace name", f.Lake.Namespace)
+	}
+	if f.Epochs.MaxLag < f.Run.CommitEvery {
+		d.fail("epochs.max_lag", nil, "raise max_lag to at least run.commit_every", "max_lag %s is shorter than run.commit_every %s: every source would count as lagging", f.Epochs.MaxLag, f.Run.CommitEvery)
+	}
+	if f.Run.Cursor == "" {
+		d.fail("run.cursor", nil, "name the committer's cursor", "must not be empty")
+	}
+}
+
+// ErrGappedEpoch is returned when the latest epoch misses sources and the
+// caller did not allow gaps.
+var ErrGappedEpoch = errors.New("the latest epoch is complete_with_gaps")

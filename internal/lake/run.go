@@ -1,0 +1,196 @@
+//go:build full
+
+package lake
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/trellara/trellara/internal/flow"
+	"github.com/trellara/trellara/internal/obs"
+)
+
+// RunOptions configure RunFleet.
+type RunOptions struct {
+	Logger *slog.Logger
+	Build  obs.Build
+	// Listening, when set, receives the lake committer's bound address.
+	Listening func(addr string)
+}
+
+// RunFleet runs the fleet until ctx ends: one relay per source (the flow's
+// own relay service: its slot, its local log, its /healthz and /metrics on
+// the flow's run.listen.relay) and one lake committer over every log,
+// serving /healthz and /metrics on run.listen. Each part restarts with
+// capped backoff after an error; a source that is down only makes its
+// relay reconnect, and nothing is buffered on the source side beyond what
+// its slot retains.
+func RunFleet(ctx context.Context, f *Fleet, o RunOptions) error {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Info("trellara fleet starting", "fleet", f.Name, "sources", f.SourceIDs(), "catalog", f.Lake.Catalog.Kind,
+		"warehouse", f.Lake.Warehouse, "namespace", f.Lake.Namespace, "version", o.Build.Version, "commit", o.Build.Commit)
+	health := obs.NewHealth()
+	m := newLakeMetrics(f)
+	addr, wait, err := obs.Serve(ctx, f.Run.Listen, obs.Handler(m.reg, health))
+	if err != nil {
+		return fmt.Errorf("fleet: lake committer: listen on %s: %w (set run.listen in %s)", f.Run.Listen, err, f.File())
+	}
+	if o.Listening != nil {
+		o.Listening(addr)
+	}
+	var wg sync.WaitGroup
+	for _, s := range f.Sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slog := log.With("source", s.ID)
+			restart(ctx, slog, "relay "+s.ID, func(ctx context.Context) error {
+				return flow.Serve(ctx, flow.ServiceOptions{ConfigPath: s.Config, Role: "relay", Logger: slog, Build: o.Build})
+			})
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		restart(ctx, log, "lake committer", func(ctx context.Context) error {
+			return commitLoop(ctx, f, log, health, m)
+		})
+	}()
+	wg.Wait()
+	_ = wait()
+	log.Info("trellara fleet stopped", "fleet", f.Name)
+	return nil
+}
+
+// restart runs body until ctx ends, again after each error with capped,
+// jittered exponential backoff.
+func restart(ctx context.Context, log *slog.Logger, what string, body func(context.Context) error) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := body(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > 5*time.Minute {
+			backoff = time.Second
+		}
+		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		log.Error("fleet: component stopped; restarting", "component", what, "err", err, "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, time.Minute)
+	}
+}
+
+// commitLoop is one life of the lake committer: a batch every
+// run.commit_every, an epoch every epochs.close_interval.
+func commitLoop(ctx context.Context, f *Fleet, log *slog.Logger, h *obs.Health, m *lakeMetrics) error {
+	h.Set("opening the catalog", false, nil)
+	l, err := Open(ctx, f.Lake)
+	if err != nil {
+		h.Set("catalog unavailable", false, err)
+		return err
+	}
+	defer l.Close()
+	c, err := NewCommitter(ctx, l, f, log)
+	if err != nil {
+		h.Set("catalog unavailable", false, err)
+		return err
+	}
+	defer c.Close()
+	h.Set("committing", true, nil)
+	commit := time.NewTicker(f.Run.CommitEvery)
+	defer commit.Stop()
+	epoch := time.NewTicker(f.Epochs.CloseInterval)
+	defer epoch.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-commit.C:
+			if err := c.Step(ctx); err != nil {
+				h.Set("commit failed", false, err)
+				return err
+			}
+		case <-epoch.C:
+			e, err := c.CloseEpoch(ctx)
+			if err != nil {
+				h.Set("epoch failed", false, err)
+				return err
+			}
+			h.Detail("last_epoch", e.ID)
+			h.Detail("last_epoch_status", e.Status)
+			h.Detail("missing_sources", e.Missing())
+		}
+		m.observe(c.Stats())
+		h.Set("committing", true, nil)
+	}
+}
+
+// lakeMetrics is the committer's registry.
+type lakeMetrics struct {
+	reg      *prometheus.Registry
+	commits  prometheus.Gauge
+	rows     *prometheus.GaugeVec
+	epoch    prometheus.Gauge
+	complete prometheus.Gauge
+	included *prometheus.GaugeVec
+	through  *prometheus.GaugeVec
+}
+
+func newLakeMetrics(f *Fleet) *lakeMetrics {
+	reg := prometheus.NewRegistry()
+	l := prometheus.Labels{"fleet": f.Name}
+	m := &lakeMetrics{reg: reg,
+		commits: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellara_lake_table_commits", Help: "Iceberg table commits by this committer process", ConstLabels: l}),
+		rows:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trellara_lake_rows_committed", Help: "changelog rows committed by this committer process, per source", ConstLabels: l}, []string{"source_id"}),
+		epoch:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellara_lake_last_epoch", Help: "id of the last closed epoch", ConstLabels: l}),
+		complete: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trellara_lake_last_epoch_complete",
+			Help: "1 when the last closed epoch is complete, 0 when complete_with_gaps", ConstLabels: l}),
+		included: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trellara_lake_source_included", Help: "1 when the last epoch includes the source", ConstLabels: l}, []string{"source_id"}),
+		through:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trellara_lake_source_through_lsn", Help: "the last epoch's through LSN of the source, as a number", ConstLabels: l}, []string{"source_id"}),
+	}
+	reg.MustRegister(m.commits, m.rows, m.epoch, m.complete, m.included, m.through)
+	for _, id := range f.SourceIDs() {
+		m.rows.WithLabelValues(id)
+		m.included.WithLabelValues(id)
+	}
+	return m
+}
+
+func (m *lakeMetrics) observe(s CommitterStats) {
+	m.commits.Set(float64(s.Commits))
+	for id, n := range s.Rows {
+		m.rows.WithLabelValues(id).Set(float64(n))
+	}
+	if s.LastEpoch.ID == 0 {
+		return
+	}
+	m.epoch.Set(float64(s.LastEpoch.ID))
+	if s.LastEpoch.Status == StatusComplete {
+		m.complete.Set(1)
+	} else {
+		m.complete.Set(0)
+	}
+	for _, se := range s.LastEpoch.Sources {
+		v := 0.0
+		if se.Included {
+			v = 1
+		}
+		m.included.WithLabelValues(se.SourceID).Set(v)
+		m.through.WithLabelValues(se.SourceID).Set(float64(se.ThroughLSN))
+	}
+}
