@@ -217,10 +217,19 @@ func newReseedRun(schema string, id int64, relation, ts, tn string, cols, key []
 		r.shadow, colList, colList, r.target, keyList, params(1, len(key)), keyList, conflict)
 	r.deleteSQL = fmt.Sprintf("DELETE FROM %s WHERE (%s) = (%s)", r.shadow, keyList, params(1, len(key)))
 	r.recordSQL = fmt.Sprintf("INSERT INTO %s (%s, %s) VALUES (%s)", r.keys, windowColumn, keyList, params(1, len(key)+1))
+	// The merge writes a chunk row only where the stream has not touched
+	// its key since the reseed began: not in the shadow table (a key the
+	// stream wrote is there with a value at least as new as the chunk's:
+	// every change the chunk's snapshot saw committed before its high
+	// watermark) and not deleted (the keys table keeps the stream's
+	// deletions). That covers the window's keys, and also a change whose
+	// commit precedes the low watermark in the WAL but was not yet visible
+	// to the chunk's snapshot (PostgreSQL makes a commit visible a moment
+	// after writing its record).
 	r.mergeSQL = fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s s WHERE s.%s = $1
-		AND NOT EXISTS (SELECT 1 FROM %s k WHERE k.%s = $1 AND (%s) = (%s))
-		ON CONFLICT (%s) %s RETURNING 1`,
-		r.shadow, colList, q(cols, "s."), r.stage, windowColumn, r.keys, windowColumn, q(key, "k."), q(key, "s."), keyList, conflict)
+		AND NOT EXISTS (SELECT 1 FROM %s k WHERE (%s) = (%s))
+		ON CONFLICT (%s) DO NOTHING RETURNING 1`,
+		r.shadow, colList, q(cols, "s."), r.stage, windowColumn, r.keys, q(key, "k."), q(key, "s."), keyList)
 	return r
 }
 
@@ -469,17 +478,12 @@ func (x *pgTx) shadowRow(ctx context.Context, ui int, rs *reseedRun, rel *pb.Rel
 	} else if oldKey == nil {
 		return &Refusal{Unit: ui, Relation: rs.relation, Err: &unitError{fmt.Sprintf("reseed %d of %s: a DELETE carries no old key", rs.id, rs.relation)}}
 	}
-	for _, k := range [][]any{oldKey, newKey} {
-		if k == nil {
-			continue
-		}
-		if rs.openWindow != 0 {
-			if err := x.queueState(ctx, rs.recordSQL, append([]any{rs.openWindow}, k...)...); err != nil {
-				return err
-			}
-		}
-	}
 	if oldKey != nil && (newKey == nil || !sameArgs(oldKey, newKey)) {
+		// A deletion (or a key moved away): the shadow loses the row, and
+		// the key is kept so no chunk brings it back.
+		if err := x.queueState(ctx, rs.recordSQL, append([]any{rs.openWindow}, oldKey...)...); err != nil {
+			return err
+		}
 		if err := x.queueState(ctx, rs.deleteSQL, oldKey...); err != nil {
 			return err
 		}
@@ -569,9 +573,6 @@ func (x *pgTx) watermark(ctx context.Context, env *pb.Envelope, w Watermark) err
 	switch w.Phase {
 	case PhaseLow:
 		rs.openWindow = w.Window
-		if err := x.queueState(ctx, `DELETE FROM `+rs.keys+` WHERE `+windowColumn+` < $1`, w.Window); err != nil {
-			return err
-		}
 		return x.queueState(ctx, x.reseedRowSQL(`open_window = $4`), f, s, rs.id, w.Window)
 	case PhaseHigh:
 		if rs.openWindow != w.Window {
@@ -593,10 +594,7 @@ func (x *pgTx) watermark(ctx context.Context, env *pb.Envelope, w Watermark) err
 		if err := x.queueState(ctx, sql, w.Window, f, s, rs.id, upper, w.Last); err != nil {
 			return err
 		}
-		if err := x.queueState(ctx, `DELETE FROM `+rs.stage+` WHERE `+windowColumn+` <= $1`, w.Window); err != nil {
-			return err
-		}
-		return x.queueState(ctx, `DELETE FROM `+rs.keys+` WHERE `+windowColumn+` <= $1`, w.Window)
+		return x.queueState(ctx, `DELETE FROM `+rs.stage+` WHERE `+windowColumn+` <= $1`, w.Window)
 	case PhaseHandoff:
 		if !rs.copied {
 			t.log.Warn("apply: reseed handoff before its last chunk was merged; ignored", "reseed", rs.id, "relation", rs.relation)

@@ -261,7 +261,7 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 		fmt.Sprintf("CREATE INDEX ON %s (%s)", stage, windowColumn),
 		fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WITH NO DATA", keys, keyList, shadow),
 		fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint NOT NULL", keys, windowColumn),
-		fmt.Sprintf("CREATE INDEX ON %s (%s, %s)", keys, windowColumn, keyList),
+		fmt.Sprintf("CREATE INDEX ON %s (%s)", keys, keyList),
 	} {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return nil, fmt.Errorf("apply: reseed %s: prepare the target (%s): %w", o.Table, q, err)
