@@ -24,11 +24,12 @@ import (
 //   - while a reseed of T is active, every stream change to T is also
 //     written to the shadow table: the row as T holds it after the change,
 //     or its deletion;
-//   - between a chunk's low and high watermark it records the keys of T
-//     the stream changed (the window's keys);
-//   - at the high watermark it merges the staged chunk into the shadow
-//     table, except the window's keys: for those the shadow already holds
-//     a newer value from the stream;
+//   - it keeps the keys of the rows the stream deleted from T;
+//   - at a chunk's high watermark it merges the staged chunk into the
+//     shadow table, except the keys the stream touched since the reseed
+//     began (in the shadow table, or deleted): the shadow already holds a
+//     value at least as new for those (mergeSQL says why this is more
+//     than DBLog's window);
 //   - at the handoff watermark it swaps the shadow table in for T.
 //
 // The watermarks are transactional logical messages with prefix
