@@ -730,12 +730,19 @@ func (a *Applier) processTxns(ctx context.Context, units []*unit, cur Cursor) er
 	// A DDL barrier starts a target transaction: every transaction before
 	// it commits first, then the target DDL and the transactions from the
 	// barrier on commit together.
+	// A reseed handoff (reseed.go) swaps a target table: it commits alone.
 	for i, u := range units {
-		if i > 0 && envelope.IsBarrier(u.env) {
+		if i > 0 && (envelope.IsBarrier(u.env) || isHandoff(u.env)) {
 			if err := a.processTxns(ctx, units[:i], cur); err != nil {
 				return err
 			}
 			return a.processTxns(ctx, units[i:], cur)
+		}
+		if i == 0 && len(units) > 1 && isHandoff(u.env) {
+			if err := a.processTxns(ctx, units[:1], cur); err != nil {
+				return err
+			}
+			return a.processTxns(ctx, units[1:], cur)
 		}
 	}
 	f, err := a.tryTxns(ctx, units, cur)

@@ -89,18 +89,34 @@ func textArray(vals []*pb.Value) []pgtype.Text {
 func (x *pgTx) applyDeferred(ctx context.Context) error {
 	units := x.deferred
 	x.deferred = nil
-	if len(units) >= compactMinUnits {
+	// A reseed replacing a table writes that table's rows one by one into
+	// its shadow table: no folding while one runs.
+	if len(units) >= compactMinUnits && !x.rs.anyReplace() {
 		envs := make([]*pb.Envelope, len(units))
 		for i, u := range units {
 			envs[i] = u.env
 		}
 		if b, ok := compact(envs); ok {
 			x.folded += len(units)
-			return x.queueNet(ctx, b)
+			if err := x.queueNet(ctx, b); err != nil {
+				return err
+			}
+			return x.reseedPasses(ctx, units)
 		}
 	}
 	for _, u := range units {
 		if _, _, err := x.applyRows(ctx, u.ui, u.env); err != nil {
+			return err
+		}
+	}
+	return x.reseedPasses(ctx, units)
+}
+
+// reseedPasses runs the reseed bookkeeping for units, in order, after
+// their rows were queued.
+func (x *pgTx) reseedPasses(ctx context.Context, units []deferredUnit) error {
+	for _, u := range units {
+		if err := x.reseedPass(ctx, u.ui, u.env); err != nil {
 			return err
 		}
 	}

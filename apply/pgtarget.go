@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
@@ -39,6 +40,10 @@ type pgTarget struct {
 	// Folding counters (Stats.FoldedTxns, FoldsRefused), read by Stats
 	// while Run writes them.
 	foldedTxns, foldsRefused atomic.Int64
+
+	// reseeds are the active reseeds of the flow on this target, as of
+	// the last commit (reseed.go).
+	reseeds reseedSet
 }
 
 var _ Target = (*pgTarget)(nil)
@@ -85,6 +90,10 @@ func (t *pgTarget) Start(ctx context.Context) (State, error) {
 	}
 	st, err := t.load(ctx)
 	if err != nil {
+		t.Stop(ctx)
+		return State{}, err
+	}
+	if t.reseeds, err = t.loadReseeds(ctx); err != nil {
 		t.Stop(ctx)
 		return State{}, err
 	}
@@ -207,7 +216,7 @@ func (t *pgTarget) Begin(ctx context.Context) (TargetTx, error) {
 			return nil, err
 		}
 	}
-	x := &pgTx{t: t, tx: tx}
+	x := &pgTx{t: t, tx: tx, rs: t.reseeds}
 	if t.cfg.SynchronousCommit == SyncCommitOff {
 		// Sent with the transaction's first round trip.
 		if err := x.queue(ctx, stmtMeta{unit: -1}, sqlAsyncCommit); err != nil {
@@ -289,6 +298,10 @@ type pgTx struct {
 	deferred []deferredUnit
 	// folded counts the units written folded, for Stats at commit.
 	folded int
+	// rs are the active reseeds as of this transaction (reseed.go);
+	// rsOwned once the transaction changed its own copy.
+	rs      reseedSet
+	rsOwned bool
 }
 
 // stmtMeta describes one queued statement, to attribute its result.
@@ -330,7 +343,11 @@ func (x *pgTx) Apply(ctx context.Context, ui int, env *pb.Envelope) (int, int, e
 	if err := x.applyDeferred(ctx); err != nil {
 		return 0, 0, err
 	}
-	return x.applyRows(ctx, ui, env)
+	rows, msgs, err := x.applyRows(ctx, ui, env)
+	if err != nil {
+		return 0, 0, err
+	}
+	return rows, msgs, x.reseedPass(ctx, ui, env)
 }
 
 // applyBarrier runs the target DDL of a DDL barrier unit in this
@@ -344,6 +361,19 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 	}
 	t := x.t
 	for _, d := range env.DdlEvents {
+		if d.Kind == capture.ReseedKind {
+			// A blocked change a reseed took over: no target DDL; from
+			// here on the reseed's shadow table takes the relation's rows.
+			rel := d.Relation
+			if err := x.activateReseed(ctx, env, func(st ReseedState) bool { return st.Relation == rel }); err != nil {
+				return err
+			}
+			if !x.replacing(rel) {
+				return fmt.Errorf("apply: DDL barrier at commit LSN %s: a reseed of %s took over its schema change, but no reseed of it is recorded on this target; run %s",
+					envelope.FormatLSN(env.CommitLsn), rel, shell.Trellara("reseed", t.cfg.ConfigPath, "--table", rel))
+			}
+			continue
+		}
 		if d.Column == "" {
 			continue
 		}
@@ -369,11 +399,19 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 	}
 	// Statements prepared before the change have the old column types as
 	// parameter types: prepare again.
+	return t.resetPrepared(ctx)
+}
+
+// resetPrepared forgets every prepared statement and plan after the
+// target's tables changed under them (a DDL barrier, a reseed handoff)
+// and prepares the state statements again.
+func (t *pgTarget) resetPrepared(ctx context.Context) error {
 	if err := t.conn.DeallocateAll(ctx); err != nil {
 		return err
 	}
 	clear(t.prepared)
 	clear(t.plans)
+	clear(t.types)
 	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
 		if err := t.prepare(ctx, q); err != nil {
 			return err
@@ -399,6 +437,9 @@ func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, in
 			var names, targets []string
 			j := i
 			for ; j < len(env.Rows) && env.Rows[j].Op == pb.Op_OP_TRUNCATE && env.Rows[j].TruncateFlags == r.TruncateFlags; j++ {
+				if x.replacing(relationName(env.Relations[env.Rows[j].RelationIndex])) {
+					continue
+				}
 				p := t.plan(env.Relations[env.Rows[j].RelationIndex])
 				names = append(names, p.source)
 				targets = append(targets, p.target)
@@ -411,6 +452,10 @@ func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, in
 				sql += " CASCADE"
 			}
 			rel := strings.Join(names, ", ")
+			if len(targets) == 0 {
+				i = j - 1
+				continue
+			}
 			if err := t.prepare(ctx, sql); err != nil {
 				return 0, 0, t.refusal(ctx, ui, rel, err)
 			}
@@ -421,6 +466,10 @@ func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, in
 			continue
 		}
 		rel := env.Relations[r.RelationIndex]
+		if x.replacing(relationName(rel)) {
+			rows++ // written to the reseed's shadow table (reseedPass)
+			continue
+		}
 		p := t.plan(rel)
 		var sql string
 		var args []any
@@ -530,6 +579,9 @@ func (x *pgTx) Commit(ctx context.Context) (time.Time, error) {
 		return time.Time{}, x.t.refusal(ctx, -1, "", err)
 	}
 	x.t.foldedTxns.Add(int64(x.folded))
+	if x.rsOwned {
+		x.t.reseeds = x.rs
+	}
 	if x.at != nil {
 		return *x.at, nil
 	}

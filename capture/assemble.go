@@ -62,7 +62,17 @@ type AssemblerOptions struct {
 	// PlanCommand (trellara schema ddl-plan) is named in a blocked change's
 	// error; Resnapshot is the recovery a blocked plan lists.
 	PlanCommand, Resnapshot string
+	// Accepted reports whether a reseed of relation has taken over its
+	// blocked change (ReseedKind): capture then goes on under the new
+	// shape, and the first transaction under it carries a ReseedKind
+	// barrier, at which the applier stops writing the old table.
+	Accepted func(relation string) bool
 }
+
+// ReseedKind is the DDLEvent kind of a blocked change a reseed took over:
+// the target table is replaced by the reseed's copy at its handoff, so no
+// target DDL is run.
+const ReseedKind = "reseed"
 
 // Emit receives assembled units in commit order. e is nil for a committed
 // transaction that produced no rows (nothing to publish, but its end LSN is
@@ -377,6 +387,12 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 			return err
 		}
 		plan := a.plan(st, old, live)
+		if !plan.AutoApplies() && a.opts.Accepted != nil && a.opts.Accepted(st.name) {
+			st.shape = live
+			st.barrier = []*pb.DDLEvent{{Kind: ReseedKind, Relation: st.name, OldFingerprint: pinned, NewFingerprint: rel.Fingerprint,
+				Detail: "taken over by a reseed: " + plan.Kinds()}}
+			return nil
+		}
 		if !plan.AutoApplies() {
 			st.drift = a.drift(st, pinned, old, live)
 			return nil

@@ -32,7 +32,7 @@ func App() *cli.App {
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
 			"Evidence tooling (chaos, qualify, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
-			"commands not implemented yet (fleet, lake, semantics, schema, reseed) are hidden from this list;\n" +
+			"schema tooling (schema, reseed), semantics and commands not implemented yet (fleet, lake) are hidden from this list;\n" +
 			"see docs/CLI.md.",
 		HideHelpCommand: true,
 		Commands: append(append([]*cli.Command{
@@ -46,9 +46,9 @@ func App() *cli.App {
 			configCommand(),
 		}, fleetLakeCommands()...), // fleet, lake, fanin: trellara-full only
 			chaosCommand(),
-			notImplemented("semantics", "attempt to observe a half-applied transaction at the target", true, configFlag(), formatFlag()),
+			semanticsCommand(),
 			schemaCommand(),
-			notImplemented("reseed", "re-snapshot a consumer past retention with a visibility boundary", true, configFlag(), formatFlag()),
+			reseedCommand(),
 			streamCommand(),
 			pilotScorecardCommand(),
 			pilotPackageCommand(),

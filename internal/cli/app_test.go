@@ -76,8 +76,8 @@ func TestEveryReportingCommandTakesFormat(t *testing.T) {
 }
 
 func TestNotImplementedExitsTwo(t *testing.T) {
-	_, errOut, code := run(t, "semantics")
-	if code != ExitError || !strings.Contains(errOut, buildinfo.ErrNotImplemented.Error()+": semantics") {
+	_, errOut, code := run(t, "fleet", "scorecard")
+	if code != ExitError || !strings.Contains(errOut, buildinfo.ErrNotImplemented.Error()+": fleet") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }

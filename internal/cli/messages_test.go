@@ -52,28 +52,52 @@ func scan(t *testing.T, fn func(path string, n int, line string)) {
 	}
 }
 
-// No message, comment or document sends anyone to `trellara reseed`: the
-// command is not implemented (it says so itself, from App's
-// notImplemented). Until it lands, each names a recovery that works today
-// (shell.Resnapshot).
-func TestNothingNamesTheUnimplementedReseedCommand(t *testing.T) {
-	files := 0
+// reseedMention is `trellara reseed` with the words after it, up to the
+// end of a quoted command.
+var reseedMention = regexp.MustCompile("trellara reseed((?: +[^ `'\"]+)*)")
+
+// Every message, comment or document that sends someone to `trellara
+// reseed` names a working command: reseed is implemented (not App's
+// notImplemented), and every flag the mention passes is one of its flags.
+func TestEveryReseedMentionNamesAWorkingCommand(t *testing.T) {
+	cmd := App().Command("reseed")
+	if cmd == nil {
+		t.Fatal("the reseed command is missing")
+	}
+	flags := map[string]bool{}
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			flags["--"+n] = true
+		}
+	}
+	files, mentions := 0, 0
 	scan(t, func(path string, n int, line string) {
 		if n == 1 {
 			files++
 		}
-		if strings.Contains(line, "trellara reseed") {
-			t.Errorf("%s:%d names `trellara reseed`, which is not implemented: %s", path, n, strings.TrimSpace(line))
+		for _, m := range reseedMention.FindAllStringSubmatch(line, -1) {
+			mentions++
+			for _, w := range strings.Fields(m[1]) {
+				if name, _, _ := strings.Cut(w, "="); strings.HasPrefix(name, "--") && !flags[name] {
+					t.Errorf("%s:%d names `trellara reseed %s`: reseed has no flag %s", path, n, strings.TrimSpace(m[1]), name)
+				}
+			}
 		}
 	})
 	if files < 100 {
 		t.Fatalf("scanned only %d files: the walk did not reach the sources", files)
 	}
-	if c := App().Command("reseed"); c == nil || !c.Hidden {
-		t.Fatal("the reseed command must exist and say it is not implemented")
+	if mentions == 0 {
+		t.Fatal("nothing names `trellara reseed`: the repair-plan and docs should")
 	}
-	if _, errOut, code := run(t, "reseed", "--config", "x.yml"); code != ExitError || !strings.Contains(errOut, "not implemented yet") {
-		t.Fatalf("reseed: exit %d, %s", code, errOut)
+	// A config that does not exist: reseed fails on the config, not as a
+	// command that is not implemented, and --table is required.
+	if _, errOut, code := run(t, "reseed", "--config", "x.yml", "--table", "public.t"); code == ExitOK || strings.Contains(errOut, "not implemented") ||
+		!strings.Contains(errOut, "x.yml") {
+		t.Fatalf("reseed with a missing config: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := run(t, "reseed", "--config", "x.yml"); code != ExitError || !strings.Contains(errOut, "table") {
+		t.Fatalf("reseed without --table: exit %d, %s", code, errOut)
 	}
 }
 

@@ -112,6 +112,11 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 		p.Notes = append(p.Notes, "could not read the pending schema changes: "+err.Error())
 	}
 	p.Steps = append(append([]RepairStep{}, schemaSteps...), p.Steps...)
+	reseedSteps, err := f.reseedRepairSteps(ctx)
+	if err != nil {
+		p.Notes = append(p.Notes, "could not read the reseeds in progress: "+err.Error())
+	}
+	p.Steps = append(p.Steps, reseedSteps...)
 	st, err := f.Status(ctx, "report")
 	for _, ss := range st.sinksOrNone(err) {
 		lv := ss.LastVerify
@@ -136,9 +141,9 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			}
 			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: at,
 				Problem: where + fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
-				Fix:     "re-copy the table: " + shell.Resnapshot(f.ConfigPath),
-				Then:    verifyAfterRun(f.ConfigPath),
-				Command: verify.CatchUpCommand(f.ConfigPath),
+				Fix:     "with the flow running, copy the table again: " + ReseedCommand(f.ConfigPath, t.Table),
+				Then:    "the reseed ends with a verify of the table (CONVERGED or DIVERGED)",
+				Command: ReseedCommand(f.ConfigPath, t.Table),
 			})
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -44,6 +45,7 @@ func (f *Flow) assemblerOptions(ctx context.Context, src *pgx.Conn) capture.Asse
 			return capture.CatalogFacts(ctx, src, relation)
 		},
 		Policy:      f.SchemaPolicy,
+		Accepted:    f.reseedTakesOver,
 		PlanCommand: shell.Trellara("schema ddl-plan", f.ConfigPath),
 		Resnapshot:  f.resnapshot(),
 	}
@@ -87,6 +89,11 @@ func (f *Flow) recordDrift(err error) error {
 	}
 	if len(d.Plan.Commands) == 0 {
 		d.Plan.Commands = []string{f.resnapshot()}
+	}
+	if f.Cfg.Source.Capture != config.CaptureExtension && !slices.Contains(d.Plan.Commands, ReseedCommand(f.ConfigPath, d.Relation)) {
+		// First: copying the one table again while the flow runs takes the
+		// change over (docs/SCHEMA.md, "Reseed").
+		d.Plan.Commands = append([]string{ReseedCommand(f.ConfigPath, d.Relation)}, d.Plan.Commands...)
 	}
 	keep := []PendingChange{{Plan: d.Plan, Pinned: fmt.Sprintf("%016x", d.Pinned)}}
 	for _, p := range pending {
@@ -224,7 +231,7 @@ func (f *Flow) schemaRepairSteps() ([]RepairStep, error) {
 		pl := c.Plan
 		out = append(out, RepairStep{Kind: "schema_change", Table: pl.Relation, LSN: pl.LSN,
 			Problem: fmt.Sprintf("capture stopped at a schema change on %s at LSN %s: %s (blocked; %s)", pl.Relation, pl.LSN, pl.Kinds(), pl.Holds),
-			Fix:     "copy the flow's tables again: " + f.resnapshot(),
+			Fix:     f.blockedFix(pl.Relation),
 			Then:    "see the classified change and its target DDL with " + shell.Trellara("schema ddl-plan", f.ConfigPath),
 			Command: shell.Trellara("schema ddl-plan", f.ConfigPath),
 		})
@@ -276,3 +283,12 @@ func (f *Flow) drainBeforeBarrier(ctx context.Context, captureErr error, applier
 // drainStall bounds drainBeforeBarrier's wait for an applier that has
 // stopped moving (a quarantine, a target that is down).
 const drainStall = 30 * time.Second
+
+// blockedFix is the recovery of a blocked change on relation.
+func (f *Flow) blockedFix(relation string) string {
+	if f.Cfg.Source.Capture == config.CaptureExtension {
+		return "copy the flow's tables again: " + f.resnapshot()
+	}
+	return "copy the table again in its new shape while the flow runs (the reseed takes the change over; other tables keep their data): " +
+		ReseedCommand(f.ConfigPath, relation) + "; or copy every table again: " + f.resnapshot()
+}

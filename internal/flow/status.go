@@ -350,6 +350,7 @@ func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorS
 	}
 	defer tgt.Close(context.Background())
 	as, err := apply.ReadStatus(ctx, tgt, sk.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+	st.Notes = append(st.Notes, f.reseedNotes(ctx, tgt, sk)...)
 	switch {
 	case err != nil:
 		st.Notes = append(st.Notes, err.Error())

@@ -65,11 +65,11 @@ func Trellara(subcommand, configPath string, args ...string) string {
 
 // Resnapshot is the recovery for a flow whose log or slot can no longer
 // continue the stream (a gap, lost or damaged log data, a consumer past
-// retention): start the flow over with a full snapshot. It is the recovery
-// that works today; a reseed of one table or consumer is not implemented
-// yet, and messages must not send anyone to it.
+// retention): start the flow over with a full snapshot. A reseed
+// (`trellara reseed`) re-copies tables only while the stream continues:
+// its watermarks travel the stream, so it cannot bridge a gap.
 func Resnapshot(configPath string) string {
-	return "start the flow over with a full snapshot (reseed is not implemented yet): `" +
+	return "start the flow over with a full snapshot: `" +
 		Trellara("run", configPath, "--cleanup") + "` (drops the slot, publication and local state the flow created, " +
 		"and empties the target tables its snapshot copied into), then `" + Trellara("run", configPath, "--local") + "`" +
 		" (with source.owns_slot: false, set it to true for this recovery; --cleanup then drops that slot and publication too)"
@@ -80,7 +80,7 @@ func Resnapshot(configPath string) string {
 // once through pgoutput, and capture then switches back (docs/EXTENSION.md,
 // "Gap check").
 func ResnapshotExtension(configPath string) string {
-	return "start the flow over with a full snapshot through pgoutput (reseed is not implemented yet): set source.capture: pgoutput and " +
+	return "start the flow over with a full snapshot through pgoutput: set source.capture: pgoutput and " +
 		"source.owns_slot: true, run `" + Trellara("run", configPath, "--cleanup") + "` (it also empties the target tables the snapshot copied into), run `" +
 		Trellara("run", configPath, "--local") + "`, then set capture: extension again (the worker's slot must be older than the log's newest transaction)"
 }

@@ -1,0 +1,68 @@
+package apply
+
+import (
+	"strings"
+	"testing"
+
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+)
+
+// A reseed watermark is recognised by its prefix and a valid body only;
+// a handoff makes its unit commit alone.
+func TestParseWatermark(t *testing.T) {
+	msg := func(prefix, body string) *pb.Row {
+		return &pb.Row{Op: pb.Op_OP_MESSAGE, MessagePrefix: prefix, MessageContent: []byte(body)}
+	}
+	for _, tc := range []struct {
+		row  *pb.Row
+		ok   bool
+		want Watermark
+	}{
+		{msg(ReseedPrefix, `{"id":3,"phase":"high","window":7,"upper":["41"],"last":false}`), true, Watermark{ID: 3, Phase: PhaseHigh, Window: 7, Upper: []string{"41"}}},
+		{msg(ReseedPrefix, `{"id":1,"phase":"handoff"}`), true, Watermark{ID: 1, Phase: PhaseHandoff}},
+		{msg("trellara.fence", `{"id":1,"phase":"handoff"}`), false, Watermark{}},
+		{msg(ReseedPrefix, `not json`), false, Watermark{}},
+		{msg(ReseedPrefix, `{"phase":"low"}`), false, Watermark{}}, // no id
+		{&pb.Row{Op: pb.Op_OP_INSERT}, false, Watermark{}},
+	} {
+		got, ok := ParseWatermark(tc.row)
+		if ok != tc.ok || got.ID != tc.want.ID || got.Phase != tc.want.Phase || got.Window != tc.want.Window ||
+			strings.Join(got.Upper, ",") != strings.Join(tc.want.Upper, ",") || got.Last != tc.want.Last {
+			t.Errorf("%s %q: got %+v %v, want %+v %v", tc.row.MessagePrefix, tc.row.MessageContent, got, ok, tc.want, tc.ok)
+		}
+	}
+	handoff := &pb.Envelope{Rows: []*pb.Row{msg(ReseedPrefix, `{"id":1,"phase":"handoff"}`)}}
+	low := &pb.Envelope{Rows: []*pb.Row{msg(ReseedPrefix, `{"id":1,"phase":"low","window":1}`)}}
+	if !isHandoff(handoff) || isHandoff(low) {
+		t.Fatal("isHandoff")
+	}
+}
+
+// The shadow statements name the reseed's tables and key, and the merge
+// leaves out the keys the stream touched (present in the shadow, or
+// deleted).
+func TestReseedStatements(t *testing.T) {
+	r := newReseedRun("trellara", 4, `public."Orders"`, "public", "Orders", []string{"id", "k", "note"}, []string{"id", "k"})
+	for _, want := range []string{
+		`INSERT INTO "trellara"."reseed_4_shadow" ("id", "k", "note") SELECT "id", "k", "note" FROM "public"."Orders" WHERE ("id", "k") = ($1, $2) ON CONFLICT ("id", "k") DO UPDATE SET "note" = EXCLUDED."note"`,
+	} {
+		if r.upsertSQL != want {
+			t.Errorf("upsert:\n got %s\nwant %s", r.upsertSQL, want)
+		}
+	}
+	if !strings.Contains(r.mergeSQL, `NOT EXISTS (SELECT 1 FROM "trellara"."reseed_4_keys" k WHERE (k."id", k."k") = (s."id", s."k"))`) ||
+		!strings.Contains(r.mergeSQL, `ON CONFLICT ("id", "k") DO NOTHING`) {
+		t.Errorf("merge does not leave out the keys the stream touched:\n%s", r.mergeSQL)
+	}
+	if r.deleteSQL != `DELETE FROM "trellara"."reseed_4_shadow" WHERE ("id", "k") = ($1, $2)` {
+		t.Errorf("delete: %s", r.deleteSQL)
+	}
+	rel := &pb.Relation{Columns: []*pb.RelationColumn{{Name: "id"}, {Name: "k"}, {Name: "note"}}}
+	row := &pb.Row{Op: pb.Op_OP_UPDATE, NewTuple: []*pb.Value{
+		{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte("1")}, {Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte("2")},
+		{Kind: pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST}}}
+	sql, args := r.upsertValues(rel, row)
+	if sql != `INSERT INTO "trellara"."reseed_4_shadow" ("id", "k") VALUES ($1, $2) ON CONFLICT ("id", "k") DO NOTHING` || len(args) != 2 {
+		t.Errorf("upsertValues with an unchanged TOAST value: %s %v", sql, args)
+	}
+}
