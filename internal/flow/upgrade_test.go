@@ -121,6 +121,21 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		"--output", cfgPath); err != nil {
 		t.Fatalf("init (%s): %v\n%s", previousRelease, err, out)
 	}
+	// The services listen on free loopback ports, not the defaults init
+	// writes (:9401, :9402), which anything else on the machine may hold.
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{":9401", ":9402"} {
+		if !bytes.Contains(b, []byte(d)) {
+			t.Fatalf("init (%s) wrote no listen address %s:\n%s", previousRelease, d, b)
+		}
+		b = bytes.Replace(b, []byte(d), []byte(fmt.Sprintf("127.0.0.1:%d", freePort(t))), 1)
+	}
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := run(oldBin, "run", "--config", cfgPath, "--local"); err != nil {
 		t.Fatalf("initial run (%s): %v\n%s", previousRelease, err, out)
 	}
