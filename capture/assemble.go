@@ -521,19 +521,8 @@ func (a *Assembler) MovePins(durableEnd uint64) error {
 	return nil
 }
 
-func DescribeColumns(r *pb.Relation) string {
-	s := ""
-	for i, c := range r.Columns {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf("%s oid %d", c.Name, c.TypeOid)
-		if c.Key {
-			s += " key"
-		}
-	}
-	return s
-}
+// DescribeColumns lists r's columns for messages: name, type OID, key.
+func DescribeColumns(r *pb.Relation) string { return describeShape(ShapeOf("", r, nil)) }
 
 // target finds the transaction a change belongs to.
 func (a *Assembler) target(xid pgoutput.XID, at pgoutput.LSN) (*txnBuf, error) {

@@ -139,16 +139,11 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 				"can reach the target; reseed that table too: %s", f.Cfg.Flow, rel, shell.Trellara("schema ddl-plan", f.ConfigPath), ReseedCommand(f.ConfigPath, rel))
 		}
 	}
-	src, err := f.ConnectSource(ctx)
+	src, tgt, closeBoth, err := f.connectBoth(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close(context.Background())
-	tgt, err := f.ConnectSink(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	defer tgt.Close(context.Background())
+	defer closeBoth()
 	res := &ReseedResult{Flow: f.Cfg.Flow, Sink: s.Name, Tables: []ReseedTable{}}
 	for _, t := range tables {
 		ro := apply.ReseedOptions{

@@ -97,16 +97,11 @@ func (f *Flow) Semantics(ctx context.Context, o SemanticsOptions) (*SemanticsRes
 	if o.Wait <= 0 {
 		o.Wait = 2 * time.Minute
 	}
-	src, err := f.ConnectSource(ctx)
+	src, tgt, closeBoth, err := f.connectBoth(ctx, s)
 	if err != nil {
 		return nil, err
 	}
-	defer src.Close(context.Background())
-	tgt, err := f.ConnectSink(ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	defer tgt.Close(context.Background())
+	defer closeBoth()
 	ta, tb := f.semanticsTables()
 	pub := pgx.Identifier{f.Cfg.Source.Publication}.Sanitize()
 	create := fmt.Sprintf(`CREATE TABLE %[1]s (id bigint PRIMARY KEY, v bigint NOT NULL); CREATE TABLE %[2]s (id bigint PRIMARY KEY, v bigint NOT NULL);

@@ -65,6 +65,21 @@ func (f *Flow) ConnectSink(ctx context.Context, s config.Sink) (*pgx.Conn, error
 	return connect(ctx, side, f.Secrets.SinkDatabaseURLs[s.Name].Reveal())
 }
 
+// connectBoth opens the source and sink s's target; closeBoth closes both.
+func (f *Flow) connectBoth(ctx context.Context, s config.Sink) (src, tgt *pgx.Conn, closeBoth func(), err error) {
+	if src, err = f.ConnectSource(ctx); err != nil {
+		return nil, nil, nil, err
+	}
+	if tgt, err = f.ConnectSink(ctx, s); err != nil {
+		src.Close(context.Background())
+		return nil, nil, nil, err
+	}
+	return src, tgt, func() {
+		src.Close(context.Background())
+		tgt.Close(context.Background())
+	}, nil
+}
+
 // registerCursor registers sink s's cursor at the oldest retained offset
 // when it is not registered yet, so retention keeps every entry the sink
 // has not read. The relay registers every sink's before it appends; an

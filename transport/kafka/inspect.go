@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/trellara/trellara/lsn"
 )
@@ -52,16 +50,11 @@ type GroupPartition struct {
 // Inspect reads the topic's partitions, its newest record's commit LSN and
 // each group's committed offsets.
 func Inspect(ctx context.Context, c Config, groups []string) (*TopicState, error) {
-	opts, err := clientOpts(c)
+	adm, closeAdm, err := adminClient(c)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: flow %q: admin client: %w", c.Flow, err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	defer closeAdm()
 	topic := c.topic()
 	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err == nil {

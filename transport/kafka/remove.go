@@ -14,16 +14,11 @@ import (
 // next run snapshots into an empty topic). Either being absent already is
 // not an error.
 func Remove(ctx context.Context, c Config) error {
-	opts, err := clientOpts(c)
+	adm, closeAdm, err := adminClient(c)
 	if err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("kafka: flow %q: admin client: %w", c.Flow, err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	defer closeAdm()
 	tr, err := adm.DeleteTopic(ctx, c.topic())
 	if err == nil {
 		err = tr.Err
@@ -41,4 +36,17 @@ func Remove(ctx context.Context, c Config) error {
 			c.Flow, c.Kafka.ConsumerGroup, err, c.Kafka.ConsumerGroup)
 	}
 	return nil
+}
+
+// adminClient opens an admin client for c's brokers; closeAdm closes it.
+func adminClient(c Config) (adm *kadm.Client, closeAdm func(), err error) {
+	opts, err := clientOpts(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: flow %q: admin client: %w", c.Flow, err)
+	}
+	return kadm.NewClient(cl), cl.Close, nil
 }

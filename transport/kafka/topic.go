@@ -10,7 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // MinRetention is the retention below which CheckTopic warns: the local
@@ -58,16 +57,11 @@ func (e *TopicError) Error() string {
 // max.message.bytes below MaxRecordBytes, and warns about retention
 // shorter than MinRetention.
 func CheckTopic(ctx context.Context, c Config) (warnings []TopicProblem, err error) {
-	opts, err := clientOpts(c)
+	adm, closeAdm, err := adminClient(c)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: flow %q: admin client: %w", c.Flow, err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	defer closeAdm()
 	topic := c.topic()
 
 	tds, err := adm.ListTopics(ctx, topic)
