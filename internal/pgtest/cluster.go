@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 )
 
 // Options shapes a throwaway cluster. The zero value is a logical-decoding
@@ -611,12 +612,50 @@ func (c *Cluster) teardown() {
 			logTailLines, c.log, c.inst.major, c.port, c.logTail(logTailLines))
 	}
 	if cmd, exited := c.running(); cmd != nil {
+		shmid, haveShm := sysvSegment(c.data)
 		kids := children(cmd.Process.Pid)
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		<-exited
 		reap(kids)
+		if haveShm {
+			removeSegment(shmid)
+		}
 	}
 	c.removeBase()
+}
+
+// sysvSegment reads the System V shared memory id the postmaster of data
+// records in postmaster.pid (line 7: key and id). A SIGKILLed postmaster
+// leaves that segment behind, and its data directory is about to go, so
+// nothing would ever reuse or remove it: a test run that tears many
+// clusters down this way would fill the kernel's table of segments
+// (SHMMNI), after which no server can start ("could not create shared
+// memory segment: No space left on device").
+func sysvSegment(data string) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return 0, false
+	}
+	f := strings.Fields(lines[6])
+	if len(f) != 2 {
+		return 0, false
+	}
+	id, err := strconv.Atoi(f[1])
+	return id, err == nil
+}
+
+// removeSegment removes System V shared memory segment id when no process
+// is attached to it any more.
+func removeSegment(id int) {
+	var ds unix.SysvShmDesc
+	if _, err := unix.SysvShmCtl(id, unix.IPC_STAT, &ds); err != nil || ds.Nattch != 0 {
+		return
+	}
+	_, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil)
 }
 
 func (c *Cluster) removeBase() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 )
 
 func TestStartStop(t *testing.T) {
@@ -177,5 +178,28 @@ func TestCopyRestoreData(t *testing.T) {
 	c.Restart()
 	if n := count(); n != 10 {
 		t.Fatalf("count = %d after the restore, want the copy's 10", n)
+	}
+}
+
+// Tearing a cluster down SIGKILLs its postmaster; the System V segment it
+// leaves is removed with it, so a long test run cannot fill the kernel's
+// segment table.
+func TestTeardownRemovesSharedMemory(t *testing.T) {
+	Require(t)
+	var id int
+	t.Run("cluster", func(t *testing.T) {
+		c := Start(t, Options{NoFsync: true})
+		var ok bool
+		if id, ok = sysvSegment(c.DataDir()); !ok {
+			t.Fatal("no shared memory id in postmaster.pid")
+		}
+		var ds unix.SysvShmDesc
+		if _, err := unix.SysvShmCtl(id, unix.IPC_STAT, &ds); err != nil {
+			t.Fatalf("segment %d of the running server: %v", id, err)
+		}
+	})
+	var ds unix.SysvShmDesc
+	if _, err := unix.SysvShmCtl(id, unix.IPC_STAT, &ds); err == nil {
+		t.Fatalf("segment %d is still there after teardown (%d attached)", id, ds.Nattch)
 	}
 }
