@@ -173,7 +173,10 @@ func checkVersion(root *yaml.Node) *FieldError {
 		Message: "version: missing; version 2 is the only supported version and must be stated"}
 }
 
-func (d *decoder) fail(path string, n *yaml.Node, fix, format string, args ...any) {
+// NodeError is the FieldError for path at node n (its line; 0 without a
+// node): the message is prefixed with the path, the fix says what to write.
+// Every YAML file Trellara reads reports its fields this way.
+func NodeError(path string, n *yaml.Node, fix, format string, args ...any) FieldError {
 	line := 0
 	if n != nil {
 		line = n.Line
@@ -182,7 +185,11 @@ func (d *decoder) fail(path string, n *yaml.Node, fix, format string, args ...an
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	d.errs = append(d.errs, FieldError{Path: path, Line: line, Message: msg, Fix: fix})
+	return FieldError{Path: path, Line: line, Message: msg, Fix: fix}
+}
+
+func (d *decoder) fail(path string, n *yaml.Node, fix, format string, args ...any) {
+	d.errs = append(d.errs, NodeError(path, n, fix, format, args...))
 	d.m.bad[path] = true
 }
 

@@ -133,15 +133,7 @@ type fleetDecoder struct {
 }
 
 func (d *fleetDecoder) fail(path string, n *yaml.Node, fix, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	msg := fmt.Sprintf(format, args...)
-	if path != "" {
-		msg = path + ": " + msg
-	}
-	d.errs = append(d.errs, config.FieldError{Path: path, Line: line, Message: msg, Fix: fix})
+	d.errs = append(d.errs, config.NodeError(path, n, fix, format, args...))
 }
 
 // mapping decodes mapping n at path: each known key's value goes to its
