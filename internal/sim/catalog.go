@@ -2,10 +2,12 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/schemachange"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -374,4 +376,59 @@ func Select(all []*Scenario, id, family string) []*Scenario {
 		}
 	}
 	return out
+}
+
+// The schema change kinds: one simulation per kind of schemachange other
+// than add_nullable_column (schema-barrier), each with the crash points of
+// a DDL barrier. A compatible kind flows through its barrier; a blocked
+// one stops capture until a reseed takes it over, and the crash points
+// then fall on the reseed's barrier.
+var changeKinds = []struct {
+	kind  schemachange.Kind
+	name  string // simulation and scenario id part
+	title string
+}{
+	{schemachange.WidenType, "widen-type", "balance integer → bigint, rows after it past integer"},
+	{schemachange.IncreaseVarchar, "increase-varchar", "note varchar(40) → varchar(200), rows after it past 40 characters"},
+	{schemachange.DropColumn, "drop-column", "DROP COLUMN note"},
+	{schemachange.SetNotNull, "set-not-null", "note SET NOT NULL, with balance integer → bigint"},
+	{schemachange.PrimaryKeyChange, "primary-key-change", "the key becomes (id, note)"},
+	{schemachange.NarrowOrIncompatibleType, "narrow-type", "balance bigint → integer"},
+	{schemachange.AddColumnDefaultNotNull, "add-column-default", "ADD COLUMN tier text NOT NULL DEFAULT 'basic'"},
+	{schemachange.RenameColumn, "rename-column", "RENAME COLUMN note TO memo, no mapping"},
+}
+
+// recReseedTakeover is the recovery of a blocked change (docs/SCHEMA.md).
+var recReseedTakeover = "the change is blocked: `" + shell.Trellara("schema ddl-plan", simConfig) + "` shows it; `" +
+	shell.Trellara("reseed", simConfig, "--table", "public.accounts") +
+	"` takes it over (the other tables keep flowing), replaces the table at its handoff and verifies it; a crash on the way recovers automatically"
+
+func init() {
+	for _, k := range changeKinds {
+		sim := "schema-" + k.name
+		simulations = append(simulations, &Simulation{Name: sim, Title: string(k.kind) + " of a configured table mid-stream: " + k.title,
+			Workload: Workload{Txns: 40, DriftAt: 20, Change: k.kind, MessageEvery: 4}})
+		compatible := changeSpecs[k.kind].plan().AutoApplies()
+		rec, exp, barrier := recAuto, Expect{Exercise: []string{"ddl-barrier"}}, "the DDL barrier"
+		if !compatible {
+			rec, barrier = recReseedTakeover, "the reseed's barrier"
+			exp.Detect = []string{"reseed", "reseed-handoff"}
+		}
+		with := func(detect ...string) Expect {
+			e := exp
+			e.Detect = append(slices.Clone(exp.Detect), detect...)
+			return e
+		}
+		id := "schema." + k.name + "."
+		entries = append(entries,
+			catEntry{id + "relay-crash-before-barrier", FamilySchema, sim, string(k.kind) + ": relay crash before " + barrier + " is durable", InvSchemaPinned, rec,
+				[]Fault{f("relay.before-flush-barrier", 1, actCrash)}, with()},
+			catEntry{id + "relay-crash-after-pin-move", FamilySchema, sim, string(k.kind) + ": relay crash after " + barrier + " is published and the pin moved, before the acknowledgement", InvExactlyOnce, rec,
+				[]Fault{f("relay.after-flush-barrier", 1, actCrash)}, with()},
+			catEntry{id + "applier-crash-between-ddl-and-data", FamilySchema, sim, string(k.kind) + ": applier crash inside the target transaction of " + barrier + ", before its rows", InvAtomic, rec,
+				[]Fault{f("target.after-ddl", 1, actCrash)}, with("transient")},
+			catEntry{id + "reply-lost-after-commit", FamilySchema, sim, string(k.kind) + ": the target transaction of " + barrier + " commits, the reply is lost", InvExactlyOnce, rec,
+				[]Fault{f("target.commit-barrier", 1, actCrashAfter)}, with("transient")},
+		)
+	}
 }

@@ -57,7 +57,7 @@ type scanEntry struct {
 
 func newChecker(h *history, db *simDB, snapshot bool) *checker {
 	c := &checker{h: h, db: db, seen: map[string]bool{}, inLog: map[uint64]bool{}, chunkEnd: map[uint64]bool{}, pinned: map[string]uint64{}, quarKeys: map[string]bool{}}
-	for _, d := range simTables {
+	for _, d := range h.defs {
 		c.pinned[d.name] = capture.RelationFromPgoutput(pgRelation(d, 0)).Fingerprint
 	}
 	if snapshot {
@@ -70,7 +70,7 @@ func pgRelation(d *tableDef, xid uint32) *pgoutput.Relation {
 	m := &pgoutput.Relation{Xid: pgoutput.XID(xid), RelationID: pgoutput.OID(d.oid), Namespace: d.schema(), Name: d.rel(),
 		ReplicaIdentity: pgoutput.ReplicaIdentityDefault}
 	for _, c := range d.cols {
-		m.Columns = append(m.Columns, pgoutput.RelationColumn{Key: c.key, Name: c.name, TypeOID: pgoutput.OID(c.typeOID), TypeModifier: -1})
+		m.Columns = append(m.Columns, pgoutput.RelationColumn{Key: c.key, Name: c.name, TypeOID: pgoutput.OID(c.typeOID), TypeModifier: c.typmod()})
 	}
 	return m
 }
@@ -104,15 +104,8 @@ func (c *checker) afterCommit() {
 		}
 		k = t.hashIndex
 	}
-	// A DDL barrier's column appears together with the first rows of the
-	// new shape: the target has the column exactly when the transaction
-	// that first used it is applied.
-	if t := c.h.driftTxn; c.h.compatible && t != nil {
-		column, applied := len(db.added[tAccounts.name]) > 0, t.hashIndex <= k
-		if column != applied {
-			c.fail(InvAtomic, "a reader of the target sees the added column present %v while the transaction that first used it (xid %d) is applied %v",
-				column, t.xid, applied)
-		}
+	if c.changed(k) {
+		return
 	}
 	if db.data.hash == c.h.hashes[k] {
 		return
@@ -143,6 +136,67 @@ func (c *checker) afterCommit() {
 	}
 	c.fail(InvAtomic, "after target commit %d the target's tables do not equal the source as of its checkpoint (transaction %d): "+
 		"beyond it %v, missing %v, applied twice %v; a reader can see a partial or inconsistent state", db.commits, k, extra, missing, twice)
+}
+
+// changed checks the target against a classified schema change of
+// accounts after a commit that brought it to source transaction k, and
+// reports whether it has checked the tables' contents too.
+//
+// A compatible change's target DDL commits together with the first rows
+// of the new shape: the target's table has the new shape exactly when the
+// transaction that first used it is applied. A blocked change lets
+// nothing of that transaction or after it through until a reseed took it
+// over; from then on the table keeps the rows it had before the change
+// (its new rows go to the reseed's shadow table) and every other table
+// flows, until the handoff puts the table in its new shape, with the
+// source's rows, in place.
+func (c *checker) changed(k int) bool {
+	sp, t := c.h.spec, c.h.driftTxn
+	if sp == nil || t == nil {
+		return false
+	}
+	db := c.db
+	applied := t.hashIndex <= k
+	def := db.defs[tAccounts.name]
+	if c.h.compatible {
+		want := sp.before
+		if applied {
+			want = sp.after
+		}
+		if !sameShape(def, want) {
+			c.fail(InvAtomic, "a reader of the target sees %s as (%s) while the transaction that first used its new shape (xid %d) is applied %v: want (%s)",
+				tAccounts.name, describe(def), t.xid, applied, describe(want))
+		}
+		return false
+	}
+	rs := db.reseeds[tAccounts.name]
+	handed := rs != nil && rs.handedOff
+	want := sp.before
+	if handed {
+		want = sp.after
+	}
+	if !sameShape(def, want) {
+		c.fail(InvSchemaPinned, "the target's %s is (%s), want (%s): its shape changed other than by the reseed's handoff", tAccounts.name, describe(def), describe(want))
+	}
+	if applied && (rs == nil || !rs.active && !rs.handedOff) {
+		c.fail(InvSchemaPinned, "the target applied source transaction %d, at or past the blocked %s of %s (xid %d, commit LSN %s), before a reseed took the change over",
+			k, sp.kind, tAccounts.name, t.xid, envelope.FormatLSN(t.commitLSN))
+	}
+	// The table as the source had it before the change (the shadow table
+	// takes the rest), or at k once handed off; every other table at k.
+	tk := min(k, t.hashIndex-1)
+	if handed {
+		tk = k
+	}
+	got := db.data.tableHash(tAccounts.name)
+	if got != c.h.tHashes[tk] {
+		c.fail(InvSchemaPinned, "after target commit %d the target's %s does not equal the source's as of transaction %d: rows of the new shape reached the old table, or rows were lost",
+			db.commits, tAccounts.name, tk)
+	}
+	if db.data.hash-got != c.h.hashes[k]-c.h.tHashes[k] {
+		return false // described by the caller
+	}
+	return true
 }
 
 // scan reads the log's new entries.
@@ -235,7 +289,7 @@ func (c *checker) entry(off uint64, b []byte) {
 		return
 	}
 	for _, d := range e.DdlEvents {
-		if d.Column != "" && d.NewFingerprint != 0 {
+		if (d.Column != "" || d.Kind == capture.ReseedKind) && d.NewFingerprint != 0 {
 			c.moves = append(c.moves, pinMove{offset: off, relation: d.Relation, fingerprint: d.NewFingerprint})
 		}
 	}

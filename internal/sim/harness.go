@@ -79,10 +79,15 @@ type harness struct {
 	slot         uint64
 	spillDir     string
 
-	relay       *relayProc
-	relayStop   error
-	relayDone   bool
-	driftSeen   int
+	relay     *relayProc
+	relayStop error
+	relayDone bool
+	driftSeen int
+	// accepted holds the tables whose blocked change a reseed took over
+	// (the flow's schema-reseed.json); sentPos is how far the source has
+	// got, for its catalog.
+	accepted    map[string]bool
+	sentPos     uint64
 	deferred    [][]byte // Mutations.AckBeforeDurable: reported durable, not yet written
 	enospcUntil int
 
@@ -269,6 +274,8 @@ func (h *harness) bounds() (mem, chunk, seg int64, txns, rows, bytes int) {
 func (h *harness) run() {
 	h.hist = generate(h.sc.Seed, h.sim.Workload)
 	h.db = newSimDB(h.now)
+	h.db.useTables(h.hist.defs)
+	h.accepted = map[string]bool{}
 	h.chk = newChecker(h.hist, h.db, h.sim.Workload.Snapshot)
 	if h.sim.Partitions > 0 {
 		h.chk.unit = func(b []byte) ([]byte, error) {
@@ -280,6 +287,9 @@ func (h *harness) run() {
 		}
 	}
 	h.db.onCommit = h.chk.afterCommit
+	h.db.wrongShape = func(detail string) {
+		h.chk.fail(InvSchemaPinned, "a row reached the target under a shape the target's table does not have (refused: %s)", detail)
+	}
 	h.db.point = h.at
 	h.stats.Txns = len(h.hist.txns)
 	for _, t := range h.hist.txns {
@@ -325,6 +335,7 @@ func (h *harness) run() {
 			h.fs.SetSpace(-1)
 			h.tracef("fs", "disk space freed")
 		}
+		h.handoff()
 		if h.finished() {
 			break
 		}
@@ -356,6 +367,9 @@ func (h *harness) run() {
 // finished: capture delivered everything (or stopped for good) and the
 // applier drained the log (or stopped for good).
 func (h *harness) finished() bool {
+	if h.hist.recover && h.appStop == nil && h.relayStop == nil && !h.db.handedOff(tAccounts.name) {
+		return false
+	}
 	relayEnd := h.relayStop != nil || h.relayDone
 	if !relayEnd {
 		return false
@@ -541,6 +555,44 @@ func (h *harness) machineCrash(img *segmentlogtest.FS) {
 	h.stats.Crashes++
 }
 
+// takeover is `trellara reseed --config F --table T` for a blocked change
+// of T: the reseed records itself on the target (its shadow table in the
+// source's current shape, replace set), then the takeover in the flow's
+// state directory; capture, restarted by the service, meets the change
+// again and emits a reseed barrier.
+func (h *harness) takeover(drift *capture.SchemaDriftError) {
+	rel := drift.Relation
+	if t := h.hist.driftTxn; drift.LSN != t.commitLSN || drift.Xid != t.xid {
+		h.chk.fail(InvSchemaPinned, "capture stopped on %s at LSN %s (xid %d); the first transaction under the new shape commits at %s (xid %d)",
+			rel, envelope.FormatLSN(drift.LSN), drift.Xid, envelope.FormatLSN(t.commitLSN), t.xid)
+	}
+	if k := drift.Plan.Kinds(); !strings.Contains(k, string(h.hist.spec.kind)) {
+		h.chk.fail(InvSchemaPinned, "capture stopped on %s classified as %s, not %s", rel, k, h.hist.spec.kind)
+	}
+	h.db.recordReseed(rel)
+	h.accepted[rel] = true
+	h.detect("reseed")
+	h.tracef("reseed", "%s: a reseed takes over %s at %s", rel, drift.Plan.Kinds(), envelope.FormatLSN(drift.LSN))
+}
+
+// handoff ends a reseed that took over a blocked change: once capture
+// delivered everything and the applier applied it, one target transaction
+// replaces the table by the reseed's copy, the source's table in its
+// current shape (the chunks and the stream's writes to the shadow table,
+// which the simulated target does not model one by one).
+func (h *harness) handoff() {
+	sp := h.hist.spec
+	if !h.hist.recover || !h.relayDone || h.app == nil || !h.appIdle || !h.db.reseeding(tAccounts.name) {
+		return
+	}
+	if cur, ok, err := h.lg.CursorOffset(cursorName); err != nil || !ok || cur != h.lg.NextOffset() {
+		return
+	}
+	h.db.handoff(sp.after, h.hist.final.tables[tAccounts.name].rows)
+	h.detect("reseed-handoff")
+	h.tracef("reseed", "%s handed off at %s", tAccounts.name, envelope.FormatLSN(h.db.checkpoint.CommitLSN))
+}
+
 // --- capture ------------------------------------------------------------
 
 // simPins is the relay's pin store. Pins are durable the moment they are
@@ -564,29 +616,21 @@ func (p *simPins) PinShape(r string, fp uint64, sh schemachange.Shape) error {
 	return nil
 }
 
-// simCatalog is the source catalog's facts about the simulated tables: no
-// column is NOT NULL or has a default but the keys, so the column the
-// drift adds is an add_nullable_column.
-func simCatalog(relation string) (map[string]schemachange.Facts, error) {
-	d := tAccountsDrifted
-	if relation != d.name {
-		for _, t := range simTables {
-			if t.name == relation {
-				d = t
-			}
+// catalog is the source catalog's facts about the simulated tables. The
+// catalog is the source's now: accounts has its new shape once capture
+// has reached the transaction that first uses it (the source commits the
+// DDL just before).
+func (h *harness) catalog(relation string) (map[string]schemachange.Facts, error) {
+	for _, d := range h.hist.defs {
+		if d.name != relation {
+			continue
 		}
-	}
-	out := map[string]schemachange.Facts{}
-	for _, c := range d.cols {
-		typ := "text"
-		if c.typeOID == 20 {
-			typ = "bigint"
-		} else if c.typeOID == 23 {
-			typ = "integer"
+		if sp := h.hist.spec; sp != nil && d == sp.before && h.hist.ddlPos != 0 && h.sentPos >= h.hist.ddlPos {
+			d = sp.after
 		}
-		out[c.name] = schemachange.Facts{TypeName: typ, NotNull: c.key}
+		return factsOf(d), nil
 	}
-	return out, nil
+	return nil, fmt.Errorf("sim: relation %s does not exist", relation)
 }
 
 func (p *simPins) Pinned(r string) (uint64, bool) {
@@ -762,17 +806,17 @@ func (h *harness) startRelay() {
 		envelope.FormatLSN(res.DurableEnd), envelope.FormatLSN(res.SkipThrough), envelope.FormatLSN(from), len(h.relay.stream))
 }
 
-// assemblerOptions are the relay's, as a flow sets them: with a compatible
-// drift the table is configured and the catalog says the added column is
-// nullable, so the change flows through a DDL barrier.
+// assemblerOptions are the relay's, as a flow sets them: with a classified
+// change (a compatible drift, Workload.Change) the table is configured and
+// the catalog answers, and a blocked change a reseed took over
+// (h.accepted) goes on as a reseed barrier.
 func (h *harness) assemblerOptions(mem, chunk int64) capture.AssemblerOptions {
 	o := capture.AssemblerOptions{MemoryBytesMax: mem, ChunkBytesMax: chunk, SpillDir: h.spillDir, Pins: h.pins,
 		InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")}
-	if h.sim.Workload.DriftCompatible {
-		o.Catalog = simCatalog
-		o.Policy = func(string) schemachange.Policy {
-			return schemachange.Policy{Mode: schemachange.ModeStrict, Configured: true}
-		}
+	if h.hist.spec != nil {
+		o.Catalog = h.catalog
+		o.Policy = func(string) schemachange.Policy { return simPolicy }
+		o.Accepted = func(relation string) bool { return h.accepted[relation] }
 	}
 	return o
 }
@@ -781,7 +825,7 @@ func (h *harness) assemblerOptions(mem, chunk int64) capture.AssemblerOptions {
 // per table SNAPSHOT batches at the consistent point, then SNAPSHOT_END.
 func (h *harness) publishSnapshot(tr simTransport) error {
 	cp := h.hist.cp
-	for _, d := range simTables {
+	for _, d := range h.hist.defs {
 		rel := capture.RelationFromPgoutput(pgRelation(d, 0))
 		name := d.name
 		_ = h.pins.Pin(name, rel.Fingerprint)
@@ -866,11 +910,16 @@ func (h *harness) relayFailed(err error) {
 		// relay (a drift error does not flush what was assembled).
 		done := true
 		for _, t := range h.hist.txns {
-			if h.hist.expected(t) && !h.chk.inLog[t.commitLSN] {
+			if t.rows > 0 && h.hist.beforeDrift(t) && !h.chk.inLog[t.commitLSN] {
 				done = false
 			}
 		}
-		if done || h.driftSeen > 200 {
+		switch {
+		case h.driftSeen > 200:
+			h.relayStop = err
+		case done && h.hist.recover && !h.accepted[drift.Relation]:
+			h.takeover(drift)
+		case done && !h.hist.recover:
 			h.relayStop = err
 		}
 	case errors.Is(err, segmentlog.ErrMustReopen):
@@ -904,6 +953,7 @@ func (h *harness) relayStep() {
 		w := r.stream[r.pos]
 		r.pos++
 		r.track(w)
+		h.sentPos = max(h.sentPos, w.pos)
 		err := r.sess.HandleCopyData(h.ctx, xlogData(w.pos, w.end, h.nowUS, w.data))
 		if h.pendingImage != nil {
 			return // the machine lost power while the relay was publishing

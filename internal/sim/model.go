@@ -29,6 +29,29 @@ type colDef struct {
 	name    string
 	typeOID uint32
 	key     bool
+	// mod is the type modifier (varchar(n): n+4); 0 means none (-1 on
+	// the wire).
+	mod int32
+	// What the source catalog says beyond pgoutput (schemachange.Facts).
+	notNull, hasDefault bool
+}
+
+// typmod is the column's type modifier as pgoutput sends it.
+func (c colDef) typmod() int32 {
+	if c.mod == 0 {
+		return -1
+	}
+	return c.mod
+}
+
+// col looks a column up by name (-1 when d has none).
+func (d *tableDef) col(name string) int {
+	for i, c := range d.cols {
+		if c.name == name {
+			return i
+		}
+	}
+	return -1
 }
 
 // tableDef is a table as the source publishes it.
@@ -55,17 +78,17 @@ func (d *tableDef) keyed() bool {
 // two rows and one never applied leaves none.
 var (
 	tAccounts = &tableDef{name: "public.accounts", oid: 16401, cols: []colDef{
-		{"id", 20, true}, {"balance", 20, false}, {"note", 25, false}}}
+		{name: "id", typeOID: 20, key: true}, {name: "balance", typeOID: 20, key: false}, {name: "note", typeOID: 25, key: false}}}
 	tOrders = &tableDef{name: "public.orders", oid: 16402, cols: []colDef{
-		{"id", 20, true}, {"status", 25, false}, {"total", 20, false}, {"doc", 25, false}}}
+		{name: "id", typeOID: 20, key: true}, {name: "status", typeOID: 25, key: false}, {name: "total", typeOID: 20, key: false}, {name: "doc", typeOID: 25, key: false}}}
 	tLines = &tableDef{name: "public.order_lines", oid: 16403, cols: []colDef{
-		{"order_id", 20, true}, {"n", 23, true}, {"qty", 20, false}, {"amount", 20, false}}}
+		{name: "order_id", typeOID: 20, key: true}, {name: "n", typeOID: 23, key: true}, {name: "qty", typeOID: 20, key: false}, {name: "amount", typeOID: 20, key: false}}}
 	tEvents = &tableDef{name: "public.events", oid: 16404, cols: []colDef{
-		{"id", 20, true}, {"kind", 25, false}, {"payload", 25, false}}}
-	tTxnLog = &tableDef{name: "public.txn_log", oid: 16405, cols: []colDef{{"txn", 20, false}}}
+		{name: "id", typeOID: 20, key: true}, {name: "kind", typeOID: 25, key: false}, {name: "payload", typeOID: 25, key: false}}}
+	tTxnLog = &tableDef{name: "public.txn_log", oid: 16405, cols: []colDef{{name: "txn", typeOID: 20, key: false}}}
 	// tAccountsDrifted is accounts after ALTER TABLE ... ADD COLUMN tier.
 	tAccountsDrifted = &tableDef{name: "public.accounts", oid: 16401, cols: []colDef{
-		{"id", 20, true}, {"balance", 20, false}, {"note", 25, false}, {"tier", 25, false}}}
+		{name: "id", typeOID: 20, key: true}, {name: "balance", typeOID: 20, key: false}, {name: "note", typeOID: 25, key: false}, {name: "tier", typeOID: 25, key: false}}}
 
 	simTables = []*tableDef{tAccounts, tOrders, tLines, tEvents, tTxnLog}
 )
@@ -84,9 +107,12 @@ type state struct {
 	hash   uint64
 }
 
-func newState() *state {
+func newState() *state { return newStateOf(simTables) }
+
+// newStateOf is an empty state of the tables defs.
+func newStateOf(defs []*tableDef) *state {
 	s := &state{tables: map[string]*tableData{}}
-	for _, d := range simTables {
+	for _, d := range defs {
 		s.tables[d.name] = &tableData{def: d, rows: map[string][]val{}}
 	}
 	return s
@@ -110,6 +136,15 @@ func rowHash(table string, row []val) uint64 {
 		b.WriteString(v.s)
 	}
 	return xxh3.HashString(b.String())
+}
+
+// tableHash is the hash of one table's rows (a part of the state's hash).
+func (s *state) tableHash(table string) uint64 {
+	var h uint64
+	for _, r := range s.tables[table].rows {
+		h += rowHash(table, r)
+	}
+	return h
 }
 
 // keyOf is the key of row in d ("" for a table without a key).

@@ -61,6 +61,10 @@ func fixtureReport(t *testing.T) *Report {
 			r.Detected = map[string]int{"schema-drift": 1}
 		}),
 		fake(t, "storage.full-disk.append", func(r *Result) { r.Pass, r.Fired = false, false }),
+		fake(t, "schema.drop-column.relay-crash-before-barrier", func(r *Result) {
+			r.Detected = map[string]int{"schema-drift": 1, "reseed": 1, "reseed-handoff": 1}
+			r.Stats.RelayRestarts, r.Stats.Barriers = 2, 1
+		}),
 	}, sims, "")
 }
 

@@ -81,7 +81,8 @@ type Expect struct {
 	// Detect lists outcomes that must have been observed on the way:
 	// "sequence" (apply.ErrSequence), "quarantine", "repair" (a torn tail
 	// cut off by Open), "fatal" (segmentlog.FatalError), "enospc",
-	// "transient".
+	// "transient", "reseed" (a reseed took over a blocked schema change),
+	// "reseed-handoff" (its handoff replaced the table).
 	Detect []string `json:"detect,omitempty"`
 	// Exercise lists what the run must have made the relay do: "spill"
 	// (a transaction past the memory bound), "chunks" (a CHUNK sequence),
@@ -138,7 +139,7 @@ var InvariantText = map[string]string{
 	InvAtomic:       "no reader of the target ever sees part of a source transaction (checked after every target commit)",
 	InvAckDurable:   "the slot's confirmed LSN never passes a transaction that is not durable in the log (checked at every acknowledgement)",
 	InvQuarantine:   "the quarantined transactions are exactly the incompatible ones",
-	InvSchemaPinned: "no row is assembled under a relation shape that differs from the pinned one",
+	InvSchemaPinned: "no row is assembled under a relation shape that differs from the pinned one, nothing past a blocked change reaches the target before a reseed took it over, and no row reaches the target under a shape its table does not have",
 	InvEpochHonest:  "a lake epoch is complete only when every source is included, and never claims a source through a position whose rows the changelog does not hold yet",
 }
 

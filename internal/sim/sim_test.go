@@ -182,6 +182,8 @@ func TestMutations(t *testing.T) {
 			[]string{"applier.crash.mid-chunk-sequence", "transport.chunk-barrier-incomplete"}, []string{InvAtomic}},
 		{"relay ignores schema drift", Mutations{IgnoreDrift: true},
 			[]string{"schema.pinned-drift"}, []string{InvSchemaPinned}},
+		{"relay lets a blocked change's transaction through", Mutations{IgnoreDrift: true},
+			[]string{"schema.drop-column.relay-crash-before-barrier", "schema.primary-key-change.reply-lost-after-commit"}, []string{InvSchemaPinned}},
 		{"applier passes over refused transactions", Mutations{Apply: mutation.DropRefused},
 			[]string{"schema.incompatible-row.quarantine"}, []string{InvAtomic, InvNoLoss, InvQuarantine}},
 		{"storage acknowledges fsync without persisting", Mutations{StorageLies: true},

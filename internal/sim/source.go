@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/trellara/trellara/relay/pgoutput"
+	"github.com/trellara/trellara/schemachange"
 )
 
 // The simulated source: a seeded generator of committed history, rendered
@@ -51,6 +52,10 @@ type Workload struct {
 	// is nullable, the table configured): it flows through a DDL barrier,
 	// and the rows under the new shape carry a value in it.
 	DriftCompatible bool
+	// Change, when set, is the kind of the schema change of accounts at
+	// DriftAt (changeSpecs): compatible kinds flow through a DDL barrier,
+	// the others stop capture until a reseed takes them over.
+	Change schemachange.Kind
 	// Incompatible lists transactions (1-based) that write a value the
 	// target refuses (a CHECK constraint, a too-long value).
 	Incompatible []int
@@ -103,6 +108,45 @@ type history struct {
 	compatible bool
 	driftTxn   *htxn // the transaction that first uses the drifted shape
 	byLSN      map[uint64]*htxn
+	// spec is the schema change (Workload.Change, or the legacy
+	// DriftCompatible one); nil without a classified change.
+	spec *changeSpec
+	// recover: the change is blocked and a reseed of its table takes it
+	// over (Workload.Change of a kind that does not flow).
+	recover bool
+	// defs are the tables as the source publishes them first (accounts
+	// in the spec's old shape).
+	defs []*tableDef
+	// final is the source's state after its last transaction; tHashes
+	// the changed table's hash after every prefix (as hashes).
+	final   *state
+	tHashes []uint64
+	// ddlPos is the position of the changed shape's first transaction:
+	// the source catalog answers with the new shape once capture has
+	// reached it.
+	ddlPos uint64
+}
+
+// spec is the workload's classified schema change, if any.
+func (w Workload) spec() *changeSpec {
+	switch {
+	case w.Change != "":
+		return changeSpecs[w.Change]
+	case w.DriftCompatible:
+		return changeSpecs[schemachange.AddNullableColumn]
+	}
+	return nil
+}
+
+// tables are the source's tables at the start of w's history.
+func (w Workload) tables() []*tableDef {
+	sp := w.spec()
+	if sp == nil {
+		return simTables
+	}
+	out := slices.Clone(simTables)
+	out[slices.Index(out, tAccounts)] = sp.before
+	return out
 }
 
 const (
@@ -117,6 +161,8 @@ type gen struct {
 	wires   []*wire
 	txns    []*htxn
 	hashes  []uint64
+	tHashes []uint64
+	spec    *changeSpec
 	xid     uint32
 	order   int64
 	event   int64
@@ -128,8 +174,8 @@ type gen struct {
 
 // generate builds the history for w from seed.
 func generate(seed uint64, w Workload) *history {
-	g := &gen{rng: rand.New(rand.NewPCG(seed, seed^0x5eed5eed5eed5eed)), w: w, model: newState(),
-		xid: 700, lines: map[int64]int{}, incomp: map[int]bool{}}
+	g := &gen{rng: rand.New(rand.NewPCG(seed, seed^0x5eed5eed5eed5eed)), w: w, model: newStateOf(w.tables()),
+		xid: 700, lines: map[int64]int{}, incomp: map[int]bool{}, spec: w.spec()}
 	for _, i := range w.Incompatible {
 		g.incomp[i] = true
 	}
@@ -138,6 +184,7 @@ func generate(seed uint64, w Workload) *history {
 	}
 	initial := cloneState(g.model)
 	g.hashes = append(g.hashes, g.model.hash)
+	g.tHashes = append(g.tHashes, g.model.tableHash(tAccounts.name))
 	for len(g.txns) < w.Txns {
 		next := len(g.txns) + 1
 		if w.AbortEvery > 0 && next > 1 && (next-1)%w.AbortEvery == 0 && !g.lastWasAbort() {
@@ -149,8 +196,20 @@ func generate(seed uint64, w Workload) *history {
 		}
 		g.normal()
 	}
-	h := &history{wires: g.wires, txns: g.txns, initial: initial, hashes: g.hashes, cp: lsnBase, byLSN: map[uint64]*htxn{}, compatible: w.DriftCompatible}
+	h := &history{wires: g.wires, txns: g.txns, initial: initial, hashes: g.hashes, cp: lsnBase, byLSN: map[uint64]*htxn{}, compatible: w.DriftCompatible,
+		spec: g.spec, defs: w.tables(), final: g.model, tHashes: g.tHashes}
+	if w.Change != "" {
+		// Whether the change flows is schemachange's decision.
+		h.compatible = g.spec.plan().AutoApplies()
+		h.recover = !h.compatible
+	}
 	h.layout()
+	for _, w := range h.wires {
+		if w.owner == h.driftTxn && h.driftTxn != nil {
+			h.ddlPos = w.pos
+			break
+		}
+	}
 	return h
 }
 
@@ -185,10 +244,10 @@ func (g *gen) seed() {
 }
 
 func cloneState(s *state) *state {
-	c := newState()
+	c := &state{tables: map[string]*tableData{}}
 	for name, t := range s.tables {
-		ct := c.tables[name]
-		ct.rowID = t.rowID
+		ct := &tableData{def: t.def, rows: map[string][]val{}, rowID: t.rowID}
+		c.tables[name] = ct
 		for k, r := range t.rows {
 			ct.rows[k] = slices.Clone(r)
 		}
@@ -227,12 +286,7 @@ func (b *body) relation(d *tableDef) {
 		return
 	}
 	b.block[d] = true
-	m := &pgoutput.Relation{Xid: pgoutput.XID(b.xid), RelationID: pgoutput.OID(d.oid), Namespace: d.schema(), Name: d.rel(),
-		ReplicaIdentity: pgoutput.ReplicaIdentityDefault}
-	for _, c := range d.cols {
-		m.Columns = append(m.Columns, pgoutput.RelationColumn{Key: c.key, Name: c.name, TypeOID: pgoutput.OID(c.typeOID), TypeModifier: -1})
-	}
-	b.add(m)
+	b.add(pgRelation(d, b.xid))
 }
 
 func cols(row []val) []pgoutput.Column {
@@ -268,6 +322,7 @@ func (g *gen) commitNow(t *htxn, out []*wire) {
 		f(g.model)
 	}
 	g.hashes = append(g.hashes, g.model.hash)
+	g.tHashes = append(g.tHashes, g.model.tableHash(tAccounts.name))
 	t.hashIndex = len(g.hashes) - 1
 	g.txns = append(g.txns, t)
 	g.wires = append(g.wires, out...)
@@ -281,6 +336,17 @@ func (g *gen) normal() {
 	t := g.newTxn(kind)
 	b := &body{t: t, block: map[*tableDef]bool{}}
 	b.add(&pgoutput.Begin{Xid: pgoutput.XID(t.xid), CommitTime: pgoutput.Timestamp(commitTime0 + int64(id)*1000)})
+	if sp := g.spec; sp != nil && g.w.Change != "" && id == g.w.DriftAt {
+		// The DDL commits before this transaction: the source's rows of
+		// accounts take the new shape (a dropped column's values go, an
+		// added column's default fills in).
+		t.apply = append(t.apply, func(s *state) {
+			rows := s.tables[tAccounts.name].rows
+			for k, r := range rows {
+				s.put(tAccounts.name, k, sp.reshape(r))
+			}
+		})
+	}
 	g.fill(b, id, kind)
 	if kind != "empty" {
 		b.insert(tTxnLog, []val{num(int64(id))})
@@ -319,10 +385,45 @@ func (g *gen) pickKind(id int) string {
 
 // accounts is the accounts shape for transaction id.
 func (g *gen) accounts(id int) *tableDef {
+	if sp := g.spec; sp != nil {
+		if id >= g.w.DriftAt {
+			return sp.after
+		}
+		return sp.before
+	}
 	if g.w.DriftAt > 0 && id >= g.w.DriftAt {
 		return tAccountsDrifted
 	}
 	return tAccounts
+}
+
+// transferChanged is one half of a transfer under a Workload.Change: the
+// account's row under the shape of transaction id, a value past the old
+// shape where the change allows one.
+func (g *gen) transferChanged(b *body, id int, account, delta int64) {
+	sp := g.spec
+	cur := sp.before // the shape the model's rows have when read
+	if id > g.w.DriftAt {
+		cur = sp.after
+	}
+	d := g.accounts(id)
+	key := keyOf(tAccounts, []val{num(account)})
+	v := sp.named(cur, g.model.tables[tAccounts.name].rows[key])
+	v["balance"] = num(parseNum(v["balance"]) + delta)
+	if _, ok := v["tier"]; ok || d.col("tier") >= 0 {
+		v["tier"] = text(fmt.Sprintf("tier-%d", id))
+	}
+	if d == sp.after && sp.wide != nil {
+		sp.wide(id, v)
+	}
+	row := rowOf(d, v)
+	b.relation(d)
+	b.t.rows++
+	b.t.apply = append(b.t.apply, func(s *state) { s.put(tAccounts.name, key, row) })
+	w := b.add(&pgoutput.Update{Xid: pgoutput.XID(b.xid), RelationID: pgoutput.OID(d.oid), OldKind: pgoutput.TupleNone, New: cols(row)})
+	if d == sp.after && !g.drifted {
+		g.drifted, w.drift = true, true
+	}
 }
 
 // fill writes the changes of a transaction of kind.
@@ -331,7 +432,7 @@ func (g *gen) fill(b *body, id int, kind string) {
 	switch kind {
 	case "init":
 		for a := int64(1); a <= 8; a++ {
-			b.insert(tAccounts, []val{num(a), num(1000), text(fmt.Sprintf("acct-%d", a))})
+			b.insert(g.accounts(id), []val{num(a), num(1000), text(fmt.Sprintf("acct-%d", a))})
 		}
 	case "transfer":
 		from, to := int64(1+g.rng.IntN(8)), int64(1+g.rng.IntN(8))
@@ -343,6 +444,10 @@ func (g *gen) fill(b *body, id int, kind string) {
 			id    int64
 			delta int64
 		}{{from, -amount}, {to, amount}} {
+			if g.w.Change != "" {
+				g.transferChanged(b, id, x.id, x.delta)
+				continue
+			}
 			d := g.accounts(id)
 			key := keyOf(tAccounts, []val{num(x.id)})
 			old := g.model.tables[tAccounts.name].rows[key]
@@ -580,8 +685,12 @@ func (h *history) expected(t *htxn) bool {
 	if t.rows == 0 {
 		return false
 	}
-	return h.driftPos == 0 || h.compatible || t.commitLSN < h.driftPos
+	return h.driftPos == 0 || h.compatible || h.recover || h.beforeDrift(t)
 }
+
+// beforeDrift reports whether t committed before the first change under
+// the drifted shape.
+func (h *history) beforeDrift(t *htxn) bool { return t.commitLSN < h.driftPos }
 
 // stream returns the messages a walsender sends to a session that starts
 // at position from: those of every transaction committing at or after it

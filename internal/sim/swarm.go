@@ -87,7 +87,7 @@ func SwarmScenario(sim *Simulation, seed uint64) *Scenario {
 	// What the simulation itself must end in.
 	w := sim.Workload
 	switch {
-	case w.DriftAt > 0 && !w.DriftCompatible:
+	case w.DriftAt > 0 && !w.DriftCompatible && w.Change == "":
 		sc.Expect.Stop = "schema-drift"
 	case sim.Retention.Expire:
 		sc.Expect.Stop = "past-retention"

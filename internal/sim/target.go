@@ -12,8 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/mutation"
+	"github.com/trellara/trellara/schemachange"
 )
 
 // The simulated target: a small transactional database the real applier
@@ -50,10 +53,26 @@ type simDB struct {
 	// checker reads committed state.
 	onCommit func()
 	commits  int
-	// added holds the columns DDL barriers added, by table: target DDL is
-	// transactional, so a transaction's additions land only at its commit.
-	added    map[string][]colDef
+	// defs are the target's tables as committed DDL left them: target DDL
+	// is transactional, so a transaction's changes land only at its
+	// commit.
+	defs     map[string]*tableDef
 	barriers int // committed transactions that ran a DDL barrier
+	// reseeds are the reseeds recorded on the target, by table.
+	reseeds map[string]*simReseed
+	// wrongShape, when set, hears of every row the target refused because
+	// of its shape (a column it does not have, a value its column type
+	// cannot hold): the checker counts it as applied under the wrong shape.
+	wrongShape func(detail string)
+}
+
+// simReseed is a reseed that took over a blocked schema change of its
+// table (apply/reseed.go): from its barrier on the table's rows go to the
+// shadow table only, until the handoff replaces the table.
+type simReseed struct {
+	active    bool // its barrier committed
+	handedOff bool
+	shadowed  int // rows written to the shadow table
 }
 
 type quarRow struct {
@@ -64,8 +83,55 @@ type quarRow struct {
 }
 
 func newSimDB(clock func() time.Time) *simDB {
-	return &simDB{data: newState(), progress: map[string]apply.SnapshotProgress{}, allowed: map[string]bool{}, clock: clock,
-		added: map[string][]colDef{}}
+	db := &simDB{progress: map[string]apply.SnapshotProgress{}, allowed: map[string]bool{}, clock: clock,
+		reseeds: map[string]*simReseed{}}
+	db.useTables(simTables)
+	return db
+}
+
+// useTables starts the target empty with the tables defs.
+func (db *simDB) useTables(defs []*tableDef) {
+	db.data = newStateOf(defs)
+	db.defs = map[string]*tableDef{}
+	for _, d := range defs {
+		db.defs[d.name] = d
+	}
+}
+
+// recordReseed records a reseed of table that replaces it (reseed
+// --table T on a blocked change).
+func (db *simDB) recordReseed(table string) {
+	if db.reseeds[table] == nil {
+		db.reseeds[table] = &simReseed{}
+	}
+}
+
+// reseeding reports whether a reseed of table is active (past its
+// barrier) and not handed off.
+func (db *simDB) reseeding(table string) bool {
+	rs := db.reseeds[table]
+	return rs != nil && rs.active && !rs.handedOff
+}
+
+func (db *simDB) handedOff(table string) bool {
+	rs := db.reseeds[table]
+	return rs != nil && rs.handedOff
+}
+
+// handoff is the reseed's handoff transaction: the table becomes def with
+// rows (the reseed's copy); a reader sees the old table or the new one.
+func (db *simDB) handoff(def *tableDef, rows map[string][]val) {
+	db.data.truncate(def.name)
+	for _, r := range rows {
+		r := slices.Clone(r)
+		db.data.put(def.name, keyOf(def, r), r)
+	}
+	db.defs[def.name] = def
+	db.reseeds[def.name].handedOff = true
+	db.commits++
+	if db.onCommit != nil {
+		db.onCommit()
+	}
 }
 
 // connect opens a session for one applier.
@@ -220,8 +286,10 @@ type simTx struct {
 	progress   map[string]apply.SnapshotProgress
 	replayed   []int64
 	done       bool
-	chunked    bool                // holds a chunk sequence
-	added      map[string][]colDef // columns this transaction's DDL added
+	chunked    bool                 // holds a chunk sequence
+	defs       map[string]*tableDef // tables this transaction's DDL changed
+	barrier    bool                 // ran a DDL barrier
+	reseeding  map[string]bool      // reseeds whose barrier this transaction carries
 }
 
 func (x *simTx) live() error {
@@ -266,43 +334,133 @@ func pgErr(code, msg string) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: msg}
 }
 
-// table is name as this transaction sees it: the table's columns and
-// those DDL barriers added (committed, then this transaction's).
+// table is name as this transaction sees it: as committed DDL left it,
+// or as this transaction's DDL did.
 func (x *simTx) table(name string) *tableDef {
-	for _, d := range simTables {
-		if d.name == name {
-			add := append(slices.Clone(x.c.db.added[name]), x.added[name]...)
-			if len(add) == 0 {
-				return d
-			}
-			return &tableDef{name: d.name, oid: d.oid, cols: append(slices.Clone(d.cols), add...)}
-		}
+	if d := x.defs[name]; d != nil {
+		return d
 	}
-	return nil
+	return x.c.db.defs[name]
 }
 
-// ddl runs a DDL barrier's target DDL in the transaction: the simulated
-// target knows ADD COLUMN (add_nullable_column), idempotently, as the
-// statements Trellara runs are.
+// shadowed reports whether name's rows go to a reseed's shadow table.
+func (x *simTx) shadowed(name string) bool {
+	return x.reseeding[name] || x.c.db.reseeding(name)
+}
+
+// ddl runs a DDL barrier in the transaction: for a compatible change the
+// statement Trellara runs (schemachange.Statement, as the applier builds
+// it), executed by the simulated target; for a blocked change a reseed
+// took over (capture.ReseedKind), the reseed recorded on the target starts
+// taking the table's rows.
 func (x *simTx) ddl(unit int, env *pb.Envelope) error {
+	x.barrier = true
 	for _, d := range env.DdlEvents {
+		if d.Kind == capture.ReseedKind {
+			if x.c.db.reseeds[d.Relation] == nil {
+				return fmt.Errorf("apply: DDL barrier at commit LSN %s: a reseed of %s took over its schema change, but no reseed of it is recorded on this target",
+					envelope.FormatLSN(env.CommitLsn), d.Relation)
+			}
+			if x.reseeding == nil {
+				x.reseeding = map[string]bool{}
+			}
+			x.reseeding[d.Relation] = true
+			continue
+		}
 		if d.Column == "" {
 			continue
 		}
 		def := x.table(d.Relation)
-		if def == nil || d.Kind != "add_nullable_column" {
-			err := pgErr("0A000", fmt.Sprintf("the simulated target cannot run %s on %s", d.Kind, d.Relation))
-			return &apply.Refusal{Unit: unit, Relation: d.Relation, SQLState: "0A000", Err: err}
+		stmt := ""
+		if def != nil {
+			stmt = schemachange.Statement(quotedName(def), schemachange.Kind(d.Kind), d.Column, d.ColumnType)
 		}
-		if !slices.ContainsFunc(def.cols, func(c colDef) bool { return c.name == d.Column }) {
-			if x.added == nil {
-				x.added = map[string][]colDef{}
-			}
-			x.added[d.Relation] = append(x.added[d.Relation], colDef{name: d.Column, typeOID: 25})
+		if err := x.exec(stmt); err != nil {
+			return &apply.Refusal{Unit: unit, Relation: d.Relation, SQLState: err.(*pgconn.PgError).Code, Err: err}
 		}
 	}
 	// Between the target DDL and the unit's rows.
 	return x.c.op("after-ddl")
+}
+
+// exec runs one of the statements schemachange.Statement writes:
+// ALTER TABLE … ADD COLUMN IF NOT EXISTS … and ALTER TABLE … ALTER
+// COLUMN … TYPE ….
+func (x *simTx) exec(stmt string) error {
+	unsupported := pgErr("0A000", fmt.Sprintf("the simulated target cannot run %q", stmt))
+	rest, ok := strings.CutPrefix(stmt, "ALTER TABLE ")
+	if !ok {
+		return unsupported
+	}
+	var table, column, typ string
+	add := false
+	if t, r, ok := strings.Cut(rest, " ADD COLUMN IF NOT EXISTS "); ok {
+		table, add = t, true
+		column, typ, _ = strings.Cut(r, " ")
+	} else if t, r, ok := strings.Cut(rest, " ALTER COLUMN "); ok {
+		table = t
+		column, typ, _ = strings.Cut(r, " TYPE ")
+	} else {
+		return unsupported
+	}
+	name := strings.ReplaceAll(strings.Trim(table, `"`), `"."`, ".")
+	column = strings.ReplaceAll(strings.Trim(column, `"`), `""`, `"`)
+	oid, mod, ok := typeOf(typ)
+	def := x.table(name)
+	if !ok || def == nil {
+		return unsupported
+	}
+	nd := &tableDef{name: def.name, oid: def.oid, cols: slices.Clone(def.cols)}
+	i := nd.col(column)
+	switch {
+	case add && i >= 0: // IF NOT EXISTS
+		return nil
+	case add:
+		nd.cols = append(nd.cols, colDef{name: column, typeOID: oid, mod: mod})
+	case i < 0:
+		return pgErr("42703", fmt.Sprintf("column %q of relation %q does not exist", column, name))
+	default:
+		nd.cols[i].typeOID, nd.cols[i].mod = oid, mod
+		// Every value already there must fit the new type.
+		for _, r := range x.c.db.data.tables[name].rows {
+			if i < len(r) {
+				if err := fits(nd.cols[i], r[i]); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if x.defs == nil {
+		x.defs = map[string]*tableDef{}
+	}
+	x.defs[name] = nd
+	return nil
+}
+
+// fits checks a value against its column's type: integer ranges and
+// varchar lengths.
+func fits(c colDef, v val) error {
+	if v.null {
+		return nil
+	}
+	var lo, hi int64
+	switch c.typeOID {
+	case 21:
+		lo, hi = -1<<15, 1<<15-1
+	case 23:
+		lo, hi = -1<<31, 1<<31-1
+	case 1043:
+		if n := int(c.typmod()) - 4; c.typmod() >= 0 && len(v.s) > n {
+			return pgErr("22001", fmt.Sprintf("value too long for type character varying(%d)", n))
+		}
+		return nil
+	default:
+		return nil
+	}
+	if n, err := strconv.ParseInt(v.s, 10, 64); err != nil || n < lo || n > hi {
+		return pgErr("22003", fmt.Sprintf("value %q is out of range for type %s", v.s, schemachange.TypeName(c.typeOID, -1)))
+	}
+	return nil
 }
 
 // target maps a source relation to a target table and its column
@@ -317,14 +475,31 @@ func (x *simTx) target(rel *pb.Relation) (*tableDef, []int, error) {
 	for i, c := range rel.Columns {
 		pos[i] = slices.IndexFunc(def.cols, func(d colDef) bool { return d.name == c.Name })
 		if pos[i] < 0 {
-			return nil, nil, pgErr("42703", fmt.Sprintf("column %q of relation %q does not exist", c.Name, name))
+			err := pgErr("42703", fmt.Sprintf("column %q of relation %q does not exist", c.Name, name))
+			x.c.db.refusedShape(err)
+			return nil, nil, err
 		}
 	}
 	return def, pos, nil
 }
 
-// check enforces the target-only constraints.
+// refusedShape reports a row refused for the target's shape.
+func (db *simDB) refusedShape(err error) {
+	if db.wrongShape != nil {
+		db.wrongShape(err.Error())
+	}
+}
+
+// check enforces the column types and the target-only constraints.
 func (x *simTx) check(def *tableDef, row []val) error {
+	for i, c := range def.cols {
+		if i < len(row) {
+			if err := fits(c, row[i]); err != nil {
+				x.c.db.refusedShape(fmt.Errorf("%s.%s: %w", def.name, c.name, err))
+				return err
+			}
+		}
+	}
 	allowed := x.c.db.allowed
 	switch def.name {
 	case tOrders.name:
@@ -332,7 +507,7 @@ func (x *simTx) check(def *tableDef, row []val) error {
 			return pgErr("23514", `new row for relation "orders" violates check constraint "orders_status_check"`)
 		}
 	case tAccounts.name:
-		if s := row[2].s; len(s) > 40 && !allowed[s] {
+		if i := def.col("note"); i >= 0 && def.cols[i].typeOID == 25 && len(row[i].s) > 40 && !allowed[row[i].s] {
 			return pgErr("22001", "value too long for type character varying(40)")
 		}
 	}
@@ -374,6 +549,13 @@ func (x *simTx) Apply(_ context.Context, unit int, env *pb.Envelope) (int, int, 
 		}
 		rel := env.Relations[r.RelationIndex]
 		relName := rel.Schema + "." + rel.Name
+		if x.shadowed(relName) {
+			// A reseed took over this table's blocked change: its rows go
+			// to the shadow table, which the handoff puts in place.
+			x.c.db.reseeds[relName].shadowed++
+			rows++
+			continue
+		}
 		def, pos, err := x.target(rel)
 		if err != nil {
 			return 0, 0, &apply.Refusal{Unit: unit, Relation: relName, SQLState: err.(*pgconn.PgError).Code, Err: err}
@@ -515,7 +697,7 @@ func (x *simTx) Commit(context.Context) (time.Time, error) {
 				act = a
 			}
 		}
-		if len(x.added) > 0 {
+		if x.barrier {
 			if a := c.db.point("target.commit-barrier"); a != "" {
 				act = a
 			}
@@ -545,10 +727,13 @@ func (x *simTx) Commit(context.Context) (time.Time, error) {
 		}
 		db.data.tables[name].rowID += o.keyless
 	}
-	for name, cols := range x.added {
-		db.added[name] = append(db.added[name], cols...)
+	for name, d := range x.defs {
+		db.defs[name] = d
 	}
-	if len(x.added) > 0 {
+	for name := range x.reseeding {
+		db.reseeds[name].active = true
+	}
+	if x.barrier {
 		db.barriers++
 	}
 	db.checkpoint, db.hasCP = x.checkpoint, true
