@@ -107,8 +107,6 @@ type state struct {
 	hash   uint64
 }
 
-func newState() *state { return newStateOf(simTables) }
-
 // newStateOf is an empty state of the tables defs.
 func newStateOf(defs []*tableDef) *state {
 	s := &state{tables: map[string]*tableData{}}
