@@ -109,6 +109,23 @@ var detectedText = map[string]string{
 	"sequence":       "ErrSequence",
 	"past-retention": "past-retention error",
 	"corruption":     "typed corruption error",
+	"reseed":         "reseed taking over the blocked change",
+	"reseed-handoff": "reseed handoff",
+}
+
+// changeProof says how a run with a classified schema change checked the
+// changed table (sim names the scenario's simulation).
+func changeProof(sim string) string {
+	for _, s := range simulations {
+		if s.Name != sim || s.Workload.spec() == nil {
+			continue
+		}
+		if s.Workload.Change == "" || s.Workload.spec().plan().AutoApplies() {
+			return "the changed table's shape checked after each target commit: the new one exactly when the transaction that first used it is applied, every value against its column's type"
+		}
+		return "the changed table checked after each target commit: nothing at or past the blocked change before the reseed took it over, its old rows until the handoff, the source's in the new shape after it"
+	}
+	return ""
 }
 
 // proofOf says what a run checked, with the counts it checked them over:
@@ -148,6 +165,9 @@ func proofOf(r *Result) string {
 			q += ", none left open"
 		}
 		p = append(p, q)
+	}
+	if c := changeProof(sc.Simulation); c != "" {
+		p = append(p, c)
 	}
 	p = append(p, fmt.Sprintf("target state compared with the source after each target commit (%d)", st.TargetCommits))
 	if sc.Expect.Stop == "" {
