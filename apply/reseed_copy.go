@@ -84,33 +84,11 @@ func Reseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*ReseedRe
 		o.Wait = 5 * time.Minute
 	}
 	rel := o.Table.String()
-	if err := EnsureSchema(ctx, tgt, o.Schema); err != nil {
-		return nil, err
-	}
-	if err := EnsureReseedTable(ctx, tgt, o.Schema); err != nil {
-		return nil, err
-	}
-	lock := "trellara.reseed/" + o.Schema + "/" + o.Flow + "/" + o.SourceID + "/" + rel
-	var ok bool
-	if err := tgt.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, lock).Scan(&ok); err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%w (%s, flow %q): wait for it to finish, or stop it and run the command again to resume", ErrReseedBusy, rel, o.Flow)
-	}
-	defer func() {
-		_, _ = tgt.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, lock)
-	}()
-
-	st, resumed, err := findReseed(ctx, tgt, o)
+	st, resumed, unlock, err := holdReseed(ctx, src, tgt, o)
 	if err != nil {
 		return nil, err
 	}
-	if st == nil {
-		if st, err = createReseed(ctx, src, tgt, o); err != nil {
-			return nil, err
-		}
-	}
+	defer unlock()
 	if o.Recorded != nil && st.Status == ReseedCopying {
 		if err := o.Recorded(st.ID); err != nil {
 			return nil, err
@@ -142,6 +120,77 @@ func Reseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*ReseedRe
 	}
 	res.Chunks, res.Rows = d.st.Chunks, d.st.Rows
 	return res, nil
+}
+
+// holdReseed takes the table's reseed lock on the target (one reseed
+// process per table) and returns its unfinished reseed, recording a new
+// one when there is none; unlock releases the lock.
+func holdReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (st *ReseedState, resumed bool, unlock func(), err error) {
+	rel := o.Table.String()
+	if err := EnsureSchema(ctx, tgt, o.Schema); err != nil {
+		return nil, false, nil, err
+	}
+	if err := EnsureReseedTable(ctx, tgt, o.Schema); err != nil {
+		return nil, false, nil, err
+	}
+	lock := "trellara.reseed/" + o.Schema + "/" + o.Flow + "/" + o.SourceID + "/" + rel
+	var ok bool
+	if err := tgt.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, lock).Scan(&ok); err != nil {
+		return nil, false, nil, err
+	}
+	if !ok {
+		return nil, false, nil, fmt.Errorf("%w (%s, flow %q): wait for it to finish, or stop it and run the command again to resume", ErrReseedBusy, rel, o.Flow)
+	}
+	unlock = func() {
+		_, _ = tgt.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, lock)
+	}
+	if st, resumed, err = findReseed(ctx, tgt, o); err == nil && st == nil {
+		st, err = createReseed(ctx, src, tgt, o)
+	}
+	if err != nil {
+		unlock()
+		return nil, false, nil, err
+	}
+	return st, resumed, unlock, nil
+}
+
+// PrepareReseed records o.Table's reseed on the target (its row in
+// reseeds, its shadow, stage and keys tables) without writing a watermark,
+// or finds its unfinished one; Reseed continues it. A sink that lost part
+// of the stream records a Replace reseed of every table this way before
+// its applier reads on past the gap (AcceptGap), so the applier writes no
+// table from then on but the shadows.
+func PrepareReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*ReseedState, error) {
+	if o.Schema == "" {
+		o.Schema = defaultSchema
+	}
+	st, _, unlock, err := holdReseed(ctx, src, tgt, o)
+	if err != nil {
+		return nil, err
+	}
+	unlock()
+	return st, nil
+}
+
+// AcceptGap moves the target's checkpoint of the flow to log offset
+// oldest-1, so its applier resumes at oldest, the first entry the log
+// still holds, and never asks for what retention removed. The
+// transactions in between are lost to this target: only a reseed of every
+// table (PrepareReseed with Replace, before this) makes it whole again.
+// It never moves the checkpoint back.
+func AcceptGap(ctx context.Context, tgt DB, schema, flow, sourceID string, oldest uint64) error {
+	if schema == "" {
+		schema = defaultSchema
+	}
+	if oldest == 0 {
+		return nil
+	}
+	_, err := tgt.Exec(ctx, `UPDATE `+pgx.Identifier{schema}.Sanitize()+`.checkpoints SET log_offset = $3::bigint
+		WHERE flow = $1 AND source_id = $2 AND (log_offset IS NULL OR log_offset < $3::bigint)`, flow, sourceID, int64(oldest-1))
+	if err != nil {
+		return fmt.Errorf("apply: flow %q (source %q): move the target's checkpoint to log offset %d: %w", flow, sourceID, oldest-1, err)
+	}
+	return nil
 }
 
 // FinishReseed records the verify verdict of a handed-off reseed.

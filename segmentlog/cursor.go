@@ -141,7 +141,7 @@ func (l *Log) readCursor(name string) (rec cursorRecord, registered bool, err er
 
 // ResetCursor moves cursor name to offset in either direction, clears its
 // past-retention mark and registers it if needed. It is a recovery
-// primitive (for a reseed, which is not implemented yet), not something a
+// primitive (`trellara reseed --all-tables` for a sink past retention), not something a
 // consumer calls in normal operation. offset must lie within [FirstOffset, NextOffset].
 //
 // A read-only log may reset a cursor too (the consumer's own), within the
@@ -346,6 +346,40 @@ func (l *Log) reloadCursors() error {
 	}
 	l.mu.Lock()
 	l.cursors = loaded
+	l.mu.Unlock()
+	return nil
+}
+
+// refreshExpiredCursor reads cursor name again from disk when this
+// process holds it as past retention: a recovery in another process
+// (ResetCursor, run by `trellara reseed --all-tables`) may have moved it
+// back within the log since. Without it the writer would keep the stale
+// mark until its next retention pass reloads every cursor.
+func (l *Log) refreshExpiredCursor(name string) error {
+	l.mu.Lock()
+	c, ok := l.cursors[name]
+	expired := ok && c.pastRetention
+	l.mu.Unlock()
+	if !expired || l.readOnly {
+		return nil
+	}
+	l.adminMu.Lock()
+	defer l.adminMu.Unlock()
+	unlock, err := l.lockCursors()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, registered, err := l.readCursor(name)
+	if err != nil || !registered || rec.pastRetention || rec.offset < l.FirstOffset() || rec.offset > l.NextOffset() {
+		return err
+	}
+	st := &cursorState{offset: rec.offset}
+	if st.segBase, st.pos, err = l.positionOf(rec.offset); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.cursors[name] = st
 	l.mu.Unlock()
 	return nil
 }

@@ -40,6 +40,9 @@ func (l *Log) NewReader(from uint64) *Reader {
 // offset and whose retention errors name the consumer. The reader does not
 // move the cursor: commit with CommitCursor after processing.
 func (l *Log) NewCursorReader(name string) (*Reader, error) {
+	if err := l.refreshExpiredCursor(name); err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.usableLocked(); err != nil {

@@ -262,3 +262,49 @@ func TestStatsLag(t *testing.T) {
 		t.Fatalf("mid: %+v", c)
 	}
 }
+
+// A cursor retention expired, reset by another process (a reseed of every
+// table), is readable again in the writer at once, without waiting for its
+// next retention pass to reload the cursors.
+func TestWriterSeesACursorResetElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	opts := smallOpts()
+	opts.Retention = Retention{MaxBytes: 1, Expire: true}
+	l := mustOpen(t, dir, opts)
+	defer l.Close()
+	fill(t, l, 60, 400)
+	if err := l.CommitCursor("laggard", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CommitCursor("current", 60); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.ApplyRetention(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var pe *PastRetentionError
+	if _, err := l.NewCursorReader("laggard"); !errors.As(err, &pe) {
+		t.Fatalf("NewCursorReader of an expired cursor = %v, want *PastRetentionError", err)
+	}
+	ro, err := OpenReadOnly(dir, Options{SegmentBytesMax: opts.SegmentBytesMax, IndexIntervalBytes: opts.IndexIntervalBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	first := l.FirstOffset()
+	if err := ro.ResetCursor("laggard", first); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.NewCursorReader("laggard")
+	if err != nil {
+		t.Fatalf("the writer after the reset elsewhere: %v", err)
+	}
+	defer r.Close()
+	off, _, err := nextCtx(r)
+	if err != nil || off != first {
+		t.Fatalf("first entry read after the reset: offset %d, %v; want %d", off, err, first)
+	}
+	if got, _, err := l.CursorOffset("laggard"); err != nil || got != first {
+		t.Fatalf("CursorOffset after the reset = %d, %v; want %d", got, err, first)
+	}
+}

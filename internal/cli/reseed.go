@@ -19,10 +19,18 @@ func reseedCommand() *cli.Command {
 			"then verified (exit 0 CONVERGED, 1 DIVERGED or BEHIND, 2 error); run it again to resume",
 		Hidden: true,
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
-			&cli.StringSliceFlag{Name: "table", Usage: "schema.table to copy again (repeatable); one of the flow's tables", Required: true},
+			&cli.StringSliceFlag{Name: "table", Usage: "schema.table to copy again (repeatable); one of the flow's tables"},
+			&cli.BoolFlag{Name: "all-tables", Usage: "copy every table of the flow again: the recovery of a sink past the local log's retention, " +
+				"or whose target was restored from a backup older than the log"},
 			&cli.StringFlag{Name: "sink", Usage: "the sink whose target is reseeded (default: the flow's only sink)"},
 			&cli.IntFlag{Name: "chunk-rows", Value: 10000, Usage: "rows per primary-key chunk"},
 			&cli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "how long to wait for the running flow's applier to apply each watermark"},
+		},
+		Before: func(c *cli.Context) error {
+			if len(c.StringSlice("table")) == 0 && !c.Bool("all-tables") {
+				return usageError("name the table to copy again with --table schema.table, or every table with --all-tables")
+			}
+			return nil
 		},
 		Action: databaseAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			if n := c.Int("chunk-rows"); n < 1 {
@@ -33,7 +41,7 @@ func reseedCommand() *cli.Command {
 			}
 			ctx, stop := signalContext(c)
 			defer stop()
-			o := flow.ReseedOptions{Tables: c.StringSlice("table"), Sink: c.String("sink"), ChunkRows: c.Int("chunk-rows"), Wait: c.Duration("wait")}
+			o := flow.ReseedOptions{Tables: c.StringSlice("table"), AllTables: c.Bool("all-tables"), Sink: c.String("sink"), ChunkRows: c.Int("chunk-rows"), Wait: c.Duration("wait")}
 			if format == "text" {
 				o.Progress = func(p apply.ReseedProgress) {
 					fmt.Fprintf(c.App.ErrWriter, "reseed %d of %s: %s, %d chunks and %d rows merged\n", p.ID, p.Relation, p.Phase, p.Chunks, p.Rows)

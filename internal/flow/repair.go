@@ -150,18 +150,21 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 	if err == nil {
 		for _, c := range st.Log.Cursors {
 			if c.PastRetention {
-				name := "consumer " + c.Name
-				for _, sk := range f.Sinks() {
-					if sk.Cursor() == c.Name {
-						name = fmt.Sprintf("sink %s (cursor %s)", sk.Name, c.Name)
-					}
-				}
-				p.Steps = append(p.Steps, RepairStep{Kind: "past_retention",
-					Problem: fmt.Sprintf("%s is past the local log's retention at offset %d; the log no longer holds what it has not applied", name, c.Offset),
+				step := RepairStep{Kind: "past_retention",
+					Problem: fmt.Sprintf("consumer %s is past the local log's retention at offset %d; the log no longer holds what it has not applied", c.Name, c.Offset),
 					Fix:     shell.Resnapshot(f.ConfigPath),
 					Then:    verifyAfterRun(f.ConfigPath),
 					Command: verify.CatchUpCommand(f.ConfigPath),
-				})
+				}
+				for _, sk := range f.Sinks() {
+					if sk.Cursor() == c.Name {
+						cmd := f.reseedAllCommand(sk)
+						step.Problem = fmt.Sprintf("sink %s (cursor %s) is past the local log's retention at offset %d; the log no longer holds what it has not applied", sk.Name, c.Name, c.Offset)
+						step.Fix = "with the flow running, copy every table of the sink again (the slot and the other sinks are kept): " + cmd + "; or " + shell.Resnapshot(f.ConfigPath)
+						step.Then, step.Command = "the reseed ends with a verify of each table (CONVERGED or DIVERGED)", cmd
+					}
+				}
+				p.Steps = append(p.Steps, step)
 			}
 		}
 	}

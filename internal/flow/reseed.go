@@ -24,6 +24,11 @@ type ReseedOptions struct {
 	// Tables to copy again (config.ParseTableName form); each must be one
 	// of the flow's tables.
 	Tables []string
+	// AllTables copies every table of the flow again (Tables empty). It is
+	// the recovery of a sink that lost part of the stream: its cursor past
+	// the local log's retention, or its target's checkpoint behind what
+	// the log holds (a target restored from an old backup).
+	AllTables bool
 	// Sink names the target ("" for the flow's only sink).
 	Sink string
 	// ChunkRows bounds one chunk; 0 means 10000.
@@ -89,8 +94,14 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 	if err != nil {
 		return nil, err
 	}
+	if o.AllTables && len(o.Tables) > 0 {
+		return nil, fmt.Errorf("flow %s: --all-tables copies every table of the flow and takes no --table (%d given)", f.Cfg.Flow, len(o.Tables))
+	}
+	if o.AllTables {
+		o.Tables = tableStrings(f.Tables())
+	}
 	if len(o.Tables) == 0 {
-		return nil, fmt.Errorf("flow %s: name the table to reseed with --table", f.Cfg.Flow)
+		return nil, fmt.Errorf("flow %s: name the table to reseed with --table (or every table with --all-tables)", f.Cfg.Flow)
 	}
 	var tables []config.TableName
 	for _, name := range o.Tables {
@@ -144,12 +155,33 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 		return nil, err
 	}
 	defer closeBoth()
+	gap, err := f.sinkGap(ctx, s, tgt)
+	if err != nil {
+		return nil, err
+	}
+	replaceAll := false
+	if gap != nil {
+		defer gap.close()
+		if !o.AllTables {
+			return nil, fmt.Errorf("flow %s: sink %s %s; every table must be copied again: %s", f.Cfg.Flow, s.Name, gap, f.reseedAllCommand(s))
+		}
+		if len(blocked) > 0 {
+			return nil, fmt.Errorf("flow %s: sink %s %s, and capture is stopped at a schema change; recover with: %s", f.Cfg.Flow, s.Name, gap, f.resnapshot())
+		}
+		if err := f.bridgeGap(ctx, src, tgt, s, tables, gap); err != nil {
+			return nil, err
+		}
+		replaceAll = true
+	}
 	res := &ReseedResult{Flow: f.Cfg.Flow, Sink: s.Name, Tables: []ReseedTable{}}
 	for _, t := range tables {
 		ro := apply.ReseedOptions{
 			Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: s.Target.Schema,
 			Table: t, Target: t, ChunkRows: o.ChunkRows, Wait: o.Wait,
 			Command: ReseedCommand(f.ConfigPath, t.String()), ConfigPath: f.ConfigPath, Progress: o.Progress,
+		}
+		if replaceAll {
+			ro.Replace, ro.Command = true, f.reseedAllCommand(s)
 		}
 		if blocked[t.String()] {
 			rel := t.String()
@@ -161,7 +193,7 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 			err = f.setReseedTakeover(t.String(), false)
 		}
 		if err != nil {
-			return res, fmt.Errorf("flow %s: %w (resume: %s)", f.Cfg.Flow, err, ReseedCommand(f.ConfigPath, t.String()))
+			return res, fmt.Errorf("flow %s: %w (resume: %s)", f.Cfg.Flow, err, ro.Command)
 		}
 		vr, err := f.VerifySink(ctx, s, VerifyOptions{Tables: []string{t.String()}, Wait: o.Wait})
 		if err != nil {

@@ -88,7 +88,12 @@ func (f *Flow) registerCursor(s config.Sink) error {
 	if f.Log == nil {
 		return nil // a broker flow: each sink reads from its checkpoint (Broker.Reader)
 	}
-	if _, ok, err := f.Log.CursorOffset(s.Cursor()); err != nil {
+	var pr *segmentlog.PastRetentionError
+	if _, ok, err := f.Log.CursorOffset(s.Cursor()); errors.As(err, &pr) {
+		// Registered, and expired: the sink's applier stops on it and
+		// names the recovery (sinkLogError); the other sinks run.
+		return nil
+	} else if err != nil {
 		return err
 	} else if ok {
 		return nil
@@ -136,9 +141,15 @@ func (f *Flow) sinkLogError(s config.Sink, err error) error {
 	}
 	err = f.logError(err)
 	var pr *segmentlog.PastRetentionError
-	if !errors.As(err, &pr) {
-		return err
+	var cb *apply.CheckpointBehindError
+	switch {
+	case errors.As(err, &pr):
+		return fmt.Errorf("flow %s: sink %s (cursor %s) is past the local log's retention; the other sinks are unaffected: %w; "+
+			"or keep the slot and the other sinks, and with the flow running copy every table of this sink again: %s",
+			f.Cfg.Flow, s.Name, s.Cursor(), err, f.reseedAllCommand(s))
+	case errors.As(err, &cb):
+		return fmt.Errorf("flow %s: sink %s: %w; or keep the slot and the other sinks, and with the flow running copy every table of this sink again: %s",
+			f.Cfg.Flow, s.Name, err, f.reseedAllCommand(s))
 	}
-	return fmt.Errorf("flow %s: sink %s (cursor %s) is past the local log's retention; the other sinks are unaffected: %w",
-		f.Cfg.Flow, s.Name, s.Cursor(), err)
+	return err
 }

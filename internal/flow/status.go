@@ -206,7 +206,8 @@ func StatusProblems(st *Status, configPath string) []StatusProblem {
 			if c.PastRetention {
 				out = append(out, StatusProblem{Code: ProblemCursorPastRetention,
 					Message: fmt.Sprintf("consumer %s is past the local log's retention at offset %d", c.Name, c.Offset),
-					Fix:     shell.Resnapshot(configPath)})
+					Fix: "a sink's applier: with the flow running, copy every table of that sink again (" + shell.Trellara("repair-plan", configPath) +
+						" names the command); or " + shell.Resnapshot(configPath)})
 			}
 		}
 	}
@@ -446,7 +447,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 		for _, c := range l.Cursors {
 			extra := ""
 			if c.PastRetention {
-				extra = " · PAST RETENTION: the flow must start over (trellara repair-plan says how)"
+				extra = " · PAST RETENTION: its tables must be copied again (trellara repair-plan says how)"
 			}
 			lag := ""
 			if c.LagSeconds != nil {
