@@ -127,8 +127,8 @@ func TestDiffAndClassifyEveryKind(t *testing.T) {
 func TestOnlyThreeKindsAreEverCompatible(t *testing.T) {
 	renames := []ColumnRename{{From: "a", To: "b"}}
 	for _, k := range Kinds {
-		for _, p := range []Policy{{ModeStrict, true, nil}, {ModeStrict, false, nil}, {ModePartitioned, true, nil}, {ModePartitioned, false, nil},
-			{ModeStrict, true, renames}, {ModeStrict, false, renames}, {ModePartitioned, true, renames}} {
+		for _, p := range []Policy{{Mode: ModeStrict, Configured: true}, {Mode: ModeStrict}, {Mode: ModePartitioned, Configured: true}, {Mode: ModePartitioned},
+			{Mode: ModeStrict, Configured: true, Renames: renames}, {Mode: ModeStrict, Renames: renames}, {Mode: ModePartitioned, Configured: true, Renames: renames}} {
 			// Each kind as a bare kind, and as a change naming the mapped
 			// columns (a mapping only ever applies to a rename).
 			for _, ch := range []Change{{Kind: k}, {Kind: k, OldColumn: "a", Column: "b"}} {
