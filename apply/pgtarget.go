@@ -388,7 +388,7 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 				envelope.FormatLSN(env.CommitLsn), d.Kind, d.Relation)
 		}
 		p := t.plan(rel)
-		stmt := schemachange.Statement(p.target, schemachange.Kind(d.Kind), d.Column, d.ColumnType)
+		stmt := schemachange.Statement(p.target, schemachange.Kind(d.Kind), d.OldColumn, d.Column, d.ColumnType)
 		if stmt == "" {
 			return fmt.Errorf("apply: DDL barrier at commit LSN %s: %s of %s.%s is not a change Trellara applies; see %s",
 				envelope.FormatLSN(env.CommitLsn), d.Kind, d.Relation, d.Column, shell.Trellara("schema ddl-plan", t.cfg.ConfigPath))

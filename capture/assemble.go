@@ -409,7 +409,7 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 				}
 			}
 			st.barrier = append(st.barrier, &pb.DDLEvent{Kind: string(c.Kind), Relation: st.name, OldFingerprint: pinned,
-				NewFingerprint: rel.Fingerprint, Column: col, ColumnType: typ, Detail: c.TargetDDL})
+				NewFingerprint: rel.Fingerprint, Column: col, OldColumn: c.OldColumn, ColumnType: typ, Detail: c.TargetDDL})
 		}
 	}
 	return nil

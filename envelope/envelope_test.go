@@ -363,7 +363,8 @@ func TestSnapshotUnits(t *testing.T) {
 
 // A DDL barrier is version 2, and only a barrier is: Seal stamps it,
 // Validate refuses a barrier under version 1, a version 2 unit without one,
-// and a barrier event without its column type; Decode reads both versions.
+// a barrier event without its column type, and a rename that does not name
+// two columns; Decode reads both versions and the renamed column's old name.
 func TestBarrierVersion(t *testing.T) {
 	plain := golden()
 	envelope.Seal(plain)
@@ -384,11 +385,23 @@ func TestBarrierVersion(t *testing.T) {
 	if got, err := envelope.Decode(wire); err != nil || got.DdlEvents[0].ColumnType != "text" {
 		t.Fatalf("decode a barrier: %v", err)
 	}
+	rename := proto.Clone(b).(*pb.Envelope)
+	rename.DdlEvents[0].Kind, rename.DdlEvents[0].OldColumn, rename.DdlEvents[0].Column = "rename_column", "note", "remark"
+	if wire, err := envelope.Encode(rename); err != nil {
+		t.Fatal(err)
+	} else if got, err := envelope.Decode(wire); err != nil || got.DdlEvents[0].OldColumn != "note" {
+		t.Fatalf("decode a rename barrier: %v", err)
+	}
 	for name, mut := range map[string]func(*pb.Envelope){
 		"barrier as version 1":   func(e *pb.Envelope) { e.ProtocolVersion = envelope.ProtocolVersion },
 		"no column type":         func(e *pb.Envelope) { e.DdlEvents[0].ColumnType = "" },
 		"version 2 without one":  func(e *pb.Envelope) { e.DdlEvents[0].Column = "" },
 		"an unknown version (3)": func(e *pb.Envelope) { e.ProtocolVersion = 3 },
+		"renamed to itself":      func(e *pb.Envelope) { e.DdlEvents[0].OldColumn = e.DdlEvents[0].Column },
+		"renamed to no column": func(e *pb.Envelope) {
+			e.ProtocolVersion = envelope.ProtocolVersion
+			e.DdlEvents[0].OldColumn, e.DdlEvents[0].Column = "note", ""
+		},
 	} {
 		e := proto.Clone(b).(*pb.Envelope)
 		mut(e)

@@ -87,6 +87,9 @@ func Validate(e *pb.Envelope) error {
 		if d.Column != "" && (d.ColumnType == "" || d.Relation == "") {
 			return bad("ddl_events", "event %d (%s of column %s) has no relation or column type", i, d.Kind, d.Column)
 		}
+		if d.OldColumn != "" && (d.Column == "" || d.OldColumn == d.Column) {
+			return bad("ddl_events", "event %d (%s) has old_column %q and column %q: a rename names two different columns", i, d.Kind, d.OldColumn, d.Column)
+		}
 	}
 	return nil
 }

@@ -116,6 +116,8 @@ type Shape struct {
 type Change struct {
 	Kind   Kind   `json:"kind"`
 	Column string `json:"column,omitempty"` // the column concerned (new name for a rename)
+	// OldColumn is a renamed column's name before the rename.
+	OldColumn string `json:"old_column,omitempty"`
 	// From and To describe the column before and after ("" where it did
 	// not exist): name and type.
 	From string `json:"from,omitempty"`
@@ -137,6 +139,25 @@ type Policy struct {
 	// Configured reports whether the relation is one of the flow's
 	// configured tables.
 	Configured bool
+	// Renames are the relation's configured column renames
+	// (schema.renames): a rename_column change one of them names
+	// auto-applies.
+	Renames []ColumnRename
+}
+
+// ColumnRename is one configured column rename of a relation.
+type ColumnRename struct {
+	From, To string
+}
+
+// maps reports whether p has a configured rename from → to.
+func (p Policy) maps(from, to string) bool {
+	for _, r := range p.Renames {
+		if r.From == from && r.To == to {
+			return true
+		}
+	}
+	return false
 }
 
 // Diff classifies every difference between pinned and live, the same
@@ -168,7 +189,7 @@ func Diff(pinned, live Shape) []Change {
 		g, a := gone[0], added[0]
 		if position(pinned.Columns, g.Name) == position(live.Columns, a.Name) &&
 			g.TypeOID == a.TypeOID && g.TypeMod == a.TypeMod && g.Key == a.Key {
-			out = append(out, Change{Kind: RenameColumn, Column: a.Name, From: describe(g), To: describe(a)})
+			out = append(out, Change{Kind: RenameColumn, Column: a.Name, OldColumn: g.Name, From: describe(g), To: describe(a)})
 			gone, added = nil, nil
 		}
 	}
@@ -371,17 +392,24 @@ func TypeName(oid uint32, mod int32) string {
 	return ""
 }
 
-// Classify puts kind on the three axes under p. Only add_nullable_column,
-// widen_type and increase_varchar are ever compatible, and only on a
-// configured table; in partitioned mode a compatible change must be staged
-// across every partition, which Trellara does not automate, so it blocks.
-func Classify(k Kind, p Policy) Classification {
+// Classify puts kind on the three axes under p, for a change known only
+// by its kind (a rename_column without its column names is never mapped).
+func Classify(k Kind, p Policy) Classification { return ClassifyChange(Change{Kind: k}, p) }
+
+// ClassifyChange puts c on the three axes under p. Only
+// add_nullable_column, widen_type and increase_varchar are ever
+// compatible, and only on a configured table; in partitioned mode a
+// compatible change must be staged across every partition, which Trellara
+// does not automate, so it blocks. A rename_column stays requires-mapping;
+// it auto-applies (strict mode, configured table) only when p names that
+// very rename (schema.renames: the same from and to).
+func ClassifyChange(ch Change, p Policy) Classification {
 	mode := p.Mode
 	if mode == "" {
 		mode = ModeStrict
 	}
 	c := Classification{Mode: mode}
-	switch k {
+	switch ch.Kind {
 	case AddNullableColumn, WidenType, IncreaseVarchar:
 		switch {
 		case !p.Configured:
@@ -389,14 +417,32 @@ func Classify(k Kind, p Policy) Classification {
 			c.Why = "the table is not one of the flow's configured tables"
 		case mode == ModePartitioned:
 			c.Compatibility, c.Decision = Compatible, StageThenApply
-			c.Why = "a DDL barrier in partitioned mode must hold every partition at the change; this is not automated, so capture stops"
+			c.Why = partitionedWhy
 		default:
 			c.Compatibility, c.Decision = Compatible, AutoApply
 			c.Why = "every row before the change stays valid on the target; the target DDL is applied in one transaction with the first row after it"
 		}
 	case RenameColumn:
-		c.Compatibility, c.Decision = RequiresMapping, ManualReview
-		c.Why = "a rename looks like a dropped column and an added one; it needs an explicit mapping, which Trellara does not support yet"
+		c.Compatibility = RequiresMapping
+		mapped := ch.OldColumn != "" && p.maps(ch.OldColumn, ch.Column)
+		switch {
+		case !mapped:
+			c.Decision = ManualReview
+			c.Why = "a rename looks like a dropped column and an added one; it flows only with an explicit mapping in the config"
+			if ch.OldColumn != "" {
+				c.Why += fmt.Sprintf(" (schema.renames: table, from: %s, to: %s; the recovery shows the entry)", ch.OldColumn, ch.Column)
+			}
+		case !p.Configured:
+			c.Decision = Block
+			c.Why = "the table is not one of the flow's configured tables"
+		case mode == ModePartitioned:
+			c.Decision = StageThenApply
+			c.Why = partitionedWhy
+		default:
+			c.Decision = AutoApply
+			c.Why = fmt.Sprintf("the configured mapping schema.renames (from: %s, to: %s) names this rename; the target column is renamed in one transaction with the first row after it",
+				ch.OldColumn, ch.Column)
+		}
 	case AddColumnDefaultNotNull:
 		c.Compatibility, c.Decision = RequiresMapping, ManualReview
 		c.Why = "rows already on the target would need the column's default or a value the source never sent (or the column's nullability is unknown)"
@@ -413,6 +459,8 @@ func Classify(k Kind, p Policy) Classification {
 	return c
 }
 
+const partitionedWhy = "a DDL barrier in partitioned mode must hold every partition at the change; this is not automated, so capture stops"
+
 // AutoApplies reports whether every change in cs is auto-apply under p: the
 // changes then flow through a DDL barrier by themselves.
 func AutoApplies(cs []Change, p Policy) bool {
@@ -420,11 +468,23 @@ func AutoApplies(cs []Change, p Policy) bool {
 		return false
 	}
 	for _, c := range cs {
-		if Classify(c.Kind, p).Decision != AutoApply {
+		if ClassifyChange(c, p).Decision != AutoApply {
 			return false
 		}
 	}
 	return true
+}
+
+// UnmappedRenames are the rename_column changes of cs that p does not map:
+// each needs a schema.renames entry (From: old name, To: new name).
+func UnmappedRenames(cs []Change, p Policy) []ColumnRename {
+	var out []ColumnRename
+	for _, c := range cs {
+		if c.Kind == RenameColumn && c.OldColumn != "" && !p.maps(c.OldColumn, c.Column) {
+			out = append(out, ColumnRename{From: c.OldColumn, To: c.Column})
+		}
+	}
+	return out
 }
 
 // TargetDDL is the statement Trellara runs on the target for change c of
@@ -441,14 +501,23 @@ func TargetDDL(relation string, c Change, live Shape) string {
 	if col == nil {
 		return ""
 	}
-	return Statement(relation, c.Kind, col.Name, col.Type())
+	return Statement(relation, c.Kind, c.OldColumn, col.Name, col.Type())
 }
 
-// Statement is the target DDL for kind on column (its new SQL type typ) of
-// target, the target table's quoted name; "" for a kind Trellara does not
-// apply or an unknown type. The applier builds a barrier's DDL with it from
-// the envelope's DDLEvent, so the relay's plan and the applier agree.
-func Statement(target string, kind Kind, column, typ string) string {
+// Statement is the target DDL for kind on column (its new SQL type typ;
+// for a rename, oldColumn is its name before) of target, the target table's
+// quoted name; "" for a kind Trellara does not apply or an unknown type.
+// The applier builds a barrier's DDL with it from the envelope's DDLEvent,
+// so the relay's plan and the applier agree.
+//
+// Every statement is idempotent, because a barrier can reach the target
+// again in a later transaction (the relay crashed after the barrier was
+// applied and before its pin moved): ADD COLUMN IF NOT EXISTS; a type
+// change to the type the column already has; and a rename wrapped in a DO
+// block that renames only while the old name is still there (a target
+// that has the new name and not the old one is left as it is; one that has
+// both fails, loudly, at the ALTER).
+func Statement(target string, kind Kind, oldColumn, column, typ string) string {
 	if typ == "" || column == "" {
 		return ""
 	}
@@ -458,9 +527,23 @@ func Statement(target string, kind Kind, column, typ string) string {
 		return fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s %s", target, name, typ)
 	case WidenType, IncreaseVarchar:
 		return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", target, name, typ)
+	case RenameColumn:
+		if oldColumn == "" || oldColumn == column {
+			return ""
+		}
+		body := fmt.Sprintf("BEGIN IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s AND attnum > 0 AND NOT attisdropped) "+
+			"THEN ALTER TABLE %s RENAME COLUMN %s TO %s; END IF; END",
+			quoteLiteral(target), quoteLiteral(oldColumn), target, quoteIdent(oldColumn), name)
+		tag := "$trellara$"
+		for i := 1; strings.Contains(body, tag); i++ {
+			tag = fmt.Sprintf("$trellara%d$", i)
+		}
+		return "DO " + tag + " " + body + " " + tag
 	}
 	return ""
 }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 

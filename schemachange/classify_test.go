@@ -2,6 +2,7 @@ package schemachange
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -13,6 +14,9 @@ func TestDiffAndClassifyEveryKind(t *testing.T) {
 	base := Shape{Relation: "public.t", Columns: []Column{id, note}}
 	with := func(cols ...Column) Shape { return Shape{Relation: "public.t", Columns: cols} }
 	strict := Policy{Mode: ModeStrict, Configured: true}
+	mapped := Policy{Mode: ModeStrict, Configured: true, Renames: []ColumnRename{{From: "other", To: "remark"}, {From: "note", To: "memo"}}}
+	const renameDDL = `DO $trellara$ BEGIN IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'public.t'::regclass AND attname = 'note' AND attnum > 0 AND NOT attisdropped) ` +
+		`THEN ALTER TABLE public.t RENAME COLUMN "note" TO "memo"; END IF; END $trellara$`
 
 	cases := []struct {
 		name  string
@@ -36,6 +40,13 @@ func TestDiffAndClassifyEveryKind(t *testing.T) {
 			[]Kind{DropColumn}, Classification{DestructiveOrAmbiguous, Block, ModeStrict, ""}, ""},
 		{"rename", base, with(id, Column{Name: "memo", TypeOID: oidText, TypeMod: -1, Facts: &Facts{}}), strict,
 			[]Kind{RenameColumn}, Classification{RequiresMapping, ManualReview, ModeStrict, ""}, ""},
+		{"rename with its mapping", base, with(id, Column{Name: "memo", TypeOID: oidText, TypeMod: -1, Facts: &Facts{}}), mapped,
+			[]Kind{RenameColumn}, Classification{RequiresMapping, AutoApply, ModeStrict, ""}, renameDDL},
+		{"rename with another mapping", base, with(id, Column{Name: "remark", TypeOID: oidText, TypeMod: -1, Facts: &Facts{}}), mapped,
+			[]Kind{RenameColumn}, Classification{RequiresMapping, ManualReview, ModeStrict, ""}, ""},
+		{"mapped rename in partitioned mode", base, with(id, Column{Name: "memo", TypeOID: oidText, TypeMod: -1, Facts: &Facts{}}),
+			Policy{Mode: ModePartitioned, Configured: true, Renames: mapped.Renames},
+			[]Kind{RenameColumn}, Classification{RequiresMapping, StageThenApply, ModePartitioned, ""}, ""},
 		{"widen int4 to int8", with(id, Column{Name: "n", TypeOID: oidInt4, TypeMod: -1}), with(id, Column{Name: "n", TypeOID: oidInt8, TypeMod: -1}), strict,
 			[]Kind{WidenType}, Classification{Compatible, AutoApply, ModeStrict, ""}, `ALTER TABLE public.t ALTER COLUMN "n" TYPE bigint`},
 		{"widen numeric precision", with(id, Column{Name: "n", TypeOID: oidNumeric, TypeMod: num(10, 2)}), with(id, Column{Name: "n", TypeOID: oidNumeric, TypeMod: num(14, 2)}), strict,
@@ -79,7 +90,7 @@ func TestDiffAndClassifyEveryKind(t *testing.T) {
 			if !reflect.DeepEqual(kinds, tc.kinds) {
 				t.Fatalf("kinds = %v, want %v (%+v)", kinds, tc.kinds, cs)
 			}
-			got := Classify(cs[0].Kind, tc.p)
+			got := ClassifyChange(cs[0], tc.p)
 			got.Why = ""
 			if got != tc.axes {
 				t.Fatalf("classification = %+v, want %+v", got, tc.axes)
@@ -114,16 +125,69 @@ func TestDiffAndClassifyEveryKind(t *testing.T) {
 }
 
 func TestOnlyThreeKindsAreEverCompatible(t *testing.T) {
+	renames := []ColumnRename{{From: "a", To: "b"}}
 	for _, k := range Kinds {
-		for _, p := range []Policy{{ModeStrict, true}, {ModeStrict, false}, {ModePartitioned, true}, {ModePartitioned, false}} {
-			c := Classify(k, p)
-			compat := k == AddNullableColumn || k == WidenType || k == IncreaseVarchar
-			if c.Compatibility == Compatible && (!compat || !p.Configured) {
-				t.Errorf("%s under %+v is compatible", k, p)
-			}
-			if c.Decision == AutoApply && (p.Mode != ModeStrict || !compat || !p.Configured) {
-				t.Errorf("%s under %+v auto-applies", k, p)
+		for _, p := range []Policy{{Mode: ModeStrict, Configured: true}, {Mode: ModeStrict}, {Mode: ModePartitioned, Configured: true}, {Mode: ModePartitioned},
+			{Mode: ModeStrict, Configured: true, Renames: renames}, {Mode: ModeStrict, Renames: renames}, {Mode: ModePartitioned, Configured: true, Renames: renames}} {
+			// Each kind as a bare kind, and as a change naming the mapped
+			// columns (a mapping only ever applies to a rename).
+			for _, ch := range []Change{{Kind: k}, {Kind: k, OldColumn: "a", Column: "b"}} {
+				c := ClassifyChange(ch, p)
+				compat := k == AddNullableColumn || k == WidenType || k == IncreaseVarchar
+				if c.Compatibility == Compatible && (!compat || !p.Configured) {
+					t.Errorf("%s under %+v is compatible", k, p)
+				}
+				mappedRename := k == RenameColumn && ch.OldColumn != "" && len(p.Renames) > 0
+				if c.Decision == AutoApply && (p.Mode != ModeStrict || !(compat || mappedRename) || !p.Configured) {
+					t.Errorf("%+v under %+v auto-applies", ch, p)
+				}
+				if k == RenameColumn && c.Compatibility != RequiresMapping {
+					t.Errorf("%+v under %+v is %s, want requires-mapping", ch, p, c.Compatibility)
+				}
 			}
 		}
+	}
+}
+
+// A rename auto-applies only with the configured mapping of that very
+// rename; without it the classification and UnmappedRenames name the
+// schema.renames entry to add.
+func TestRenameNeedsItsMapping(t *testing.T) {
+	ch := Change{Kind: RenameColumn, OldColumn: "note", Column: "remark"}
+	p := Policy{Mode: ModeStrict, Configured: true}
+	c := ClassifyChange(ch, p)
+	if c.Decision != ManualReview || !strings.Contains(c.Why, "schema.renames") || !strings.Contains(c.Why, "from: note, to: remark") {
+		t.Fatalf("unmapped: %+v", c)
+	}
+	if got := UnmappedRenames([]Change{ch, {Kind: DropColumn, Column: "x"}}, p); !reflect.DeepEqual(got, []ColumnRename{{"note", "remark"}}) {
+		t.Fatalf("UnmappedRenames = %v", got)
+	}
+	for _, wrong := range [][]ColumnRename{{{"remark", "note"}}, {{"note", "memo"}}, {{"memo", "remark"}}} {
+		if c := ClassifyChange(ch, Policy{Mode: ModeStrict, Configured: true, Renames: wrong}); c.Decision != ManualReview {
+			t.Errorf("mapping %v applies to note → remark: %+v", wrong, c)
+		}
+	}
+	p.Renames = []ColumnRename{{"note", "remark"}}
+	c = ClassifyChange(ch, p)
+	if c.Decision != AutoApply || c.Compatibility != RequiresMapping || !strings.Contains(c.Why, "schema.renames (from: note, to: remark)") {
+		t.Fatalf("mapped: %+v", c)
+	}
+	if got := UnmappedRenames([]Change{ch}, p); got != nil {
+		t.Fatalf("UnmappedRenames with the mapping = %v", got)
+	}
+	if !AutoApplies([]Change{ch}, p) {
+		t.Fatal("a mapped rename does not auto-apply")
+	}
+	// Without its old name a rename has no statement.
+	if s := Statement("public.t", RenameColumn, "", "remark", "text"); s != "" {
+		t.Fatalf("rename without its old name: %q", s)
+	}
+	// Names are quoted as identifiers and as literals; the dollar quote
+	// never occurs in the body.
+	s := Statement(`"Odd's"."t$trellara$"`, RenameColumn, `it's "x"`, "y", "text")
+	want := `DO $trellara1$ BEGIN IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = '"Odd''s"."t$trellara$"'::regclass AND attname = 'it''s "x"' AND attnum > 0 AND NOT attisdropped) ` +
+		`THEN ALTER TABLE "Odd's"."t$trellara$" RENAME COLUMN "it's ""x""" TO "y"; END IF; END $trellara1$`
+	if s != want {
+		t.Fatalf("statement\n got %s\nwant %s", s, want)
 	}
 }

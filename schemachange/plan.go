@@ -22,9 +22,9 @@ type Plan struct {
 	Blocked bool `json:"blocked"`
 	// Holds says what stops: in either mode today, the whole flow.
 	Holds string `json:"holds,omitempty"`
-	// Commands are the recovery commands, in order of preference. No
-	// command moves a blocked change forward in place today: the recovery
-	// copies the flow's tables again.
+	// Commands are the recovery commands, in order of preference: the
+	// schema.renames entry an unmapped rename needs, a reseed of the table,
+	// the full re-snapshot.
 	Commands []string `json:"commands,omitempty"`
 }
 
@@ -36,7 +36,7 @@ func NewPlan(target string, pinned, live Shape, p Policy) *Plan {
 		pl.Relation = pinned.Relation
 	}
 	for _, c := range Diff(pinned, live) {
-		pc := Planned{Change: c, Classification: Classify(c.Kind, p)}
+		pc := Planned{Change: c, Classification: ClassifyChange(c, p)}
 		if pc.Classification.Decision == AutoApply {
 			pc.TargetDDL = TargetDDL(target, c, live)
 		}

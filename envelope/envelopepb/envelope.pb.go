@@ -752,7 +752,10 @@ type DDLEvent struct {
 	Column string `protobuf:"bytes,7,opt,name=column,proto3" json:"column,omitempty"`
 	// Version 2: the column's SQL type after the change, as the source
 	// catalog writes it (format_type), e.g. "numeric(14,2)".
-	ColumnType    string `protobuf:"bytes,8,opt,name=column_type,json=columnType,proto3" json:"column_type,omitempty"`
+	ColumnType string `protobuf:"bytes,8,opt,name=column_type,json=columnType,proto3" json:"column_type,omitempty"`
+	// Version 2, rename_column: the column's name before the rename (column
+	// is its new name).
+	OldColumn     string `protobuf:"bytes,9,opt,name=old_column,json=oldColumn,proto3" json:"old_column,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -839,6 +842,13 @@ func (x *DDLEvent) GetColumn() string {
 func (x *DDLEvent) GetColumnType() string {
 	if x != nil {
 		return x.ColumnType
+	}
+	return ""
+}
+
+func (x *DDLEvent) GetOldColumn() string {
+	if x != nil {
+		return x.OldColumn
 	}
 	return ""
 }
@@ -979,7 +989,7 @@ const file_envelope_envelope_proto_rawDesc = "" +
 	"\told_tuple\x18\x06 \x03(\v2\x1b.trellara.envelope.v1.ValueR\boldTuple\x12%\n" +
 	"\x0etruncate_flags\x18\a \x01(\rR\rtruncateFlags\x12%\n" +
 	"\x0emessage_prefix\x18\b \x01(\tR\rmessagePrefix\x12'\n" +
-	"\x0fmessage_content\x18\t \x01(\fR\x0emessageContent\"\xef\x01\n" +
+	"\x0fmessage_content\x18\t \x01(\fR\x0emessageContent\"\x8e\x02\n" +
 	"\bDDLEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -989,7 +999,9 @@ const file_envelope_envelope_proto_rawDesc = "" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12\x16\n" +
 	"\x06column\x18\a \x01(\tR\x06column\x12\x1f\n" +
 	"\vcolumn_type\x18\b \x01(\tR\n" +
-	"columnType\"\xea\x01\n" +
+	"columnType\x12\x1d\n" +
+	"\n" +
+	"old_column\x18\t \x01(\tR\toldColumn\"\xea\x01\n" +
 	"\bBoundary\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.trellara.envelope.v1.UnitKindR\x04kind\x12\x1f\n" +
 	"\vchunk_index\x18\x02 \x01(\rR\n" +

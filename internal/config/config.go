@@ -292,6 +292,17 @@ func (c *Config) SinkNames() []string {
 // SchemaPolicy governs schema changes seen in the stream.
 type SchemaPolicy struct {
 	UnknownTablePolicy UnknownTablePolicy // unknown_table_policy
+	Renames            []ColumnRename     // renames: column renames that flow through a DDL barrier
+}
+
+// ColumnRename is one schema.renames entry: a column of a configured table
+// renamed at the source. A rename_column change of exactly that table,
+// old name and new name flows to the target through a DDL barrier
+// (docs/SCHEMA.md); without the entry capture stops at it.
+type ColumnRename struct {
+	Table TableName // table: one of source.tables
+	From  string    // from: the column's name before the rename, as the catalog holds it
+	To    string    // to: its name after
 }
 
 // Run holds process settings.

@@ -62,7 +62,7 @@ func decode(data []byte) (c *Config, errs []FieldError) {
 		}},
 		{"sinks", d.sinks(&c.Sinks)},
 		{"schema", func(p string, n *yaml.Node) {
-			d.mapping(p, n, []key{{"unknown_table_policy", d.str((*string)(&c.Schema.UnknownTablePolicy))}})
+			d.mapping(p, n, []key{{"unknown_table_policy", d.str((*string)(&c.Schema.UnknownTablePolicy))}, {"renames", d.renames(&c.Schema.Renames)}})
 		}},
 		{"run", func(p string, n *yaml.Node) {
 			d.mapping(p, n, []key{
@@ -667,4 +667,41 @@ func quoteValue(s string) string {
 		s = s[:maxLen] + "..."
 	}
 	return strconv.Quote(s)
+}
+
+// renames decodes schema.renames: a list of {table, from, to} mappings,
+// each item's errors named by its path ("schema.renames[1].from").
+func (d *decoder) renames(dst *[]ColumnRename) keyFn {
+	return func(path string, n *yaml.Node) {
+		if isNull(n) {
+			return
+		}
+		if n.Kind != yaml.SequenceNode {
+			d.fail(path, n, "write one \"- {table: public.orders, from: note, to: remark}\" entry per renamed column", "must be a list, not %s", describe(n))
+			return
+		}
+		if len(n.Content) > maxListItems {
+			d.fail(path, n, "split the flow", "more than %d entries", maxListItems)
+			return
+		}
+		for i, item := range n.Content {
+			ip := fmt.Sprintf("%s[%d]", path, i)
+			d.m.lines[ip] = item.Line
+			if item.Kind != yaml.MappingNode && item.Kind != yaml.AliasNode && !isNull(item) {
+				d.fail(ip, item, "write the entry as {table: public.orders, from: note, to: remark}", "must be a mapping, not %s", describe(item))
+				continue
+			}
+			var r ColumnRename
+			var table string
+			d.mapping(ip, item, []key{{"table", d.str(&table)}, {"from", d.str(&r.From)}, {"to", d.str(&r.To)}})
+			if table != "" {
+				t, err := ParseTableName(table)
+				if err != nil {
+					d.fail(ip+".table", item, "write schema.table, e.g. public.orders", "%s %v", quoteValue(table), err)
+				}
+				r.Table = t
+			}
+			*dst = append(*dst, r)
+		}
+	}
 }

@@ -132,6 +132,9 @@ func Marshal(c *Config) ([]byte, error) {
 
 	sp := mapping(false)
 	put(sp, "unknown_table_policy", strNode(string(c.Schema.UnknownTablePolicy)), "block | allow_compatible")
+	if len(c.Schema.Renames) > 0 {
+		put(sp, "renames", renamesNode(c.Schema.Renames), "column renames that flow to the target (docs/SCHEMA.md)")
+	}
 	putSection(root, "schema", sp, "")
 
 	run := mapping(false)
@@ -363,4 +366,33 @@ func refNode(r SecretRef) *yaml.Node {
 	n := strNode(r.inline.Reveal())
 	n.Style = yaml.DoubleQuotedStyle
 	return n
+}
+
+// RenamesYAML is a schema section holding renames (schema.renames), as a
+// message that tells what to add to a configuration file writes it.
+func RenamesYAML(renames []ColumnRename) string {
+	sp := mapping(false)
+	put(sp, "renames", renamesNode(renames), "")
+	root := mapping(false)
+	put(root, "schema", sp, "")
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return fmt.Sprintf("schema.renames: %v", err)
+	}
+	_ = enc.Close()
+	return buf.String()
+}
+
+func renamesNode(renames []ColumnRename) *yaml.Node {
+	rn := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+	for _, r := range renames {
+		e := mapping(false)
+		put(e, "table", strNode(r.Table.String()), "")
+		put(e, "from", strNode(r.From), "")
+		put(e, "to", strNode(r.To), "")
+		rn.Content = append(rn.Content, e)
+	}
+	return rn
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -90,9 +91,55 @@ func (c *Config) validate() []FieldError {
 		v.add("schema.unknown_table_policy", "set it to block or allow_compatible",
 			"must be block or allow_compatible, not %s", quoteValue(string(c.Schema.UnknownTablePolicy)))
 	}
+	v.renames(c)
 	v.run(&c.Run, prod)
 	v.chaos(c, prod)
 	return v.errs
+}
+
+// renames checks schema.renames: each entry names a configured table and
+// two different column names, and no column is renamed twice.
+func (v *validator) renames(c *Config) {
+	type col struct {
+		table TableName
+		name  string
+	}
+	from, to := map[col]int{}, map[col]int{}
+	for i, r := range c.Schema.Renames {
+		p := fmt.Sprintf("schema.renames[%d]", i)
+		switch {
+		case r.Table == (TableName{}):
+			v.add(p+".table", "name the table, e.g. table: public.orders", "required")
+		case !slices.Contains(c.Source.Tables, r.Table):
+			v.add(p+".table", "name one of source.tables, or add "+r.Table.String()+" to source.tables",
+				"%s is not one of source.tables", quoteValue(r.Table.String()))
+		}
+		for _, k := range []struct{ key, val, when, example string }{{"from", r.From, "before", "note"}, {"to", r.To, "after", "remark"}} {
+			switch {
+			case k.val == "":
+				v.add(p+"."+k.key, fmt.Sprintf("give the column's name %s the rename, e.g. %s: %s", k.when, k.key, k.example), "required")
+			case len(k.val) > maxIdentifierBytes:
+				v.add(p+"."+k.key, "write the column's name as the catalog holds it (at most 63 bytes)", "%s is longer than PostgreSQL's 63-byte identifier limit", quoteValue(k.val))
+			}
+		}
+		if r.From != "" && r.From == r.To {
+			v.add(p+".to", "give the column's new name in to, or remove the entry", "is the same as from (%s): that is no rename", quoteValue(r.From))
+			continue
+		}
+		if first, dup := from[col{r.Table, r.From}]; dup && r.From != "" {
+			v.add(p+".from", fmt.Sprintf("keep one entry per renamed column (remove this one or schema.renames[%d])", first),
+				"%s of %s is already renamed by schema.renames[%d]", quoteValue(r.From), r.Table, first)
+		} else if first, dup := to[col{r.Table, r.To}]; dup && r.To != "" {
+			v.add(p+".to", fmt.Sprintf("keep one entry per renamed column (remove this one or schema.renames[%d])", first),
+				"%s of %s is already the new name in schema.renames[%d]", quoteValue(r.To), r.Table, first)
+		}
+		if _, ok := from[col{r.Table, r.From}]; !ok {
+			from[col{r.Table, r.From}] = i
+		}
+		if _, ok := to[col{r.Table, r.To}]; !ok {
+			to[col{r.Table, r.To}] = i
+		}
+	}
 }
 
 // chaos checks the chaos section: its commands restart databases, which a

@@ -73,7 +73,40 @@ func (f *Flow) SchemaPolicy(relation string) schemachange.Policy {
 			p.Configured = true
 		}
 	}
+	for _, r := range f.Cfg.Schema.Renames {
+		if r.Table.String() == relation {
+			p.Renames = append(p.Renames, schemachange.ColumnRename{From: r.From, To: r.To})
+		}
+	}
 	return p
+}
+
+// renameRecovery is the recovery of a plan blocked only for want of
+// schema.renames entries ("" otherwise): the entries to add, and how the
+// flow reads them. With them every change of the plan would auto-apply.
+func (f *Flow) renameRecovery(pl *schemachange.Plan) string {
+	cs := make([]schemachange.Change, len(pl.Changes))
+	for i, c := range pl.Changes {
+		cs[i] = c.Change
+	}
+	p := f.SchemaPolicy(pl.Relation)
+	missing := schemachange.UnmappedRenames(cs, p)
+	table, err := config.ParseTableName(pl.Relation)
+	if len(missing) == 0 || err != nil {
+		return ""
+	}
+	p.Renames = append(p.Renames, missing...)
+	if !schemachange.AutoApplies(cs, p) {
+		return ""
+	}
+	entries := make([]config.ColumnRename, len(missing))
+	for i, m := range missing {
+		entries[i] = config.ColumnRename{Table: table, From: m.From, To: m.To}
+	}
+	return "map the rename in the config (it then flows through a DDL barrier, nothing is copied again): add to " + shell.Config(f.ConfigPath) +
+		" (merged into its schema section if it has one)\n" + config.RenamesYAML(entries) +
+		"then let the flow read it: send the running service SIGHUP (it reloads its configuration) or start it again (`" +
+		shell.Trellara("run", f.ConfigPath) + "`), or run `" + shell.Trellara("run", f.ConfigPath, "--local") + "`"
 }
 
 // recordDrift keeps the blocked change err names (if it names one) for
@@ -91,9 +124,13 @@ func (f *Flow) recordDrift(err error) error {
 		d.Plan.Commands = []string{f.resnapshot()}
 	}
 	if f.Cfg.Source.Capture != config.CaptureExtension && !slices.Contains(d.Plan.Commands, ReseedCommand(f.ConfigPath, d.Relation)) {
-		// First: copying the one table again while the flow runs takes the
+		// Next: copying the one table again while the flow runs takes the
 		// change over (docs/SCHEMA.md, "Reseed").
 		d.Plan.Commands = append([]string{ReseedCommand(f.ConfigPath, d.Relation)}, d.Plan.Commands...)
+	}
+	if m := f.renameRecovery(d.Plan); m != "" && !slices.Contains(d.Plan.Commands, m) {
+		// First: a rename a mapping would let through needs no copy.
+		d.Plan.Commands = append([]string{m}, d.Plan.Commands...)
 	}
 	keep := []PendingChange{{Plan: d.Plan, Pinned: fmt.Sprintf("%016x", d.Pinned)}}
 	for _, p := range pending {
@@ -158,9 +195,10 @@ func (f *Flow) DDLPlan() (*DDLPlan, error) {
 		p.Pending = append(p.Pending, c.Plan)
 	}
 	if len(p.Pending) > 0 {
-		p.Notes = append(p.Notes, "no command moves a blocked change forward in place yet (no mapping, no per-table reseed): "+
-			"the recovery copies the flow's tables again. The target tables keep their old shape: change them to the live column "+
-			"list first, or drop them and let "+shell.Trellara("preflight", f.ConfigPath, "--create-target-tables")+" create them")
+		p.Notes = append(p.Notes, "a blocked change moves on by the first recovery listed with it: a rename by its schema.renames entry, "+
+			"otherwise a reseed of the table (it copies the table again in its new shape while the flow runs). After the full re-snapshot "+
+			"instead, the target tables keep their old shape: change them to the live column list first, or drop them and let "+
+			shell.Trellara("preflight", f.ConfigPath, "--create-target-tables")+" create them")
 	}
 	return p, nil
 }
@@ -194,7 +232,8 @@ func (p *DDLPlan) RenderText(w io.Writer) {
 			fmt.Fprintf(w, "  %s\n", pl.Holds)
 		}
 		for _, c := range pl.Commands {
-			fmt.Fprintf(w, "  recovery: %s\n", c)
+			// A recovery may hold a YAML block: indent its lines under it.
+			fmt.Fprintf(w, "  recovery: %s\n", strings.ReplaceAll(c, "\n", "\n      "))
 		}
 	}
 	for _, n := range p.Notes {
@@ -231,7 +270,7 @@ func (f *Flow) schemaRepairSteps() ([]RepairStep, error) {
 		pl := c.Plan
 		out = append(out, RepairStep{Kind: "schema_change", Table: pl.Relation, LSN: pl.LSN,
 			Problem: fmt.Sprintf("capture stopped at a schema change on %s at LSN %s: %s (blocked; %s)", pl.Relation, pl.LSN, pl.Kinds(), pl.Holds),
-			Fix:     f.blockedFix(pl.Relation),
+			Fix:     f.schemaFix(pl),
 			Then:    "see the classified change and its target DDL with " + shell.Trellara("schema ddl-plan", f.ConfigPath),
 			Command: shell.Trellara("schema ddl-plan", f.ConfigPath),
 		})
@@ -283,6 +322,15 @@ func (f *Flow) drainBeforeBarrier(ctx context.Context, captureErr error, applier
 // drainStall bounds drainBeforeBarrier's wait for an applier that has
 // stopped moving (a quarantine, a target that is down).
 const drainStall = 30 * time.Second
+
+// schemaFix is repair-plan's fix for the blocked plan pl: its mapping
+// when a schema.renames entry would let it through, else blockedFix.
+func (f *Flow) schemaFix(pl *schemachange.Plan) string {
+	if m := f.renameRecovery(pl); m != "" {
+		return m + "; or " + f.blockedFix(pl.Relation)
+	}
+	return f.blockedFix(pl.Relation)
+}
 
 // blockedFix is the recovery of a blocked change on relation.
 func (f *Flow) blockedFix(relation string) string {

@@ -3,6 +3,7 @@ package flow_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -300,4 +301,172 @@ func TestBlockedSchemaChangesStopWithPlan(t *testing.T) {
 		src.Exec(t, `DELETE FROM other WHERE id > 1`)
 		f.mustConverge(tc.kind + " after recovery")
 	}
+}
+
+// A column rename stops capture without a schema.renames entry, at the
+// real LSN, with the entry to add in the plan; with the entry (the YAML the
+// plan prints, appended to the config) the rename reaches the target
+// through a DDL barrier, rows after it land in the renamed column, and a
+// target reader polling throughout never sees a row of the new shape
+// without the renamed column, nor the renamed column without its first
+// rows. A barrier that reaches the target again (the relay stopped after
+// the target committed it and before its pin moved: the old pin is put
+// back) is applied again without harm.
+func TestRenameNeedsAMapping(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE orders (id int PRIMARY KEY, qty int NOT NULL, note text)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
+		`INSERT INTO orders SELECT g, g, 'n' || g FROM generate_series(1, 50) g`, `INSERT INTO other VALUES (1, 'a')`)
+	f := newSchemaFlow(t, src, dst, "public.orders", "public.other")
+	f.mustConverge("first run")
+	pinsPath := filepath.Join(f.dir, "data", "pins.json")
+	oldPins, err := os.ReadFile(pinsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const firstNew = 1000 // the first row written under the new shape
+	src.Exec(t, `INSERT INTO other VALUES (2, 'before')`, `ALTER TABLE orders RENAME COLUMN note TO remark`)
+	before := walLSN(t, src)
+	src.Exec(t, fmt.Sprintf(`INSERT INTO orders (id, qty, remark) VALUES (%d, 1, 'r %d')`, firstNew, firstNew))
+	after := walLSN(t, src)
+	src.Exec(t, `INSERT INTO other VALUES (3, 'after')`)
+
+	// Without the mapping: stopped at the rename's transaction, the plan
+	// naming the entry to add.
+	out, code := f.run("run", "--local")
+	if code == 0 || !strings.Contains(out, "rename_column") || !strings.Contains(out, "public.orders") ||
+		!strings.Contains(out, "renames:") || !strings.Contains(out, "from: note") || !strings.Contains(out, "to: remark") {
+		t.Fatalf("run without the mapping: exit %d, want a stop naming the rename and its mapping\n%s", code, out)
+	}
+	m := lsnRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no LSN in\n%s", out)
+	}
+	if at, err := lsn.Parse(m[1]); err != nil || uint64(at) <= before || uint64(at) > after {
+		t.Fatalf("stopped at LSN %s, want the rename's first transaction's commit in (%s, %s]", m[1], pglogrepl.LSN(before), pglogrepl.LSN(after))
+	}
+	plan, code := f.run("schema", "ddl-plan")
+	if code != 1 || !strings.Contains(plan, "rename_column from note text to remark text") || !strings.Contains(plan, "requires-mapping · decision manual-review") ||
+		!strings.Contains(plan, "recovery: map the rename") || !strings.Contains(plan, "- table: public.orders") ||
+		!strings.Contains(plan, "trellara run --config") || !strings.Contains(plan, m[1]) {
+		t.Fatalf("ddl-plan without the mapping: exit %d\n%s", code, plan)
+	}
+	if rp, code := f.run("repair-plan"); code != 1 || !strings.Contains(rp, "schema change on public.orders") || !strings.Contains(rp, "from: note") {
+		t.Fatalf("repair-plan without the mapping: exit %d\n%s", code, rp)
+	}
+	// The mapping, as the plan's recovery writes it, appended to the config.
+	jp, _ := f.run("schema", "ddl-plan", "--format", "json")
+	var doc struct {
+		Pending []struct{ Commands []string } `json:"pending"`
+	}
+	if err := json.Unmarshal([]byte(jp), &doc); err != nil || len(doc.Pending) != 1 || len(doc.Pending[0].Commands) == 0 {
+		t.Fatalf("ddl-plan --format json: %v\n%s", err, jp)
+	}
+	rec := doc.Pending[0].Commands[0]
+	start, end := strings.Index(rec, "\nschema:\n"), strings.Index(rec, "\nthen ")
+	if start < 0 || end < start {
+		t.Fatalf("the first recovery holds no schema.renames block:\n%s", rec)
+	}
+	cfg, err := os.OpenFile(f.cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.WriteString(rec[start+1 : end+1]); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Close()
+
+	// With the mapping, while the workload goes on writing under the new
+	// name, a reader polls the target.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		wg, writer   sync.WaitGroup
+		observations atomic.Int64
+		violation    atomic.Value
+		werr         error
+	)
+	wg.Add(1)
+	go func() { // the target reader
+		defer wg.Done()
+		conn := dst.Connect(context.Background())
+		defer conn.Close(context.Background())
+		for ctx.Err() == nil {
+			var col, newRows int
+			// One statement, one snapshot: the catalog and the rows.
+			err := conn.QueryRow(context.Background(), `SELECT
+				(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('public.orders') AND attname = 'remark' AND NOT attisdropped),
+				(SELECT count(*) FROM orders WHERE id >= $1)`, firstNew).Scan(&col, &newRows)
+			if err != nil {
+				continue // the table may be locked by the barrier; try again
+			}
+			observations.Add(1)
+			if (col == 1) != (newRows > 0) {
+				violation.Store(fmt.Sprintf("column remark present %v with %d rows of the new shape", col == 1, newRows))
+			}
+		}
+	}()
+	writer.Add(1)
+	go func() { // the source workload, under the new name
+		defer writer.Done()
+		conn := src.Connect(context.Background())
+		defer conn.Close(context.Background())
+		for i := firstNew + 1; i < firstNew+200 && werr == nil; i++ {
+			_, werr = conn.Exec(context.Background(), `INSERT INTO orders (id, qty, remark) VALUES ($1::int, 1, 'r ' || $1::int)`, i)
+			if werr == nil && i%10 == 0 {
+				_, werr = conn.Exec(context.Background(), `UPDATE orders SET remark = 'updated' WHERE id = $1`, i-5)
+			}
+		}
+	}()
+	for i := 0; i < 2; i++ {
+		if out, code := f.run("run", "--local"); code != 0 {
+			cancel()
+			writer.Wait()
+			wg.Wait()
+			t.Fatalf("run %d with the mapping: exit %d\n%s", i, code, out)
+		}
+	}
+	writer.Wait()
+	f.mustConverge("run after the mapping")
+	cancel()
+	wg.Wait()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if v := violation.Load(); v != nil {
+		t.Fatalf("a target reader saw a half-applied rename barrier: %v", v)
+	}
+	if observations.Load() == 0 {
+		t.Fatal("the target reader made no observation")
+	}
+	tc := dst.Connect(context.Background())
+	defer tc.Close(context.Background())
+	var cols string
+	var renamed, kept int
+	if err := tc.QueryRow(context.Background(), `SELECT
+		(SELECT string_agg(attname, ', ' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'public.orders'::regclass AND attnum > 0 AND NOT attisdropped),
+		(SELECT count(*) FROM orders WHERE id >= 1000 AND (remark = 'r ' || id OR remark = 'updated')),
+		(SELECT count(*) FROM orders WHERE id <= 50 AND remark = 'n' || id)`).Scan(&cols, &renamed, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if cols != "id, qty, remark" || renamed != 200 || kept != 50 {
+		t.Fatalf("target orders: columns %s, %d rows after the rename carry remark (want 200), %d before it kept their value (want 50)", cols, renamed, kept)
+	}
+	if out, code := f.run("schema", "ddl-plan"); code != 0 || !strings.Contains(out, "no pending schema change") {
+		t.Fatalf("ddl-plan after the mapped rename: exit %d\n%s", code, out)
+	}
+
+	// The barrier again, on a target that already has remark and no note:
+	// the old pin put back, the next transaction carries the rename again.
+	if err := os.WriteFile(pinsPath, oldPins, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src.Exec(t, `INSERT INTO orders (id, qty, remark) VALUES (5000, 1, 'again')`)
+	f.mustConverge("the rename barrier again")
+	if err := tc.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE id = 5000 AND remark = 'again'`).Scan(&renamed); err != nil || renamed != 1 {
+		t.Fatalf("row after the repeated barrier: %d (%v)", renamed, err)
+	}
+	t.Logf("%d target observations", observations.Load())
 }
