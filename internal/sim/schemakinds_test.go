@@ -48,7 +48,7 @@ func TestSimTargetRunsTargetDDL(t *testing.T) {
 	db := newSimDB(nil)
 	db.useTables(Workload{Change: schemachange.WidenType}.tables())
 	x := &simTx{c: db.connect()}
-	stmt := schemachange.Statement(quotedName(tAccounts), schemachange.WidenType, "balance", "bigint")
+	stmt := schemachange.Statement(quotedName(tAccounts), schemachange.WidenType, "", "balance", "bigint")
 	if err := x.exec(stmt); err != nil {
 		t.Fatal(err)
 	}

@@ -373,7 +373,7 @@ func (x *simTx) ddl(unit int, env *pb.Envelope) error {
 		def := x.table(d.Relation)
 		stmt := ""
 		if def != nil {
-			stmt = schemachange.Statement(quotedName(def), schemachange.Kind(d.Kind), d.Column, d.ColumnType)
+			stmt = schemachange.Statement(quotedName(def), schemachange.Kind(d.Kind), d.OldColumn, d.Column, d.ColumnType)
 		}
 		if err := x.exec(stmt); err != nil {
 			return &apply.Refusal{Unit: unit, Relation: d.Relation, SQLState: err.(*pgconn.PgError).Code, Err: err}
