@@ -205,3 +205,70 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// A target restored from a backup older than what the local log still
+// holds: its checkpoint is behind the log, and the transactions between
+// are gone. The applier stops and names `reseed --all-tables`, which
+// brings the target back while the flow runs.
+func TestReseedAllTablesRecoversATargetRestoredPastTheLog(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, pad text)`,
+		`INSERT INTO items SELECT g, g, repeat('x', 200) FROM generate_series(1, 2000) g`)
+	f := newSchemaFlow(t, src, dst, "public.items")
+	body, err := os.ReadFile(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDir := filepath.Join(f.dir, "data")
+	small := fmt.Sprintf("local: {dir: %s, segment_bytes_max: 1MiB, retention: {max_bytes: 1MiB}}", logDir)
+	body = []byte(strings.Replace(string(body), fmt.Sprintf("local: {dir: %s}", logDir), small, 1))
+	if err := os.WriteFile(f.cfg, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.mustConverge("first run")
+	dst.Stop()
+	saved := dst.CopyData(t)
+	dst.Restart()
+
+	// Several segments of inserts, updates and deletes, applied; the
+	// bounded run's retention then drops what the cursor has passed.
+	src.Exec(t, `INSERT INTO items SELECT g, g, repeat('y', 200) FROM generate_series(2001, 2500) g`)
+	for i := 0; i < 6; i++ {
+		src.Exec(t, fmt.Sprintf(`UPDATE items SET v = v + 1, pad = repeat('%c', 250) WHERE id %% 2 = %d`, 'a'+i, i%2))
+	}
+	src.Exec(t, `DELETE FROM items WHERE id BETWEEN 1 AND 50`)
+	f.mustConverge("the run the backup misses")
+	lg, err := segmentlog.OpenReadOnly(filepath.Join(logDir, "log"), segmentlog.Options{SegmentBytesMax: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := lg.FirstOffset()
+	lg.Close()
+	if first <= 2 {
+		t.Fatalf("retention left the log from offset %d: the backup's checkpoint is still covered", first)
+	}
+
+	dst.Stop()
+	dst.RestoreData(t, saved)
+	dst.Restart()
+	stopService := f.startService()
+	want := "trellara reseed --config " + f.cfg + " --all-tables"
+	waitUntil(t, "the applier to name the recovery", func() bool {
+		l := f.serviceLog()
+		return strings.Contains(l, "the target lost transactions") && strings.Contains(l, want)
+	}, f.serviceLog)
+	// Rows the backup never had are updated and deleted while the
+	// recovery runs.
+	src.Exec(t, `UPDATE items SET v = -v WHERE id BETWEEN 2001 AND 2100`, `DELETE FROM items WHERE id BETWEEN 2400 AND 2450`)
+	out, code := f.runStdout("reseed", "--all-tables", "--chunk-rows", "400", "--wait", "2m", "--format", "json")
+	if code != 0 || !strings.Contains(out, `"verdict": "CONVERGED"`) {
+		t.Fatalf("reseed --all-tables: exit %d\n%s\nservice:\n%s", code, out, tail(f.serviceLog(), 30))
+	}
+	vout, vcode := f.runStdout("verify", "--format", "json")
+	stopService()
+	if vcode != 0 || !strings.Contains(vout, `"CONVERGED"`) {
+		t.Fatalf("verify after the recovery: exit %d\n%s", vcode, vout)
+	}
+}
