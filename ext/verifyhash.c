@@ -72,6 +72,9 @@
 
 PG_FUNCTION_INFO_V1(trellara_verify_buckets);
 
+/* The block rows' text forms and detoasted values are allocated in. */
+#define VH_ROW_MEMORY	(256 * 1024)
+
 /* Bucket counts above this are refused: the sums are held in memory. */
 #define VH_BUCKETS_MAX	(1 << 20)
 
@@ -372,9 +375,18 @@ vh_scan(VhState *st, Relation rel, int64 lo, int64 hi)
 			st->counts[b]++;
 			st->sums[b] += row;
 			MemoryContextSwitchTo(outer);
-			MemoryContextReset(st->rowcxt);
+			/*
+			 * Text forms and detoasted values are freed in batches, once the
+			 * context's one block is full (it then holds a second): resetting
+			 * after every row cost a tenth of the time.  A row's values are
+			 * never kept past the row, so this bounds the memory at two
+			 * blocks plus one row's values.
+			 */
+			if (st->rowcxt->mem_allocated > VH_ROW_MEMORY)
+				MemoryContextReset(st->rowcxt);
 		}
 		pfree(colhash);
+		MemoryContextReset(st->rowcxt);
 	}
 	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
@@ -465,7 +477,9 @@ trellara_verify_buckets(PG_FUNCTION_ARGS)
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "trellara verify",
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
-	st.rowcxt = AllocSetContextCreate(cxt, "trellara verify row", ALLOCSET_DEFAULT_SIZES);
+	/* one fixed block, kept across resets: no malloc churn per batch */
+	st.rowcxt = AllocSetContextCreate(cxt, "trellara verify row",
+									  VH_ROW_MEMORY, VH_ROW_MEMORY, VH_ROW_MEMORY);
 	st.ncols = vh_names(PG_GETARG_ARRAYTYPE_P(1), "columns", &colnames);
 	st.cols = vh_inputs(colnames, st.ncols, PG_GETARG_TEXT_PP(2), "column");
 	st.nkeys = vh_names(PG_GETARG_ARRAYTYPE_P(3), "key_columns", &keynames);

@@ -43,6 +43,10 @@ var benchSettings = map[string]string{"shared_buffers": "1GB", "max_worker_proce
 //	verify-s                        wall time of Verify
 //	count-s                         wall time of SELECT count(*) (server defaults)
 //	verify/count                    the ratio the issue bounds at 3
+//	src-cpu/count-cpu               (one-core only) CPU of the source's
+//	                                verify backend over the CPU of a one-core
+//	                                SELECT count(*) on the same table: the
+//	                                ratio without the machine's load in it
 //
 // Sub-benchmarks by Options.ParallelWorkers, on one connection per side:
 // one-core (-1, parallel query off), server-default (0: PostgreSQL may
@@ -79,7 +83,7 @@ func BenchmarkVerify(b *testing.B) {
 	}{{"one-core", -1, 1, false}, {"server-default", 0, 1, false}, {"parallel-2", 2, 1, false}, {"connections-2", -1, 2, false},
 		{"connections-4", -1, 4, false}, {"c-one-core", -1, 1, true}, {"c-connections-2", -1, 2, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU float64
+			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU, countCPU float64
 			for i := 0; i < b.N; i++ {
 				s0, d0 := backendCPU(b, src), backendCPU(b, dst)
 				t0 := time.Now()
@@ -99,6 +103,7 @@ func BenchmarkVerify(b *testing.B) {
 				srcRate += r.SourceRowsPerSecond
 				dstRate += r.TargetRowsPerSecond
 				countS += timeCount(b, src)
+				countCPU += oneCoreCountCPU(b, src)
 			}
 			n := float64(b.N)
 			b.ReportMetric(srcRate/n, "src-rows/s")
@@ -106,6 +111,9 @@ func BenchmarkVerify(b *testing.B) {
 			if bc.workers < 0 && bc.cns == 1 && srcCPU > 0 && dstCPU > 0 {
 				b.ReportMetric(float64(rows)*n/srcCPU, "src-rows/cpu-s")
 				b.ReportMetric(float64(rows)*n/dstCPU, "dst-rows/cpu-s")
+				if countCPU > 0 {
+					b.ReportMetric(srcCPU/countCPU, "src-cpu/count-cpu")
+				}
 			}
 			b.ReportMetric(verifyS/n, "verify-s")
 			b.ReportMetric(countS/n, "count-s")
@@ -123,6 +131,26 @@ func timeCount(b *testing.B, conn *pgx.Conn) float64 {
 		b.Fatal(err)
 	}
 	return time.Since(t0).Seconds()
+}
+
+// oneCoreCountCPU is the CPU time of SELECT count(*) on the benchmark
+// table with parallel query off, so the backend does all of it.
+func oneCoreCountCPU(b *testing.B, conn *pgx.Conn) float64 {
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	c0 := backendCPU(b, conn)
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM public.ledger").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return backendCPU(b, conn) - c0
 }
 
 // backendCPU is the CPU time, in seconds, the server process behind conn
