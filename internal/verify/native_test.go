@@ -92,7 +92,8 @@ func startWithExtension(t testing.TB, settings map[string]string) *pgtest.Cluste
 // with NULLs, out-of-line TOAST values, equal numerics that print
 // differently, a dropped column, and keys of each kind: a single int8, a
 // single timestamptz (hashed as text on its own, by value in the row), a
-// numeric, a composite, none (whole row), a partitioned table whose
+// numeric, a composite (with a column name that needs quoting), none
+// (whole row), a partitioned table whose
 // partitions number their columns differently, and a table whose
 // row-level security applies to its owner (hashed in SQL).
 var nativeSchema = []string{
@@ -125,7 +126,7 @@ var nativeSchema = []string{
 	`INSERT INTO public.tzkey SELECT TIMESTAMPTZ '2025-01-01 00:00+00' + g * interval '1 minute', 'v' || g FROM generate_series(1, 3000) g`,
 	`CREATE TABLE public.numkey (k numeric PRIMARY KEY, v int4)`,
 	`INSERT INTO public.numkey SELECT g / 8.0, g FROM generate_series(1, 3000) g`,
-	`CREATE TABLE public.comp (a int4, b text, v float8, PRIMARY KEY (a, b))`,
+	`CREATE TABLE public.comp (a int4, "B ""quoted""" text, v float8, PRIMARY KEY (a, "B ""quoted"""))`,
 	`INSERT INTO public.comp SELECT g % 50, 'b' || g, g / 3.0 FROM generate_series(1, 3000) g`,
 	`CREATE TABLE public.nokey (a int4, b text)`,
 	`INSERT INTO public.nokey SELECT g % 700, 'b' || (g % 300) FROM generate_series(1, 3000) g`,
