@@ -302,6 +302,12 @@ vh_scan(VhState *st, Relation rel, int64 lo, int64 hi)
 			}
 	}
 
+	if (range && rel->rd_tableam->scan_set_tidrange == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the access method of relation \"%s\" has no TID range scans",
+						RelationGetRelationName(rel)),
+				 errhint("Hash it in SQL.")));
 	slot = table_slot_create(rel, NULL);
 	if (range)
 	{

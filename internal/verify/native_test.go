@@ -162,6 +162,7 @@ func TestNativeRowHash(t *testing.T) {
 	}
 	t.Run("EqualsSQL", func(t *testing.T) { testNativeEqualsSQL(t, c) })
 	t.Run("RowLevelSecurity", func(t *testing.T) { testNativeRowLevelSecurity(t, c) })
+	t.Run("ForeignPartition", func(t *testing.T) { testNativeForeignPartition(t, c) })
 	t.Run("NotPreloaded", testNativeNotPreloaded)
 	t.Run("Verdicts", func(t *testing.T) { testNativeVerdicts(t, c) })
 }
@@ -269,6 +270,30 @@ func testNativeRowLevelSecurity(t *testing.T, c *pgtest.Cluster) {
 		if sh.native != want {
 			t.Errorf("%s as a role row-level security applies to: C row hash allowed = %v, want %v", name, sh.native, want)
 		}
+	}
+}
+
+// testNativeForeignPartition: a partitioned table with a foreign
+// partition is hashed in SQL (the C function reads only heap tables and
+// refuses it); verify answers as usual.
+func testNativeForeignPartition(t *testing.T, c *pgtest.Cluster) {
+	c.CreateDB(t, "foreign")
+	c.ExecDB(t, "foreign", `CREATE EXTENSION trellara`, `CREATE EXTENSION file_fdw`,
+		`CREATE SERVER files FOREIGN DATA WRAPPER file_fdw`,
+		`CREATE TABLE public.mixed (id int4, v text) PARTITION BY RANGE (id)`,
+		`CREATE TABLE public.mixed_local PARTITION OF public.mixed FOR VALUES FROM (0) TO (1000)`,
+		`CREATE FOREIGN TABLE public.mixed_file PARTITION OF public.mixed FOR VALUES FROM (1000) TO (2000)
+			SERVER files OPTIONS (filename '/dev/null', format 'csv')`,
+		`INSERT INTO public.mixed SELECT g, 'v' || g FROM generate_series(1, 999) g`,
+		`CREATE TABLE public.plain (id int4 PRIMARY KEY)`)
+	ctx := context.Background()
+	r, err := Verify(ctx, connect(t, c.URL("foreign")), connect(t, c.URL("foreign")), Options{Tables: []string{"public.mixed", "public.plain"}, Connections: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantVerdict(t, r, Converged)
+	if r.native != [2]int{1, 1} {
+		t.Errorf("tables hashed in C: %v, want public.plain only on each side", r.native)
 	}
 }
 

@@ -102,11 +102,14 @@ ORDER BY a.attnum`
 
 // sqlNativeTable says whether the extension's C row hash may read a table
 // instead of SQL: not where row-level security applies to this session
-// (the C scan would not apply the policies, and refuses), nor where a
-// partition is not a plain table (a foreign table: only SQL reads it).
+// (the C scan would not apply the policies, and refuses), nor where the
+// table or a partition is not a plain heap table (a foreign table, which
+// only SQL reads; another table access method, which may lack the TID
+// range scans the function uses).
 const sqlNativeTable = `SELECT NOT pg_catalog.row_security_active($1::pg_catalog.oid) AND NOT EXISTS (
   SELECT 1 FROM pg_catalog.pg_partition_tree($1::pg_catalog.oid) AS p JOIN pg_catalog.pg_class c ON c.oid = p.relid
-  WHERE p.isleaf AND c.relkind <> 'r')`
+  LEFT JOIN pg_catalog.pg_am a ON a.oid = c.relam
+  WHERE p.isleaf AND (c.relkind <> 'r' OR a.amname IS DISTINCT FROM 'heap'))`
 
 // sqlKeyColumns lists the primary key's columns, then the replica identity
 // index's, each in index order; the caller takes the first group present.
