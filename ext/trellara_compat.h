@@ -40,11 +40,19 @@
 #endif
 
 /*
+ * verifyhash.c adds 64-bit row hashes into exact per-bucket sums in 128-bit
+ * integers; every platform PostgreSQL packages are built for has them.
+ */
+#ifndef HAVE_INT128
+#error "trellara needs a 128-bit integer type (verifyhash.c's exact hash sums)"
+#endif
+
+/*
  * Module magic.  18 can record a name and version that pg_get_loaded_modules()
  * shows; older releases only have the plain form.
  */
 #if PG_VERSION_NUM >= 180000
-#define TRELLARA_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "trellara", .version = "0.1")
+#define TRELLARA_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "trellara", .version = "0.2")
 #else
 #define TRELLARA_MODULE_MAGIC PG_MODULE_MAGIC
 #endif

@@ -63,7 +63,8 @@ chmod 755 "$work"
 # paths this package owns. Keep those files aside and put them back at the
 # end, so the test leaves the machine as it found it.
 ext_files=(/usr/lib/postgresql/15/lib/trellara.so /usr/share/postgresql/15/extension/trellara.control
-	/usr/share/postgresql/15/extension/trellara--0.1.sql)
+	/usr/share/postgresql/15/extension/trellara--0.1.sql /usr/share/postgresql/15/extension/trellara--0.1--0.2.sql
+	/usr/share/postgresql/15/extension/trellara--0.2.sql)
 mkdir -p "$work/aside"
 for f in "${ext_files[@]}"; do
 	if [ -e "$f" ] && ! dpkg -S "$f" >/dev/null 2>&1; then

@@ -43,18 +43,26 @@ var benchSettings = map[string]string{"shared_buffers": "1GB", "max_worker_proce
 //	verify-s                        wall time of Verify
 //	count-s                         wall time of SELECT count(*) (server defaults)
 //	verify/count                    the ratio the issue bounds at 3
+//	src-cpu/count-cpu               (one-core only) CPU of the source's
+//	                                verify backend over the CPU of a one-core
+//	                                SELECT count(*) on the same table: the
+//	                                ratio without the machine's load in it
 //
 // Sub-benchmarks by Options.ParallelWorkers, on one connection per side:
 // one-core (-1, parallel query off), server-default (0: PostgreSQL may
 // give the totals query 2 workers) and parallel-2 (2, also for the bucket
 // aggregate); and by Options.Connections with parallel query off:
 // connections-2 and connections-4 (page ranges over 2 or 4 connections per
-// side sharing one snapshot). Both sides share this machine's cores, so
-// rows/s per side is what one side gets while the other runs too.
+// side sharing one snapshot). Those hash in SQL (Options.SQLRowHash); the
+// c-* sub-benchmarks hash with the trellara extension's C row hash
+// (trellara_verify_buckets), which both servers preload and both
+// databases have: c-one-core and c-connections-2. Both sides share this
+// machine's cores, so rows/s per side is what one side gets while the
+// other runs too.
 func BenchmarkVerify(b *testing.B) {
 	rows := benchRows(b)
-	srcC := pgtest.Start(b, pgtest.Options{NoFsync: true, Settings: benchSettings})
-	dstC := pgtest.Start(b, pgtest.Options{NoFsync: true, Settings: benchSettings})
+	srcC := startWithExtension(b, benchSettings)
+	dstC := startWithExtension(b, benchSettings)
 	ddl := `CREATE TABLE public.ledger (id bigint PRIMARY KEY, account int NOT NULL, amount numeric(12,2) NOT NULL,
 		memo text, created timestamptz NOT NULL)`
 	fill := fmt.Sprintf(`INSERT INTO public.ledger SELECT g, g %% 10007, (g %% 100000) / 100.0, 'memo ' || g,
@@ -63,7 +71,7 @@ func BenchmarkVerify(b *testing.B) {
 	for _, c := range []*pgtest.Cluster{srcC, dstC} {
 		// VACUUM sets hint bits and the visibility map, as on a settled
 		// production table; count(*) would otherwise pay for it first.
-		c.Exec(b, ddl, fill, `VACUUM ANALYZE public.ledger`)
+		c.Exec(b, `CREATE EXTENSION trellara`, ddl, fill, `VACUUM ANALYZE public.ledger`)
 	}
 	b.Logf("generated %d rows per side in %s", rows, time.Since(start).Round(time.Millisecond))
 	ctx := context.Background()
@@ -71,15 +79,20 @@ func BenchmarkVerify(b *testing.B) {
 	for _, bc := range []struct {
 		name         string
 		workers, cns int
-	}{{"one-core", -1, 1}, {"server-default", 0, 1}, {"parallel-2", 2, 1}, {"connections-2", -1, 2}, {"connections-4", -1, 4}} {
+		native       bool
+	}{{"one-core", -1, 1, false}, {"server-default", 0, 1, false}, {"parallel-2", 2, 1, false}, {"connections-2", -1, 2, false},
+		{"connections-4", -1, 4, false}, {"c-one-core", -1, 1, true}, {"c-connections-2", -1, 2, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU float64
+			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU, countCPU float64
 			for i := 0; i < b.N; i++ {
 				s0, d0 := backendCPU(b, src), backendCPU(b, dst)
 				t0 := time.Now()
-				r, err := Verify(ctx, src, dst, Options{Tables: []string{"public.ledger"}, ParallelWorkers: bc.workers, Connections: bc.cns})
+				r, err := Verify(ctx, src, dst, Options{Tables: []string{"public.ledger"}, ParallelWorkers: bc.workers, Connections: bc.cns, SQLRowHash: !bc.native})
 				if err != nil {
 					b.Fatal(err)
+				}
+				if (r.native == [2]int{1, 1}) != bc.native {
+					b.Fatalf("tables hashed in C: %v, want C: %v", r.native, bc.native)
 				}
 				verifyS += time.Since(t0).Seconds()
 				srcCPU += backendCPU(b, src) - s0
@@ -90,6 +103,7 @@ func BenchmarkVerify(b *testing.B) {
 				srcRate += r.SourceRowsPerSecond
 				dstRate += r.TargetRowsPerSecond
 				countS += timeCount(b, src)
+				countCPU += oneCoreCountCPU(b, src)
 			}
 			n := float64(b.N)
 			b.ReportMetric(srcRate/n, "src-rows/s")
@@ -97,6 +111,9 @@ func BenchmarkVerify(b *testing.B) {
 			if bc.workers < 0 && bc.cns == 1 && srcCPU > 0 && dstCPU > 0 {
 				b.ReportMetric(float64(rows)*n/srcCPU, "src-rows/cpu-s")
 				b.ReportMetric(float64(rows)*n/dstCPU, "dst-rows/cpu-s")
+				if countCPU > 0 {
+					b.ReportMetric(srcCPU/countCPU, "src-cpu/count-cpu")
+				}
 			}
 			b.ReportMetric(verifyS/n, "verify-s")
 			b.ReportMetric(countS/n, "count-s")
@@ -114,6 +131,26 @@ func timeCount(b *testing.B, conn *pgx.Conn) float64 {
 		b.Fatal(err)
 	}
 	return time.Since(t0).Seconds()
+}
+
+// oneCoreCountCPU is the CPU time of SELECT count(*) on the benchmark
+// table with parallel query off, so the backend does all of it.
+func oneCoreCountCPU(b *testing.B, conn *pgx.Conn) float64 {
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
+		b.Fatal(err)
+	}
+	var n int64
+	c0 := backendCPU(b, conn)
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM public.ledger").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return backendCPU(b, conn) - c0
 }
 
 // backendCPU is the CPU time, in seconds, the server process behind conn

@@ -12,12 +12,16 @@ import (
 // side's snapshot so it matches the rows the checksums see.
 type shape struct {
 	exists    bool
+	oid       uint32
 	relkind   string
 	reltuples float64
 	pages     int64 // heap pages, read only for parallel hashing
 	cols      []column
 	basis     KeyBasis
 	key       []string
+	// native: the extension's C row hash may read this table (read only
+	// where the side has it; see sqlNativeTable).
+	native bool
 }
 
 type column struct {
@@ -26,9 +30,10 @@ type column struct {
 	oid  uint32 // pg_type oid: picks the hash (built-in oids are fixed)
 }
 
-// readShape reads tn's relation, columns and key from q's snapshot, and
-// with withPages its size in pages.
-func readShape(ctx context.Context, q pgx.Tx, tn config.TableName, withPages bool) (*shape, error) {
+// readShape reads tn's relation, columns and key from q's snapshot, with
+// withPages its size in pages, and with native whether the extension's C
+// row hash may read it.
+func readShape(ctx context.Context, q pgx.Tx, tn config.TableName, withPages, native bool) (*shape, error) {
 	var (
 		oid        uint32
 		relkind    string
@@ -44,9 +49,14 @@ func readShape(ctx context.Context, q pgx.Tx, tn config.TableName, withPages boo
 	if err != nil {
 		return nil, err
 	}
-	s := &shape{exists: true, relkind: relkind, reltuples: reltuples}
+	s := &shape{exists: true, oid: oid, relkind: relkind, reltuples: reltuples}
 	if relkind != "r" && relkind != "p" {
 		return s, nil
+	}
+	if native {
+		if err := q.QueryRow(ctx, sqlNativeTable, oid).Scan(&s.native); err != nil {
+			return nil, err
+		}
 	}
 	if withPages {
 		if err := q.QueryRow(ctx, sqlPages, int64(oid)).Scan(&s.pages); err != nil {
@@ -148,8 +158,8 @@ func plans(spec tableSpec, src, dst *shape, h Hashing) (plan, plan) {
 	for i, k := range src.key {
 		key[i] = byName[k]
 	}
-	return newPlan(pgx.Identifier{spec.src.Schema, spec.src.Name}.Sanitize(), src.relkind, src.cols, key, h),
-		newPlan(pgx.Identifier{spec.dst.Schema, spec.dst.Name}.Sanitize(), dst.relkind, src.cols, key, h)
+	return newPlan(pgx.Identifier{spec.src.Schema, spec.src.Name}.Sanitize(), src.relkind, src.oid, src.cols, key, h),
+		newPlan(pgx.Identifier{spec.dst.Schema, spec.dst.Name}.Sanitize(), dst.relkind, dst.oid, src.cols, key, h)
 }
 
 // quoteName renders a column name the way SQL would need it: bare when

@@ -175,6 +175,9 @@ type Result struct {
 	// (CatchUpAdvice when BEHIND); a result read back from JSON has none
 	// and shows Recovery alone.
 	advice string
+	// native counts the tables the source ([0]) and the target ([1])
+	// hashed with the extension's C row hash, over all rounds.
+	native [2]int
 }
 
 // Watermark records where the comparison stood in the replication stream:

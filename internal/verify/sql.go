@@ -62,9 +62,30 @@ func settingsSQL(workers int) string {
 		set("max_parallel_workers_per_gather", "0")
 	}
 	b.WriteString("pg_catalog.current_setting('server_encoding'), " +
-		"pg_catalog.current_setting('server_version_num')::int")
+		"pg_catalog.current_setting('server_version_num')::int, " + sqlNative)
 	return b.String()
 }
+
+// nativeFunction is the C row hash's signature in the trellara extension
+// (0.2 and later; ext/verifyhash.c).
+const nativeFunction = "trellara_verify_buckets(pg_catalog.regclass, text[], text, text[], text, int8, int8, int8, int8)"
+
+// sqlNative is the trellara extension's C row hash, schema-qualified and
+// quoted, when this session can call it: the extension is created in this
+// database at a version that has the function (0.2 or later), the session
+// may execute it, and the server preloads the library (trellara refuses
+// to load any other way, which would abort the snapshot's transaction).
+// The preload is seen in pg_settings, which any role may read (unlike
+// shared_preload_libraries): a loaded library defines
+// trellara.queue_wait_timeout as an integer, where a setting in
+// postgresql.conf without the library would be a text placeholder.
+// Otherwise the empty string. The extension is relocatable: its schema comes from
+// pg_extension.
+const sqlNative = `COALESCE((SELECT pg_catalog.quote_ident(n.nspname) || '.trellara_verify_buckets'
+  FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace,
+  LATERAL pg_catalog.to_regprocedure(pg_catalog.quote_ident(n.nspname) || '.` + nativeFunction + `') AS f(oid)
+  WHERE e.extname = 'trellara' AND f.oid IS NOT NULL AND pg_catalog.has_function_privilege(f.oid, 'EXECUTE')
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_settings WHERE name = 'trellara.queue_wait_timeout' AND vartype = 'integer')), '')`
 
 // sqlRelation finds a relation by exact schema and name (no search_path).
 const sqlRelation = `SELECT c.oid, c.relkind::text, c.reltuples::float8, c.relreplident::text
@@ -78,6 +99,17 @@ const sqlColumns = `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a
 FROM pg_catalog.pg_attribute a
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
+
+// sqlNativeTable says whether the extension's C row hash may read a table
+// instead of SQL: not where row-level security applies to this session
+// (the C scan would not apply the policies, and refuses), nor where the
+// table or a partition is not a plain heap table (a foreign table, which
+// only SQL reads; another table access method, which may lack the TID
+// range scans the function uses).
+const sqlNativeTable = `SELECT NOT pg_catalog.row_security_active($1::pg_catalog.oid) AND NOT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_partition_tree($1::pg_catalog.oid) AS p JOIN pg_catalog.pg_class c ON c.oid = p.relid
+  LEFT JOIN pg_catalog.pg_am a ON a.oid = c.relam
+  WHERE p.isleaf AND (c.relkind <> 'r' OR a.amname IS DISTINCT FROM 'heap'))`
 
 // sqlKeyColumns lists the primary key's columns, then the replica identity
 // index's, each in index order; the caller takes the first group present.
@@ -156,31 +188,85 @@ const (
 	oidUUID        = 2950
 )
 
-// typedColumn is a column as it enters hash_record_extended: itself when its
-// type's hash is exact, bytewise for strings, else its text.
-func typedColumn(ref string, typ uint32) string {
+// hashMode is how a value enters a typed hash. The same letters are
+// trellara_verify_buckets' column modes (ext/verifyhash.c), so this file
+// alone decides which type enters how, for the SQL and the C path alike.
+type hashMode byte
+
+const (
+	// modeValue: the value itself, hashed by its type's extended hash
+	// function under its own collation.
+	modeValue hashMode = 'v'
+	// modeBytes: the value under COLLATE "C" (text, varchar, name: the
+	// bytes).
+	modeBytes hashMode = 'c'
+	// modeText: the value's text form (col::text) under COLLATE "C".
+	modeText hashMode = 't'
+)
+
+// columnMode is how a column of type typ enters hash_record_extended:
+// itself when its type's hash is exact, bytewise for strings, else its
+// text.
+func columnMode(typ uint32) hashMode {
 	switch typ {
 	case oidBool, oidBytea, oidChar, oidInt8, oidInt2, oidInt4, oidOid, oidDate, oidTime, oidTimestamp, oidTimestamptz, oidUUID:
-		return ref
+		return modeValue
 	case oidText, oidVarchar, oidName:
+		return modeBytes
+	}
+	return modeText
+}
+
+// singleKeyHashFunc names the hash function of the single-column key
+// types hashed as themselves (keyMode modeValue): each type's own extended
+// hash function, which exists on every supported major.
+var singleKeyHashFunc = map[uint32]string{
+	oidInt2: "hashint2extended",
+	oidInt4: "hashint4extended",
+	oidInt8: "hashint8extended",
+	oidUUID: "uuid_hash_extended",
+}
+
+// keyMode is how a single-column key of type typ is hashed on its own.
+func keyMode(typ uint32) hashMode {
+	if _, ok := singleKeyHashFunc[typ]; ok {
+		return modeValue
+	}
+	if typ == oidText || typ == oidVarchar {
+		return modeBytes
+	}
+	return modeText
+}
+
+// sql renders ref as it enters a record in mode m.
+func (m hashMode) sql(ref string) string {
+	switch m {
+	case modeValue:
+		return ref
+	case modeBytes:
 		return ref + ` COLLATE "C"`
 	}
 	return ref + `::text COLLATE "C"`
 }
+
+// typedColumn is a column as it enters hash_record_extended.
+func typedColumn(ref string, typ uint32) string { return columnMode(typ).sql(ref) }
 
 // plan is how one side reads one table. Both sides get the same expressions
 // over their own relation; columns are addressed by name in source order,
 // so the target's physical column order does not matter.
 type plan struct {
 	rel      string   // quoted relation, with ONLY for plain tables
+	oid      uint32   // the relation, for the C path
+	native   string   // trellara_verify_buckets, qualified; "" hashes in SQL
 	cols     []column // source columns, source order
 	key      []column // key columns; none for whole-row
 	hashing  Hashing
 	wholeRow bool
 }
 
-func newPlan(quoted, relkind string, cols, key []column, h Hashing) plan {
-	return plan{rel: relation(quoted, relkind), cols: cols, key: key, hashing: h, wholeRow: len(key) == 0}
+func newPlan(quoted, relkind string, oid uint32, cols, key []column, h Hashing) plan {
+	return plan{rel: relation(quoted, relkind), oid: oid, cols: cols, key: key, hashing: h, wholeRow: len(key) == 0}
 }
 
 func ref(c column) string { return "t." + pgx.Identifier{c.name}.Sanitize() }
@@ -228,16 +314,10 @@ func (p plan) mix(h string) string {
 func (p plan) keyHash(seed int) string {
 	if len(p.key) == 1 {
 		c := p.key[0]
-		switch c.oid {
-		case oidInt2:
-			return fmt.Sprintf("pg_catalog.hashint2extended(%s, %d)", ref(c), seed)
-		case oidInt4:
-			return fmt.Sprintf("pg_catalog.hashint4extended(%s, %d)", ref(c), seed)
-		case oidInt8:
-			return fmt.Sprintf("pg_catalog.hashint8extended(%s, %d)", ref(c), seed)
-		case oidUUID:
-			return fmt.Sprintf("pg_catalog.uuid_hash_extended(%s, %d)", ref(c), seed)
-		case oidText, oidVarchar:
+		switch keyMode(c.oid) {
+		case modeValue:
+			return fmt.Sprintf("pg_catalog.%s(%s, %d)", singleKeyHashFunc[c.oid], ref(c), seed)
+		case modeBytes:
 			return textHash(ref(c), seed)
 		}
 		return textHash(ref(c)+"::text", seed)
@@ -369,7 +449,12 @@ func where(key func(int) string, levels []level, cond string) (string, []any) {
 // it cannot overflow; it is sent as text and parsed exactly. A sum, unlike
 // XOR, does not cancel when a row appears twice; and because it is a sum,
 // the buckets of a table are the bucket-wise sums of its ranges' buckets.
+// Without filters, a plan with the C path computes the same buckets with
+// nativeQuery.
 func (p plan) bucketQuery(filters []level, seed int, mod int64, rng tidRange) (string, []any) {
+	if p.native != "" && len(filters) == 0 {
+		return p.nativeQuery("bucket, row_count, hash_sum", seed, mod, rng)
+	}
 	from, key, row, cond := p.exprs(false, rng)
 	w, args := where(key, filters, cond)
 	return fmt.Sprintf("SELECT %s AS b, count(*), pg_catalog.sum(%s)::text FROM %s%s GROUP BY 1",
@@ -378,13 +463,45 @@ func (p plan) bucketQuery(filters []level, seed int, mod int64, rng tidRange) (s
 
 // totalQuery is the count and hash sum of rng's rows: a bucket query with
 // one bucket and no GROUP BY. sum() of no rows is NULL.
-func (p plan) totalQuery(rng tidRange) string {
+func (p plan) totalQuery(rng tidRange) (string, []any) {
+	if p.native != "" {
+		return p.nativeQuery("COALESCE(pg_catalog.sum(row_count), 0)::int8, pg_catalog.sum(hash_sum::numeric)::text", 0, 1, rng)
+	}
 	from, _, row, cond := p.exprs(false, rng)
 	w := ""
 	if cond != "" {
 		w = " WHERE " + cond
 	}
-	return fmt.Sprintf("SELECT count(*), pg_catalog.sum(%s)::text FROM %s%s", row, from, w)
+	return fmt.Sprintf("SELECT count(*), pg_catalog.sum(%s)::text FROM %s%s", row, from, w), nil
+}
+
+// nativeQuery selects out from trellara_verify_buckets over rng: the
+// extension's C row hash, which computes what bucketQuery's SQL computes,
+// bit for bit (ext/verifyhash.c; proven by ext/sql/verifyhash.sql and
+// TestNativeRowHashEqualsSQL). The modes are the ones the SQL uses: the
+// columns' as they enter the row's record, the key's as keyHash hashes it
+// (a single column on its own, several as a record; none: the row).
+func (p plan) nativeQuery(out string, seed int, mod int64, rng tidRange) (string, []any) {
+	names := func(cs []column) []string {
+		out := make([]string, len(cs))
+		for i, c := range cs {
+			out[i] = c.name
+		}
+		return out
+	}
+	modes := func(cs []column, mode func(uint32) hashMode) string {
+		b := make([]byte, len(cs))
+		for i, c := range cs {
+			b[i] = byte(mode(c.oid))
+		}
+		return string(b)
+	}
+	keyModes := modes(p.key, columnMode)
+	if len(p.key) == 1 {
+		keyModes = modes(p.key, keyMode)
+	}
+	q := fmt.Sprintf("SELECT %s FROM %s($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9)", out, p.native)
+	return q, []any{p.oid, names(p.cols), modes(p.cols, columnMode), names(p.key), keyModes, int64(seed), mod, rng.lo, rng.hi}
 }
 
 // rowsQuery fetches (key text, row hash) for the rows selected by filters,

@@ -106,6 +106,11 @@ type side struct {
 	note     string
 	encoding string
 	version  int
+	// native is the trellara extension's C row hash on this side,
+	// qualified, when the session can call it (sqlNative); "" otherwise.
+	native string
+	// nativeTables counts the tables (over all rounds) hashed with native.
+	nativeTables int
 	// scanRows and scanTime count the first comparison's full-table scans
 	// only (totals, and buckets where totals differ), so rows/s is the
 	// speed of hashing a table, not of re-checks or drill-downs.
@@ -370,11 +375,11 @@ func (s *side) begin(ctx context.Context, workers int) error {
 		return fmt.Errorf("verify: open %s snapshot: %w", s.role, err)
 	}
 	s.tx = tx
-	enc, ver, err := pin(ctx, tx, workers)
+	enc, ver, native, err := pin(ctx, tx, workers)
 	if err != nil {
 		return fmt.Errorf("verify: pin %s session settings: %w", s.role, err)
 	}
-	s.encoding, s.version = enc, ver
+	s.encoding, s.version, s.native = enc, ver, native
 	s.snapshot = ""
 	if s.parallel() {
 		if err := tx.QueryRow(ctx, sqlExportSnapshot).Scan(&s.snapshot); err != nil {
@@ -390,33 +395,36 @@ func (s *side) parallel() bool {
 	return s.want > 1 && s.open != nil && s.version >= tidRangeVersion
 }
 
-// pin runs settingsSQL in tx and returns the server facts it reads.
-func pin(ctx context.Context, tx pgx.Tx, workers int) (string, int, error) {
+// pin runs settingsSQL in tx and returns the server facts it reads: the
+// encoding, the version and the C row hash (sqlNative).
+func pin(ctx context.Context, tx pgx.Tx, workers int) (string, int, string, error) {
 	rows, err := tx.Query(ctx, settingsSQL(workers))
 	if err != nil {
-		return "", 0, err
+		return "", 0, "", err
 	}
 	defer rows.Close()
 	if !rows.Next() {
 		if err := rows.Err(); err != nil {
-			return "", 0, err
+			return "", 0, "", err
 		}
-		return "", 0, errors.New("no row")
+		return "", 0, "", errors.New("no row")
 	}
 	vals, err := rows.Values()
 	if err != nil {
-		return "", 0, err
+		return "", 0, "", err
 	}
-	if len(vals) < 2 {
-		return "", 0, fmt.Errorf("%d columns", len(vals))
+	if len(vals) < 3 {
+		return "", 0, "", fmt.Errorf("%d columns", len(vals))
 	}
-	enc, ok1 := vals[len(vals)-2].(string)
-	ver, ok2 := vals[len(vals)-1].(int32)
-	if !ok1 || !ok2 {
-		return "", 0, fmt.Errorf("server facts have unexpected types %T, %T", vals[len(vals)-2], vals[len(vals)-1])
+	facts := vals[len(vals)-3:]
+	enc, ok1 := facts[0].(string)
+	ver, ok2 := facts[1].(int32)
+	native, ok3 := facts[2].(string)
+	if !ok1 || !ok2 || !ok3 {
+		return "", 0, "", fmt.Errorf("server facts have unexpected types %T, %T, %T", facts[0], facts[1], facts[2])
 	}
 	rows.Close()
-	return enc, int(ver), rows.Err()
+	return enc, int(ver), native, rows.Err()
 }
 
 // attach shares tx's snapshot with s's other connections for parallel
@@ -454,7 +462,7 @@ func (s *side) attach(ctx context.Context, workers int) error {
 		if _, err := tx.Exec(ctx, sqlImportSnapshot+quoteLiteral(id)); err != nil {
 			return fmt.Errorf("verify: adopt %s snapshot %s on connection %d: %w", s.role, id, i+2, err)
 		}
-		if _, _, err := pin(ctx, tx, workers); err != nil {
+		if _, _, _, err := pin(ctx, tx, workers); err != nil {
 			return fmt.Errorf("verify: pin %s session settings on connection %d: %w", s.role, i+2, err)
 		}
 	}
@@ -609,7 +617,7 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 	err := both(ctx,
 		func(ctx context.Context) error {
 			for _, t := range ts {
-				sh, err := readShape(ctx, v.src.tx, t.spec.src, len(v.src.workers) > 0)
+				sh, err := readShape(ctx, v.src.tx, t.spec.src, len(v.src.workers) > 0, v.nativeOn(v.src))
 				if err != nil {
 					return &TableError{Table: t.spec.src.String(), Side: "source", Err: err}
 				}
@@ -619,7 +627,7 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 		},
 		func(ctx context.Context) error {
 			for _, t := range ts {
-				sh, err := readShape(ctx, v.dst.tx, t.spec.dst, len(v.dst.workers) > 0)
+				sh, err := readShape(ctx, v.dst.tx, t.spec.dst, len(v.dst.workers) > 0, v.nativeOn(v.dst))
 				if err != nil {
 					return &TableError{Table: t.spec.dst.String(), Side: "target", Err: err}
 				}
@@ -643,6 +651,8 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 		t.src, t.dst, t.mismatched = nil, nil, nil
 		if t.comparable {
 			t.srcPlan, t.dstPlan = plans(t.spec, t.srcShape, t.dstShape, v.hashing)
+			t.srcPlan.native = v.nativeFor(v.src, t.srcShape)
+			t.dstPlan.native = v.nativeFor(v.dst, t.dstShape)
 			if t.buckets == 0 {
 				t.buckets = int64(v.o.Buckets)
 				if t.buckets == 0 {
@@ -678,6 +688,26 @@ func (v *verifier) compare(ctx context.Context, ts []*tableState, recheck bool) 
 		t.srcTotal, t.dstTotal = total(t.src), total(t.dst)
 	}
 	return nil
+}
+
+// nativeOn says whether s hashes with the extension's C row hash where a
+// table allows it: the side has it, the hashing is typed (the function
+// computes the typed row hash only) and Options.SQLRowHash does not
+// forbid it. Each side decides alone: the C and SQL paths give the same
+// numbers, so a source with the extension and a target without compare as
+// two SQL sides would.
+func (v *verifier) nativeOn(s *side) bool {
+	return s.native != "" && v.hashing == HashingTyped && !v.o.SQLRowHash
+}
+
+// nativeFor is the C row hash function for a table of s with shape sh, or
+// "" to hash it in SQL. It records which tables used it, for the result.
+func (v *verifier) nativeFor(s *side, sh *shape) string {
+	if !v.nativeOn(s) || !sh.native {
+		return ""
+	}
+	s.nativeTables++
+	return s.native
 }
 
 // sideOf picks the fields of t that belong to s.
@@ -726,7 +756,8 @@ func (v *verifier) totalsSide(ctx context.Context, s *side, ts []*tableState, ti
 			parts = append(parts, pt)
 			jobs = append(jobs, func(ctx context.Context, tx pgx.Tx) error {
 				var sum *string
-				if err := tx.QueryRow(ctx, p.totalQuery(rng)).Scan(&pt.got.rows, &sum); err != nil {
+				q, args := p.totalQuery(rng)
+				if err := tx.QueryRow(ctx, q, args...).Scan(&pt.got.rows, &sum); err != nil {
 					return wrap(err)
 				}
 				if sum != nil {
@@ -914,6 +945,7 @@ func (v *verifier) result(started time.Time, wm *Watermark) *Result {
 		Watermark:     wm,
 		RowHash:       v.hashing,
 		Notes:         v.notes,
+		native:        [2]int{v.src.nativeTables, v.dst.nativeTables},
 	}
 	if s := v.src.scanTime.Seconds(); s > 0 {
 		r.SourceRowsPerSecond = float64(v.src.scanRows) / s

@@ -869,17 +869,18 @@ func TestParallelHashingSeesOneSnapshot(t *testing.T) {
 		if _, err := tx.Exec(ctx, sqlImportSnapshot+quoteLiteral(id)); err != nil {
 			return 0, err
 		}
-		if _, _, err := pin(ctx, tx, -1); err != nil {
+		if _, _, _, err := pin(ctx, tx, -1); err != nil {
 			return 0, err
 		}
 		tn := config.TableName{Schema: "public", Name: "acct"}
-		sh, err := readShape(ctx, tx, tn, false)
+		sh, err := readShape(ctx, tx, tn, false, false)
 		if err != nil {
 			return 0, err
 		}
 		p, _ := plans(tableSpec{src: tn, dst: tn}, sh, sh, HashingTyped)
 		var sum string
-		if err := tx.QueryRow(ctx, p.totalQuery(wholeTable)).Scan(&want.rows, &sum); err != nil {
+		q, args := p.totalQuery(wholeTable)
+		if err := tx.QueryRow(ctx, q, args...).Scan(&want.rows, &sum); err != nil {
 			return 0, err
 		}
 		s, ok := new(big.Int).SetString(sum, 10)

@@ -8,6 +8,10 @@ SELECT t."id"::text, pg_catalog.hashint8extended(pg_catalog.hash_record_extended
 SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid;
 -- typed hashing, single bigint key: bucket pass over the last range of pages
 SELECT ((pg_catalog.hashint8extended(t."id", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid GROUP BY 1;
+-- typed hashing, single bigint key, C row hash: totals over a middle range of pages
+SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8, pg_catalog.sum(hash_sum::numeric)::text FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv [id] v 0 1 1024 2048]
+-- typed hashing, single bigint key, C row hash: bucket pass over the last range of pages
+SELECT bucket, row_count, hash_sum FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv [id] v 0 64 2048 -1]
 
 -- typed hashing, composite key: bucket pass
 SELECT ((pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C"), 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM "public"."t" AS t GROUP BY 1;
@@ -17,6 +21,10 @@ SELECT ROW(t."id", t."Region")::text, pg_catalog.hashint8extended(pg_catalog.has
 SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid;
 -- typed hashing, composite key: bucket pass over the last range of pages
 SELECT ((pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C"), 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid GROUP BY 1;
+-- typed hashing, composite key, C row hash: totals over a middle range of pages
+SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8, pg_catalog.sum(hash_sum::numeric)::text FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv [id Region] vc 0 1 1024 2048]
+-- typed hashing, composite key, C row hash: bucket pass over the last range of pages
+SELECT bucket, row_count, hash_sum FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv [id Region] vc 0 64 2048 -1]
 
 -- typed hashing, numeric key: bucket pass
 SELECT ((pg_catalog.hashtextextended(t."amount"::text COLLATE "C", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t GROUP BY 1;
@@ -26,6 +34,10 @@ SELECT t."amount"::text, pg_catalog.hashint8extended(pg_catalog.hash_record_exte
 SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid;
 -- typed hashing, numeric key: bucket pass over the last range of pages
 SELECT ((pg_catalog.hashtextextended(t."amount"::text COLLATE "C", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0), 0))::text FROM ONLY "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid GROUP BY 1;
+-- typed hashing, numeric key, C row hash: totals over a middle range of pages
+SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8, pg_catalog.sum(hash_sum::numeric)::text FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv [amount] t 0 1 1024 2048]
+-- typed hashing, numeric key, C row hash: bucket pass over the last range of pages
+SELECT bucket, row_count, hash_sum FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv [amount] t 0 64 2048 -1]
 
 -- typed hashing, whole row: bucket pass
 SELECT ((pg_catalog.hashint8extended(s.h, 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(s.h, 0))::text FROM (SELECT pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0) AS h FROM ONLY "public"."t" AS t OFFSET 0) AS s GROUP BY 1;
@@ -35,6 +47,10 @@ SELECT s.r, pg_catalog.hashint8extended(s.h, 0) FROM (SELECT pg_catalog.hash_rec
 SELECT count(*), pg_catalog.sum(pg_catalog.hashint8extended(s.h, 0))::text FROM (SELECT pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0) AS h FROM ONLY "public"."t" AS t WHERE t.ctid >= '(1024,0)'::pg_catalog.tid AND t.ctid < '(2048,0)'::pg_catalog.tid OFFSET 0) AS s;
 -- typed hashing, whole row: bucket pass over the last range of pages
 SELECT ((pg_catalog.hashint8extended(s.h, 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashint8extended(s.h, 0))::text FROM (SELECT pg_catalog.hash_record_extended(ROW(t."id", t."Region" COLLATE "C", t."amount"::text COLLATE "C", t."at"), 0) AS h FROM ONLY "public"."t" AS t WHERE t.ctid >= '(2048,0)'::pg_catalog.tid OFFSET 0) AS s GROUP BY 1;
+-- typed hashing, whole row, C row hash: totals over a middle range of pages
+SELECT COALESCE(pg_catalog.sum(row_count), 0)::int8, pg_catalog.sum(hash_sum::numeric)::text FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv []  0 1 1024 2048]
+-- typed hashing, whole row, C row hash: bucket pass over the last range of pages
+SELECT bucket, row_count, hash_sum FROM public.trellara_verify_buckets($1::pg_catalog.oid::pg_catalog.regclass, $2, $3, $4, $5, $6, $7, $8, $9); -- [16384 [id Region amount at] vctv []  0 64 2048 -1]
 
 -- text hashing, single bigint key: bucket pass
 SELECT ((pg_catalog.hashint8extended(t."id", 0) & 9223372036854775807) % 64) AS b, count(*), pg_catalog.sum(pg_catalog.hashtextextended(ROW(t."id", t."Region", t."amount", t."at")::text COLLATE "C", 0))::text FROM ONLY "public"."t" AS t GROUP BY 1;
@@ -57,7 +73,11 @@ SELECT ((pg_catalog.hashint8extended(s.h, 0) & 9223372036854775807) % 64) AS b, 
 SELECT s.r, s.h FROM (SELECT pg_catalog.hashtextextended(ROW(t."id", t."Region", t."amount", t."at")::text COLLATE "C", 0) AS h, ROW(t."id", t."Region", t."amount", t."at")::text AS r FROM ONLY "public"."t" AS t OFFSET 0) AS s WHERE ((pg_catalog.hashint8extended(s.h, 0) & 9223372036854775807) % 64) = ANY($1::int8[]) AND ((pg_catalog.hashint8extended(s.h, 1) & 9223372036854775807) % 256) = ANY($2::int8[]) LIMIT 101;
 
 -- session settings, first statement of every snapshot
-SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), pg_catalog.set_config('client_encoding', 'UTF8', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true), pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('extra_float_digits', '3', true), pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('bytea_output', 'hex', true), pg_catalog.set_config('lc_monetary', 'C', true), pg_catalog.set_config('xmloption', 'content', true), pg_catalog.set_config('array_nulls', 'on', true), pg_catalog.set_config('standard_conforming_strings', 'on', true), pg_catalog.set_config('enable_sort', 'off', true), pg_catalog.set_config('jit', 'off', true), pg_catalog.set_config('work_mem', '64MB', true), pg_catalog.current_setting('server_encoding'), pg_catalog.current_setting('server_version_num')::int;
+SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true), pg_catalog.set_config('client_encoding', 'UTF8', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true), pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('extra_float_digits', '3', true), pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('bytea_output', 'hex', true), pg_catalog.set_config('lc_monetary', 'C', true), pg_catalog.set_config('xmloption', 'content', true), pg_catalog.set_config('array_nulls', 'on', true), pg_catalog.set_config('standard_conforming_strings', 'on', true), pg_catalog.set_config('enable_sort', 'off', true), pg_catalog.set_config('jit', 'off', true), pg_catalog.set_config('work_mem', '64MB', true), pg_catalog.current_setting('server_encoding'), pg_catalog.current_setting('server_version_num')::int, COALESCE((SELECT pg_catalog.quote_ident(n.nspname) || '.trellara_verify_buckets'
+  FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace,
+  LATERAL pg_catalog.to_regprocedure(pg_catalog.quote_ident(n.nspname) || '.trellara_verify_buckets(pg_catalog.regclass, text[], text, text[], text, int8, int8, int8, int8)') AS f(oid)
+  WHERE e.extname = 'trellara' AND f.oid IS NOT NULL AND pg_catalog.has_function_privilege(f.oid, 'EXECUTE')
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_settings WHERE name = 'trellara.queue_wait_timeout' AND vartype = 'integer')), '');
 
 -- parallel hashing: a table's size in pages, then the snapshot shared with the other connections
 SELECT GREATEST(pg_catalog.pg_relation_size($1::int8::oid::regclass),

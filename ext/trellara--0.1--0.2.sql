@@ -1,0 +1,21 @@
+/* trellara--0.1--0.2.sql */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION trellara UPDATE TO '0.2'" to load this file. \quit
+
+-- verify's per-bucket row counts and row-hash sums over a page range of a
+-- table, computed in C, bit-identical to verify's SQL expressions (see
+-- ext/verifyhash.c and docs/VERIFY.md).  It reads only what the caller may
+-- SELECT, under the caller's snapshot; it refuses tables whose row-level
+-- security applies to the caller.
+CREATE FUNCTION trellara_verify_buckets(
+	rel regclass, columns text[], column_modes text,
+	key_columns text[], key_modes text,
+	seed int8, buckets int8, first_page int8, end_page int8,
+	OUT bucket int8, OUT row_count int8, OUT hash_sum text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'trellara_verify_buckets'
+LANGUAGE C STRICT STABLE;
+
+COMMENT ON FUNCTION trellara_verify_buckets(regclass, text[], text, text[], text, int8, int8, int8, int8) IS
+'trellara verify: per-bucket row counts and row-hash sums of a table''s page range, in C';

@@ -1,0 +1,550 @@
+/*-------------------------------------------------------------------------
+ *
+ * verifyhash.c
+ *		trellara_verify_buckets(): verify's per-bucket row counts and row-hash
+ *		sums, computed in C over a table's heap.
+ *
+ * `trellara verify` (package internal/verify) hashes every row of a table in
+ * SQL:
+ *
+ *	 row hash  hashint8extended(hash_record_extended(ROW(e1, ..., en), 0), 0)
+ *	 key hash  the key column's hash with seed S (one key column),
+ *			   hash_record_extended(ROW(k1, ..., km), S) (several), or
+ *			   hashint8extended(<record hash of the row>, S) (no key)
+ *	 bucket    (key hash & 9223372036854775807) % B
+ *	 result    per bucket: count(*), sum(row hash) (exact)
+ *
+ * where each column enters in one of three modes chosen by the caller:
+ *
+ *	 'v'  the value itself, hashed by its type's extended hash function
+ *		  under the column's collation
+ *	 'c'  the value itself under COLLATE "C" (text, varchar, name: bytewise)
+ *	 't'  its text form, col::text COLLATE "C" (the cast PostgreSQL would
+ *		  apply: a cast function, binary relabelling or the output function)
+ *
+ * This function computes exactly those numbers, bit for bit, without the
+ * executor: it scans the heap (a TID range scan over the same page range as
+ * verify's ctid condition), deforms each tuple once, hashes each column with
+ * the type's cached extended hash function (the typcache entry
+ * hash_record_extended itself uses), combines them as hash_record_extended
+ * does (h = 31h + hi, a NULL contributing 0), mixes with hashint8extended and
+ * adds into per-bucket 128-bit sums.  The caller chooses the modes, so the
+ * rule for which type enters how lives in one place (internal/verify); this
+ * file only executes it.  ext/sql/verifyhash.sql checks equality against the
+ * SQL expressions on every kind of column.
+ *
+ * Semantics the SQL path has and this one keeps: the active snapshot (the
+ * caller's REPEATABLE READ snapshot), SELECT privilege (on the table, or on
+ * every column used), ONLY for a plain table and every leaf partition for a
+ * partitioned one, the same page range on each partition.  It refuses a
+ * table whose row-level security applies to the caller and a partition that
+ * is not a plain table (a foreign table): verify hashes those in SQL.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "parser/parse_coerce.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/typcache.h"
+
+#include "trellara_compat.h"
+
+PG_FUNCTION_INFO_V1(trellara_verify_buckets);
+
+/* The block rows' text forms and detoasted values are allocated in. */
+#define VH_ROW_MEMORY	(256 * 1024)
+
+/* Bucket counts above this are refused: the sums are held in memory. */
+#define VH_BUCKETS_MAX	(1 << 20)
+
+/* One hashed input: a column of the row, or of the key. */
+typedef struct VhInput
+{
+	const char *name;
+	char		mode;			/* 'v', 'c' or 't' */
+	/* resolved per relation (partitions may number columns differently) */
+	AttrNumber	attnum;
+	Oid			typid;
+	Oid			collation;		/* 'v': the column's; else C */
+	FmgrInfo   *hash;			/* 'v', 'c': the type's extended hash */
+	CoercionPathType path;		/* 't': how the value becomes text */
+	FmgrInfo	cast;			/* 't': cast or output function */
+	int			castargs;		/* 't' with a cast function: its arity */
+	int			same_as;		/* key input equal to row input i, or -1 */
+} VhInput;
+
+typedef struct VhState
+{
+	int			ncols;
+	VhInput    *cols;
+	int			nkeys;			/* 0: the key is the whole row */
+	VhInput    *keys;
+	int64		seed;
+	int64		buckets;
+	int64	   *counts;
+	int128	   *sums;
+	int			maxattnum;
+	MemoryContext rowcxt;
+} VhState;
+
+/* Hash of a text's bytes: hashtextextended under a deterministic collation. */
+static inline uint64
+vh_bytes(const char *p, int len, int64 seed)
+{
+	return DatumGetUInt64(hash_any_extended((const unsigned char *) p, len, (uint64) seed));
+}
+
+/* One input's hash with seed; a NULL enters hash_record_extended as 0. */
+static uint64
+vh_hash(VhInput *in, Datum value, bool isnull, int64 seed)
+{
+	if (isnull)
+		return 0;
+	if (in->mode != 't')
+		return DatumGetUInt64(FunctionCall2Coll(in->hash, in->collation, value,
+												Int64GetDatum(seed)));
+	switch (in->path)
+	{
+		case COERCION_PATH_RELABELTYPE:
+			{
+				text	   *t = DatumGetTextPP(value);
+
+				return vh_bytes(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), seed);
+			}
+		case COERCION_PATH_FUNC:
+			{
+				Datum		d;
+				text	   *t;
+
+				/* as build_coercion_expression calls it for ::text */
+				if (in->castargs == 1)
+					d = FunctionCall1(&in->cast, value);
+				else if (in->castargs == 2)
+					d = FunctionCall2(&in->cast, value, Int32GetDatum(-1));
+				else
+					d = FunctionCall3(&in->cast, value, Int32GetDatum(-1),
+									  BoolGetDatum(true));
+				t = DatumGetTextPP(d);
+				return vh_bytes(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), seed);
+			}
+		default:				/* COERCION_PATH_COERCEVIAIO */
+			{
+				char	   *s = OutputFunctionCall(&in->cast, value);
+
+				return vh_bytes(s, strlen(s), seed);
+			}
+	}
+}
+
+/* Reads a text[] argument into C strings. */
+static int
+vh_names(ArrayType *arr, const char *what, char ***out)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional text array", what)));
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	*out = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not contain NULL", what)));
+		(*out)[i] = TextDatumGetCString(elems[i]);
+	}
+	return n;
+}
+
+/* Builds the inputs from names and a mode string of the same length. */
+static VhInput *
+vh_inputs(char **names, int n, text *modes, const char *what)
+{
+	VhInput    *in = palloc0(sizeof(VhInput) * Max(n, 1));
+	char	   *m = text_to_cstring(modes);
+
+	if ((int) strlen(m) != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s modes \"%s\" name %d columns, but %d columns are given",
+						what, m, (int) strlen(m), n)));
+	for (int i = 0; i < n; i++)
+	{
+		if (m[i] != 'v' && m[i] != 'c' && m[i] != 't')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s mode '%c' of column \"%s\" is not one of v, c, t",
+							what, m[i], names[i])));
+		in[i].name = names[i];
+		in[i].mode = m[i];
+		in[i].same_as = -1;
+	}
+	return in;
+}
+
+/* Resolves one input against relation rel (by name, as SQL would). */
+static void
+vh_resolve(VhInput *in, Relation rel, MemoryContext cxt)
+{
+	Oid			relid = RelationGetRelid(rel);
+	TupleDesc	desc = RelationGetDescr(rel);
+	Form_pg_attribute att;
+
+	in->attnum = get_attnum(relid, in->name);
+	if (in->attnum <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" of relation \"%s\" does not exist",
+						in->name, RelationGetRelationName(rel))));
+	att = TupleDescAttr(desc, in->attnum - 1);
+	in->typid = att->atttypid;
+	in->collation = in->mode == 'v' ? att->attcollation : C_COLLATION_OID;
+	if (in->mode != 't')
+	{
+		TypeCacheEntry *tc = lookup_type_cache(in->typid, TYPECACHE_HASH_EXTENDED_PROC_FINFO);
+
+		if (!OidIsValid(tc->hash_extended_proc_finfo.fn_oid))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_FUNCTION),
+					 errmsg("could not identify an extended hash function for type %s",
+							format_type_be(in->typid))));
+		in->hash = &tc->hash_extended_proc_finfo;
+		return;
+	}
+	{
+		Oid			func = InvalidOid;
+
+		in->path = find_coercion_pathway(TEXTOID, in->typid, COERCION_EXPLICIT, &func);
+		switch (in->path)
+		{
+			case COERCION_PATH_RELABELTYPE:
+				break;
+			case COERCION_PATH_FUNC:
+				fmgr_info_cxt(func, &in->cast, cxt);
+				in->castargs = get_func_nargs(func);
+				if (in->castargs < 1 || in->castargs > 3)
+					elog(ERROR, "cast function %u from %s to text takes %d arguments",
+						 func, format_type_be(in->typid), in->castargs);
+				break;
+			case COERCION_PATH_COERCEVIAIO:
+				{
+					Oid			out;
+					bool		varlena;
+
+					getTypeOutputInfo(in->typid, &out, &varlena);
+					fmgr_info_cxt(out, &in->cast, cxt);
+				}
+				break;
+			default:
+				ereport(ERROR,
+						(errcode(ERRCODE_CANNOT_COERCE),
+						 errmsg("cannot cast type %s to text",
+								format_type_be(in->typid))));
+		}
+	}
+}
+
+/* Scans one heap relation's pages [lo, hi) (hi < 0: to the end). */
+static void
+vh_scan(VhState *st, Relation rel, int64 lo, int64 hi)
+{
+	Snapshot	snap = GetActiveSnapshot();
+	TupleTableSlot *slot;
+	TableScanDesc scan;
+	bool		range = lo > 0 || hi >= 0;
+	MemoryContext outer;
+
+	if (hi >= 0 && hi <= lo)
+		return;
+	st->maxattnum = 0;
+	for (int i = 0; i < st->ncols; i++)
+	{
+		vh_resolve(&st->cols[i], rel, CurrentMemoryContext);
+		st->maxattnum = Max(st->maxattnum, st->cols[i].attnum);
+	}
+	for (int i = 0; i < st->nkeys; i++)
+	{
+		vh_resolve(&st->keys[i], rel, CurrentMemoryContext);
+		st->maxattnum = Max(st->maxattnum, st->keys[i].attnum);
+		st->keys[i].same_as = -1;
+		/* at seed 0 a key column hashed like its row column hashes the same */
+		for (int j = 0; st->seed == 0 && j < st->ncols; j++)
+			if (st->cols[j].attnum == st->keys[i].attnum && st->cols[j].mode == st->keys[i].mode)
+			{
+				st->keys[i].same_as = j;
+				break;
+			}
+	}
+
+	if (range && rel->rd_tableam->scan_set_tidrange == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the access method of relation \"%s\" has no TID range scans",
+						RelationGetRelationName(rel)),
+				 errhint("Hash it in SQL.")));
+	slot = table_slot_create(rel, NULL);
+	if (range)
+	{
+		ItemPointerData mintid,
+					maxtid;
+
+		ItemPointerSet(&mintid, (BlockNumber) lo, 0);
+		if (hi >= 0)
+			ItemPointerSet(&maxtid, (BlockNumber) (hi - 1), PG_UINT16_MAX);
+		else
+			ItemPointerSet(&maxtid, MaxBlockNumber, PG_UINT16_MAX);
+		scan = table_beginscan_tidrange(rel, snap, &mintid, &maxtid);
+	}
+	else
+		scan = table_beginscan(rel, snap, 0, NULL);
+
+	{
+		uint64	   *colhash = palloc(sizeof(uint64) * Max(st->ncols, 1));
+
+		for (;;)
+		{
+			uint64		rec = 0;
+			int64		row;
+			int64		b = 0;
+			bool		more;
+
+			CHECK_FOR_INTERRUPTS();
+			more = range ? table_scan_getnextslot_tidrange(scan, ForwardScanDirection, slot)
+				: table_scan_getnextslot(scan, ForwardScanDirection, slot);
+			if (!more)
+				break;
+			slot_getsomeattrs(slot, st->maxattnum);
+			outer = MemoryContextSwitchTo(st->rowcxt);
+			for (int i = 0; i < st->ncols; i++)
+			{
+				VhInput    *c = &st->cols[i];
+
+				colhash[i] = vh_hash(c, slot->tts_values[c->attnum - 1],
+									 slot->tts_isnull[c->attnum - 1], 0);
+				/* hash_record_extended's combination (as hash_array_extended) */
+				rec = (rec << 5) - rec + colhash[i];
+			}
+			row = DatumGetInt64(DirectFunctionCall2(hashint8extended, Int64GetDatum((int64) rec),
+													Int64GetDatum(0)));
+			if (st->buckets > 1)
+			{
+				int64		key;
+
+				if (st->nkeys == 0)
+					key = DatumGetInt64(DirectFunctionCall2(hashint8extended,
+															Int64GetDatum((int64) rec),
+															Int64GetDatum(st->seed)));
+				else
+				{
+					uint64		k = 0;
+
+					for (int i = 0; i < st->nkeys; i++)
+					{
+						VhInput    *c = &st->keys[i];
+						uint64		h = c->same_as >= 0 ? colhash[c->same_as]
+							: vh_hash(c, slot->tts_values[c->attnum - 1],
+									  slot->tts_isnull[c->attnum - 1], st->seed);
+
+						/* one key column: k = h, as its own hash in SQL */
+						k = (k << 5) - k + h;
+					}
+					key = (int64) k;
+				}
+				b = (key & PG_INT64_MAX) % st->buckets;
+			}
+			st->counts[b]++;
+			st->sums[b] += row;
+			MemoryContextSwitchTo(outer);
+			/*
+			 * Text forms and detoasted values are freed in batches, once the
+			 * context's one block is full (it then holds a second): resetting
+			 * after every row cost a tenth of the time.  A row's values are
+			 * never kept past the row, so this bounds the memory at two
+			 * blocks plus one row's values.
+			 */
+			if (st->rowcxt->mem_allocated > VH_ROW_MEMORY)
+				MemoryContextReset(st->rowcxt);
+		}
+		pfree(colhash);
+		MemoryContextReset(st->rowcxt);
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/* Checks what SELECT would: privilege on the table or on every column used. */
+static void
+vh_check_access(VhState *st, Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	AclResult	ac = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
+
+	if (ac != ACLCHECK_OK)
+	{
+		for (int i = 0; i < st->ncols + st->nkeys; i++)
+		{
+			VhInput    *in = i < st->ncols ? &st->cols[i] : &st->keys[i - st->ncols];
+			AttrNumber	a = get_attnum(relid, in->name);
+
+			if (a <= 0 || pg_attribute_aclcheck(relid, a, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+				aclcheck_error(ac, OBJECT_TABLE, RelationGetRelationName(rel));
+		}
+	}
+	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("row-level security applies to relation \"%s\" for this role",
+						RelationGetRelationName(rel)),
+				 errhint("Hash it in SQL, where its policies apply.")));
+}
+
+/* Decimal text of a 128-bit sum (numeric's text of sum(int8)). */
+static text *
+vh_int128_text(int128 v)
+{
+	char		buf[48];
+	char	   *p = buf + sizeof(buf);
+	uint128		u = v < 0 ? -(uint128) v : (uint128) v;
+
+	*--p = '\0';
+	do
+	{
+		*--p = '0' + (int) (u % 10);
+		u /= 10;
+	} while (u != 0);
+	if (v < 0)
+		*--p = '-';
+	return cstring_to_text(p);
+}
+
+/*
+ * trellara_verify_buckets(rel regclass, columns text[], column_modes text,
+ *		key_columns text[], key_modes text, seed int8, buckets int8,
+ *		first_page int8, end_page int8)
+ *	RETURNS TABLE (bucket int8, row_count int8, hash_sum text)
+ *
+ * One row per non-empty bucket, as verify's GROUP BY.  end_page < 0 means
+ * to the end of the table; key_columns empty means the key is the row.
+ */
+Datum
+trellara_verify_buckets(PG_FUNCTION_ARGS)
+{
+	Oid			relid = PG_GETARG_OID(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext cxt,
+				old;
+	VhState		st;
+	char	  **colnames;
+	char	  **keynames;
+	int64		lo = PG_GETARG_INT64(7);
+	int64		hi = PG_GETARG_INT64(8);
+	Relation	rel;
+
+	memset(&st, 0, sizeof(st));
+	st.seed = PG_GETARG_INT64(5);
+	st.buckets = PG_GETARG_INT64(6);
+	if (st.buckets < 1 || st.buckets > VH_BUCKETS_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("buckets is " INT64_FORMAT ", allowed 1..%d", st.buckets, VH_BUCKETS_MAX)));
+	if (lo < 0 || lo > MaxBlockNumber || hi > (int64) MaxBlockNumber + 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("page range [" INT64_FORMAT ", " INT64_FORMAT ") is out of range", lo, hi)));
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "trellara verify",
+								ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	/* one fixed block, kept across resets: no malloc churn per batch */
+	st.rowcxt = AllocSetContextCreate(cxt, "trellara verify row",
+									  VH_ROW_MEMORY, VH_ROW_MEMORY, VH_ROW_MEMORY);
+	st.ncols = vh_names(PG_GETARG_ARRAYTYPE_P(1), "columns", &colnames);
+	st.cols = vh_inputs(colnames, st.ncols, PG_GETARG_TEXT_PP(2), "column");
+	st.nkeys = vh_names(PG_GETARG_ARRAYTYPE_P(3), "key_columns", &keynames);
+	st.keys = vh_inputs(keynames, st.nkeys, PG_GETARG_TEXT_PP(4), "key");
+	st.counts = palloc0(sizeof(int64) * st.buckets);
+	st.sums = palloc0(sizeof(int128) * st.buckets);
+
+	rel = table_open(relid, AccessShareLock);
+	vh_check_access(&st, rel);
+	switch (rel->rd_rel->relkind)
+	{
+		case RELKIND_RELATION:
+			vh_scan(&st, rel, lo, hi);
+			break;
+		case RELKIND_PARTITIONED_TABLE:
+			{
+				List	   *all = find_all_inheritors(relid, AccessShareLock, NULL);
+				ListCell   *lc;
+
+				foreach(lc, all)
+				{
+					Oid			child = lfirst_oid(lc);
+					char		kind = get_rel_relkind(child);
+					Relation	part;
+
+					if (kind == RELKIND_PARTITIONED_TABLE)
+						continue;
+					if (kind != RELKIND_RELATION)
+						ereport(ERROR,
+								(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+								 errmsg("partition \"%s\" of \"%s\" is not a plain table",
+										get_rel_name(child), RelationGetRelationName(rel)),
+								 errhint("Hash it in SQL.")));
+					part = table_open(child, NoLock);
+					vh_scan(&st, part, lo, hi);
+					table_close(part, NoLock);
+				}
+			}
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("\"%s\" is not a table", RelationGetRelationName(rel))));
+	}
+	table_close(rel, NoLock);
+
+	MemoryContextSwitchTo(old);
+	for (int64 b = 0; b < st.buckets; b++)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		if (st.counts[b] == 0)
+			continue;
+		values[0] = Int64GetDatum(b);
+		values[1] = Int64GetDatum(st.counts[b]);
+		values[2] = PointerGetDatum(vh_int128_text(st.sums[b]));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	MemoryContextDelete(cxt);
+	return (Datum) 0;
+}
