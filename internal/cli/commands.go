@@ -429,7 +429,15 @@ func verifyCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"},
 			&cli.StringFlag{Name: "sink", Usage: "verify only this sink (default: every sink, each reported)"},
 			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the target to reach the watermark before answering BEHIND; 0 does not wait. " +
-				"Unset, a flow whose slot is not active (no pipeline running) is not waited for"}},
+				"Unset, a flow whose slot is not active (no pipeline running) is not waited for"},
+			&cli.StringFlag{Name: "row-hash", Value: "auto", Usage: "auto: hash rows with the trellara extension's C function on a side where it is installed, in SQL elsewhere " +
+				"(the same hash either way); sql: in SQL on both sides"}},
+		Before: func(c *cli.Context) error {
+			if h := c.String("row-hash"); h != "auto" && h != "sql" {
+				return cli.Exit(fmt.Sprintf("--row-hash %q: use auto (the default) or sql", h), ExitError)
+			}
+			return nil
+		},
 		Action: databaseAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			var wait time.Duration // flow.VerifyOptions' default
 			if c.IsSet("wait") {
@@ -440,6 +448,7 @@ func verifyCommand() *cli.Command {
 					wait = verify.NoWait
 				}
 			}
+			rowHash := c.String("row-hash")
 			ctx, stop := signalContext(c)
 			defer stop()
 			sinks, err := f.SelectSinks(c.String("sink"))
@@ -453,7 +462,7 @@ func verifyCommand() *cli.Command {
 			var results []sinkResult
 			var worst error // the first sink's verdict that is not CONVERGED
 			for _, s := range sinks {
-				res, err := f.VerifySink(ctx, s, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait})
+				res, err := f.VerifySink(ctx, s, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait, SQLRowHash: rowHash == "sql"})
 				if err != nil {
 					return failure(fmt.Errorf("sink %s: %w", s.Name, err))
 				}

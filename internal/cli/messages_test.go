@@ -146,3 +146,14 @@ func TestInitNextStepQuotesThePath(t *testing.T) {
 		t.Fatalf("the shell reads %q as %q, want %q", next, got, want)
 	}
 }
+
+// verify --row-hash takes auto or sql, and names both when given anything
+// else, before it opens the config.
+func TestVerifyRowHashFlag(t *testing.T) {
+	if _, errOut, code := run(t, "verify", "--config", "x.yml", "--row-hash", "c"); code != ExitError || !strings.Contains(errOut, "use auto (the default) or sql") {
+		t.Fatalf("verify --row-hash c: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := run(t, "verify", "--config", "x.yml", "--row-hash", "sql"); code == ExitOK || strings.Contains(errOut, "row-hash") || !strings.Contains(errOut, "x.yml") {
+		t.Fatalf("verify --row-hash sql with a missing config: exit %d, %s", code, errOut)
+	}
+}

@@ -320,6 +320,9 @@ type VerifyOptions struct {
 	// no process is decoding the source, so nothing can bring the verify's
 	// fence to the target.
 	Wait time.Duration
+	// SQLRowHash hashes rows in SQL on both sides even where the trellara
+	// extension provides its C row hash (verify.Options.SQLRowHash).
+	SQLRowHash bool
 }
 
 // Verify compares the source with the target of the flow's only sink
@@ -384,6 +387,7 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 		Tables:       tables,
 		ConfigPath:   f.ConfigPath,
 		WaitCaughtUp: o.Wait,
+		SQLRowHash:   o.SQLRowHash,
 		// The watermark is a fence written after the source snapshot: once
 		// the target has applied it, the target has everything the
 		// snapshot saw.
