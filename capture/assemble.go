@@ -67,6 +67,35 @@ type AssemblerOptions struct {
 	// shape, and the first transaction under it carries a ReseedKind
 	// barrier, at which the applier stops writing the old table.
 	Accepted func(relation string) bool
+	// OnBarrier, when set, is told each capture-side phase of every DDL
+	// barrier, in order: BarrierPublished once the unit carrying it is
+	// durable in the transport, then BarrierPinMoved once its pin moved
+	// (the propagation contract status shows). An error stops capture, as
+	// a pin that cannot move does.
+	OnBarrier func(b Barrier, phase string) error
+}
+
+// Barrier is one relation's DDL barrier as capture published it.
+type Barrier struct {
+	// ID is BarrierID(Relation, CommitLSN): the applier records the same
+	// id on the target.
+	ID        string
+	Relation  string
+	CommitLSN uint64
+	EndLSN    uint64
+	Events    []*pb.DDLEvent
+}
+
+// Capture-side barrier phases, in the order they happen.
+const (
+	BarrierPublished = "published" // the unit carrying the barrier is durable in the log
+	BarrierPinMoved  = "pin_moved" // the relation's pin moved to the new shape
+)
+
+// BarrierID names relation's barrier in the transaction committed at
+// commitLSN; capture and the applier derive it alike.
+func BarrierID(relation string, commitLSN uint64) string {
+	return relation + "@" + envelope.FormatLSN(commitLSN)
 }
 
 // ReseedKind is the DDLEvent kind of a blocked change a reseed took over:
@@ -126,7 +155,9 @@ type pinMove struct {
 	relation    string
 	fingerprint uint64
 	shape       schemachange.Shape
+	commitLSN   uint64
 	endLSN      uint64
+	events      []*pb.DDLEvent
 }
 
 // NewAssembler returns an Assembler emitting to emit.
@@ -509,6 +540,10 @@ func (a *Assembler) MovePins(durableEnd uint64) error {
 			keep = append(keep, mv)
 			continue
 		}
+		b := Barrier{ID: BarrierID(mv.relation, mv.commitLSN), Relation: mv.relation, CommitLSN: mv.commitLSN, EndLSN: mv.endLSN, Events: mv.events}
+		if err := a.barrierPhase(b, BarrierPublished); err != nil {
+			return err
+		}
 		sp, ok := a.opts.Pins.(ShapePins)
 		if !ok {
 			continue
@@ -516,8 +551,21 @@ func (a *Assembler) MovePins(durableEnd uint64) error {
 		if err := sp.PinShape(mv.relation, mv.fingerprint, mv.shape); err != nil {
 			return fmt.Errorf("relay: move the pin of %s past its DDL barrier at %s: %w", mv.relation, envelope.FormatLSN(mv.endLSN), err)
 		}
+		if err := a.barrierPhase(b, BarrierPinMoved); err != nil {
+			return err
+		}
 	}
 	a.moves = keep
+	return nil
+}
+
+func (a *Assembler) barrierPhase(b Barrier, phase string) error {
+	if a.opts.OnBarrier == nil {
+		return nil
+	}
+	if err := a.opts.OnBarrier(b, phase); err != nil {
+		return fmt.Errorf("relay: record phase %s of DDL barrier %s: %w", phase, b.ID, err)
+	}
 	return nil
 }
 
@@ -736,14 +784,17 @@ func (a *Assembler) barrier(t *txnBuf, e *pb.Envelope, endLSN uint64) {
 			// next transaction using the relation carries the barrier.
 			continue
 		}
+		var events []*pb.DDLEvent
 		for _, ev := range st.barrier {
 			d := proto.Clone(ev).(*pb.DDLEvent)
 			d.Seq = uint64(len(e.DdlEvents))
 			e.DdlEvents = append(e.DdlEvents, d)
+			events = append(events, d)
 		}
 		st.barrierOut = true
 		a.movesMu.Lock()
-		a.moves = append(a.moves, pinMove{relation: st.name, fingerprint: st.rel.Fingerprint, shape: st.shape, endLSN: endLSN})
+		a.moves = append(a.moves, pinMove{relation: st.name, fingerprint: st.rel.Fingerprint, shape: st.shape,
+			commitLSN: e.CommitLsn, endLSN: endLSN, events: events})
 		a.movesMu.Unlock()
 	}
 }

@@ -46,6 +46,7 @@ func (f *Flow) assemblerOptions(ctx context.Context, src *pgx.Conn) capture.Asse
 		},
 		Policy:      f.SchemaPolicy,
 		Accepted:    f.reseedTakesOver,
+		OnBarrier:   f.recordBarrierPhase,
 		PlanCommand: shell.Trellara("schema ddl-plan", f.ConfigPath),
 		Resnapshot:  f.resnapshot(),
 	}

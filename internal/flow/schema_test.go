@@ -192,6 +192,7 @@ func TestAddNullableColumnFlowsThroughBarrier(t *testing.T) {
 	if out, code := f.run("schema", "ddl-plan"); code != 0 || !strings.Contains(out, "no pending schema change") {
 		t.Fatalf("ddl-plan after a compatible change: exit %d\n%s", code, out)
 	}
+	checkBarrierContract(t, f, dst, "public.orders", "add_nullable_column", "orders", "note", firstNew)
 	t.Logf("%d target observations", observations.Load())
 }
 

@@ -36,6 +36,9 @@ type Status struct {
 	Snapshots  []SnapshotStatus  `json:"snapshots"`
 	Quarantine *QuarantineState  `json:"quarantine"`
 	Pins       map[string]string `json:"schema_pins,omitempty"`
+	// Barriers are the recent DDL barriers' propagation contracts
+	// (--view diagnostics), oldest first.
+	Barriers   []BarrierContract `json:"barriers,omitempty"`
 	LastVerify *verify.Result    `json:"last_verify"`
 	// Sinks has every sink; Checkpoint, Snapshots, Quarantine and
 	// LastVerify above repeat the first one's (a single-target flow's).
@@ -54,6 +57,8 @@ type SinkStatus struct {
 	Quarantine *QuarantineState `json:"quarantine"`
 	LastVerify *verify.Result   `json:"last_verify"`
 	Notes      []string         `json:"notes"`
+
+	barriers *sinkBarriers // --view diagnostics
 }
 
 // TableStatus is one configured source table and how the source
@@ -328,6 +333,17 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 		for k, v := range f.Pins.All() {
 			st.Pins[k] = fmt.Sprintf("%016x", v)
 		}
+		var sbs []sinkBarriers
+		for _, ss := range st.Sinks {
+			if ss.barriers != nil {
+				sbs = append(sbs, *ss.barriers)
+			} else {
+				sbs = append(sbs, sinkBarriers{sink: ss.Sink})
+			}
+		}
+		var notes []string
+		st.Barriers, notes = f.barrierContracts(sbs)
+		st.Notes = append(st.Notes, notes...)
 	}
 	st.Problems = StatusProblems(st, f.ConfigPath)
 	return st, nil
@@ -367,6 +383,10 @@ func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorS
 		for _, sp := range as.Snapshots {
 			st.Snapshots = append(st.Snapshots, SnapshotStatus{Relation: sp.Relation, NextBatch: sp.NextBatch, Done: sp.Done,
 				BoundaryLSN: lsn.Format(sp.BoundaryLSN), Rows: sp.Rows, Ready: sp.Ready})
+		}
+		if view == "diagnostics" {
+			sb := f.readSinkBarriers(ctx, tgt, sk.Name, sk.Target.Schema, cp.CommitLSN)
+			st.barriers = &sb
 		}
 		st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal, Entries: []QuarantineEntry{},
 			Show:   shell.Trellara("status", f.ConfigPath, "--view", "quarantine"),
@@ -503,6 +523,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			fmt.Fprintf(w, "  %-30s %s\n", k, st.Pins[k])
 		}
 	}
+	renderBarriers(w, st.Barriers)
 	if len(st.Sinks) <= 1 {
 		renderLastVerify(w, st.LastVerify)
 	}
