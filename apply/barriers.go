@@ -136,3 +136,41 @@ func ListBarriers(ctx context.Context, db DB, schema, flow, sourceID string, lim
 	}
 	return out, rows.Err()
 }
+
+// HeldTables returns the relations a hold barrier holds on the target
+// (recorded, not yet released by a reseed's handoff), with the barrier.
+func HeldTables(ctx context.Context, db DB, schema, flow, sourceID string) (map[string]BarrierAck, error) {
+	if schema == "" {
+		schema = defaultSchema
+	}
+	qs := pgx.Identifier{schema}.Sanitize()
+	var present bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, qs+".barriers").Scan(&present); err != nil {
+		return nil, err
+	}
+	out := map[string]BarrierAck{}
+	if !present {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `SELECT id, relation, commit_lsn::text, ddl_at FROM `+qs+`.barriers
+		WHERE flow = $1 AND source_id = $2 AND $3 = ANY(kinds) AND released_at IS NULL ORDER BY commit_lsn`, flow, sourceID, capture.HoldKind)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var b BarrierAck
+		var at string
+		if err := rows.Scan(&b.ID, &b.Relation, &at, &b.DDLAt); err != nil {
+			return nil, err
+		}
+		if b.CommitLSN, err = parseLSN(at); err != nil {
+			return nil, err
+		}
+		b.Kinds = []string{capture.HoldKind}
+		if _, ok := out[b.Relation]; !ok {
+			out[b.Relation] = b
+		}
+	}
+	return out, rows.Err()
+}

@@ -375,8 +375,11 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 				return err
 			}
 			if !x.replacing(rel) {
-				return fmt.Errorf("apply: DDL barrier at commit LSN %s: a reseed of %s took over its schema change, but no reseed of it is recorded on this target; run %s",
-					envelope.FormatLSN(env.CommitLsn), rel, shell.Trellara("reseed", t.cfg.ConfigPath, "--table", rel))
+				// Its reseed already handed off (the table is in its new
+				// shape), or has not reached this target: its begin
+				// watermark activates it.
+				t.log.Info("apply: a reseed takeover barrier with no reseed copying here", "relation", rel,
+					"commit_lsn", envelope.FormatLSN(env.CommitLsn), "resume", shell.Trellara("reseed", t.cfg.ConfigPath, "--table", rel))
 			}
 			continue
 		}

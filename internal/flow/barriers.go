@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +18,9 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/internal/verify"
 	"github.com/trellara/trellara/lsn"
 )
 
@@ -33,7 +37,8 @@ import (
 const (
 	PhasePublished = capture.BarrierPublished
 	PhasePinMoved  = capture.BarrierPinMoved
-	PhaseApplied   = "applied" // per sink
+	PhaseHeld      = capture.BarrierHeld // a hold barrier's, in place of pin_moved
+	PhaseApplied   = "applied"           // per sink
 )
 
 // barriersKeptMax bounds the barriers kept in barriers.json and shown.
@@ -51,6 +56,7 @@ type barrierRecord struct {
 	Sinks       []string   `json:"sinks"`
 	PublishedAt *time.Time `json:"published_at"`
 	PinMovedAt  *time.Time `json:"pin_moved_at"`
+	HeldAt      *time.Time `json:"held_at,omitempty"`
 }
 
 // barrierFileMu serialises barriers.json's read-modify-write: capture may
@@ -93,6 +99,16 @@ func (f *Flow) recordBarrierPhase(b capture.Barrier, phase string) error {
 		r.PublishedAt = &now
 	case PhasePinMoved:
 		r.PinMovedAt = &now
+	case PhaseHeld:
+		// Held only once the hold barrier is durable (published above).
+		var pinned uint64
+		for _, d := range b.Events {
+			pinned = d.OldFingerprint
+		}
+		if err := f.recordHeld(b.Relation, b.Plan, pinned); err != nil {
+			return err
+		}
+		r.HeldAt = &now
 	default:
 		return fmt.Errorf("unknown barrier phase %q", phase)
 	}
@@ -230,9 +246,12 @@ func (f *Flow) barrierContracts(sinks []sinkBarriers) ([]BarrierContract, []stri
 		if c.Sinks == nil {
 			c.Sinks = []string{}
 		}
-		c.Phases = append(c.Phases,
-			BarrierPhase{Phase: PhasePublished, Done: r.PublishedAt != nil, At: r.PublishedAt},
-			BarrierPhase{Phase: PhasePinMoved, Done: r.PinMovedAt != nil, At: r.PinMovedAt})
+		c.Phases = append(c.Phases, BarrierPhase{Phase: PhasePublished, Done: r.PublishedAt != nil, At: r.PublishedAt})
+		if slices.Contains(r.Kinds, capture.HoldKind) {
+			c.Phases = append(c.Phases, BarrierPhase{Phase: PhaseHeld, Done: r.HeldAt != nil, At: r.HeldAt})
+		} else {
+			c.Phases = append(c.Phases, BarrierPhase{Phase: PhasePinMoved, Done: r.PinMovedAt != nil, At: r.PinMovedAt})
+		}
 		at, _ := lsn.Parse(r.CommitLSN)
 		for _, name := range c.Sinks {
 			ack := BarrierAck{Sink: name}
@@ -297,4 +316,40 @@ func renderBarriers(w io.Writer, cs []BarrierContract) {
 			fmt.Fprintf(w, "              %d. %s: %s%s\n", i+1, name, when, extra)
 		}
 	}
+}
+
+// heldForVerify are sink s's held tables (schema.on_blocked: hold_table),
+// for verify to report HELD: those its target holds (the hold barrier
+// applied, not released by a reseed's handoff), and those capture holds
+// (the hold barrier durable in the log, which the target reaches before
+// verify's watermark).
+func (f *Flow) heldForVerify(ctx context.Context, tgt apply.DB, s config.Sink) (map[string]verify.HeldTable, error) {
+	out := map[string]verify.HeldTable{}
+	held := func(rel, lsnText, kinds string) {
+		if _, ok := out[rel]; ok {
+			return
+		}
+		out[rel] = verify.HeldTable{
+			Reason: fmt.Sprintf("HELD at a blocked schema change at LSN %s%s (schema.on_blocked: hold_table): capture no longer publishes its rows; the plan: %s",
+				lsnText, kinds, shell.Trellara("schema ddl-plan", f.ConfigPath)),
+			Recovery: ReseedCommand(f.ConfigPath, rel),
+		}
+	}
+	onTarget, err := apply.HeldTables(ctx, tgt, s.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+	if err != nil {
+		return nil, fmt.Errorf("flow %s: read the held tables on sink %s: %w", f.Cfg.Flow, s.Name, err)
+	}
+	pending, err := f.PendingSchemaChanges()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pending {
+		if p.Held {
+			held(p.Plan.Relation, p.Plan.LSN, ": "+p.Plan.Kinds())
+		}
+	}
+	for rel, b := range onTarget {
+		held(rel, lsn.Format(b.CommitLSN), "")
+	}
+	return out, nil
 }

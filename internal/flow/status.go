@@ -38,8 +38,11 @@ type Status struct {
 	Pins       map[string]string `json:"schema_pins,omitempty"`
 	// Barriers are the recent DDL barriers' propagation contracts
 	// (--view diagnostics), oldest first.
-	Barriers   []BarrierContract `json:"barriers,omitempty"`
-	LastVerify *verify.Result    `json:"last_verify"`
+	Barriers []BarrierContract `json:"barriers,omitempty"`
+	// Held are the tables held at a blocked schema change
+	// (schema.on_blocked: hold_table), each with its recovery.
+	Held       []HeldStatus   `json:"held_tables,omitempty"`
+	LastVerify *verify.Result `json:"last_verify"`
 	// Sinks has every sink; Checkpoint, Snapshots, Quarantine and
 	// LastVerify above repeat the first one's (a single-target flow's).
 	Sinks    []SinkStatus    `json:"sinks"`
@@ -167,6 +170,14 @@ type QuarantineEntry struct {
 	QuarantinedAt time.Time `json:"quarantined_at"`
 }
 
+// HeldStatus is one held table.
+type HeldStatus struct {
+	Table   string   `json:"table"`
+	LSN     string   `json:"lsn"`
+	Kinds   []string `json:"kinds"`
+	Command string   `json:"command"`
+}
+
 // StatusProblem is one reason status exits 1.
 type StatusProblem struct {
 	Code    string `json:"code"`
@@ -179,6 +190,7 @@ const (
 	ProblemQuarantineOpen      = "quarantine_open"
 	ProblemSlotRetainingWAL    = "slot_inactive_retaining_wal"
 	ProblemCursorPastRetention = "consumer_past_retention"
+	ProblemTableHeld           = "table_held"
 )
 
 // StatusProblems judges one sample of the report. It is a problem when:
@@ -205,6 +217,11 @@ func StatusProblems(st *Status, configPath string) []StatusProblem {
 		out = append(out, StatusProblem{Code: ProblemSlotRetainingWAL,
 			Message: fmt.Sprintf("slot %s is inactive with %s of WAL not yet consumed (%s retained on the source), growing with every write until the flow runs", s.Name, bytesString(s.LagBytes), bytesString(s.RetainedWALBytes)),
 			Fix:     "start the flow: " + shell.Trellara("run", configPath) + " (or " + shell.Trellara("run", configPath, "--local") + "); to stop for good, " + shell.Trellara("run", configPath, "--cleanup")})
+	}
+	for _, h := range st.Held {
+		out = append(out, StatusProblem{Code: ProblemTableHeld,
+			Message: fmt.Sprintf("table %s is HELD at a blocked schema change at LSN %s (%s): its rows are not captured; the other tables keep flowing", h.Table, h.LSN, strings.Join(h.Kinds, ", ")),
+			Fix:     h.Command})
 	}
 	if l := st.Log; l != nil {
 		for _, c := range l.Cursors {
@@ -344,6 +361,20 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 		var notes []string
 		st.Barriers, notes = f.barrierContracts(sbs)
 		st.Notes = append(st.Notes, notes...)
+	}
+	if pending, err := f.PendingSchemaChanges(); err != nil {
+		st.Notes = append(st.Notes, "pending schema changes: "+err.Error())
+	} else {
+		for _, p := range pending {
+			if !p.Held {
+				continue
+			}
+			h := HeldStatus{Table: p.Plan.Relation, LSN: p.Plan.LSN, Kinds: []string{}, Command: ReseedCommand(f.ConfigPath, p.Plan.Relation)}
+			for _, c := range p.Plan.Changes {
+				h.Kinds = append(h.Kinds, string(c.Kind))
+			}
+			st.Held = append(st.Held, h)
+		}
 	}
 	st.Problems = StatusProblems(st, f.ConfigPath)
 	return st, nil
