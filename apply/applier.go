@@ -732,7 +732,7 @@ func (a *Applier) processTxns(ctx context.Context, units []*unit, cur Cursor) er
 	// barrier on commit together.
 	// A reseed handoff (reseed.go) swaps a target table: it commits alone.
 	for i, u := range units {
-		if i > 0 && (envelope.IsBarrier(u.env) || isHandoff(u.env)) {
+		if i > 0 && (carriesDDLEvents(u.env) || isHandoff(u.env)) {
 			if err := a.processTxns(ctx, units[:i], cur); err != nil {
 				return err
 			}

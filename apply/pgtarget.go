@@ -302,6 +302,9 @@ type pgTx struct {
 	// rsOwned once the transaction changed its own copy.
 	rs      reseedSet
 	rsOwned bool
+	// barrierIDs are the DDL barriers this transaction recorded
+	// (barriers.go); their commit_at is stamped just before COMMIT.
+	barrierIDs []string
 }
 
 // stmtMeta describes one queued statement, to attribute its result.
@@ -322,7 +325,7 @@ type stmtMeta struct {
 // batch of them can be folded into set-based statements at Flush; their
 // row counts are known now.
 func (x *pgTx) Apply(ctx context.Context, ui int, env *pb.Envelope) (int, int, error) {
-	if envelope.IsBarrier(env) {
+	if carriesDDLEvents(env) {
 		if err := x.applyBarrier(ctx, ui, env); err != nil {
 			return 0, 0, err
 		}
@@ -360,6 +363,9 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 		return err
 	}
 	t := x.t
+	if err := x.recordBarriers(ctx, env); err != nil {
+		return err
+	}
 	for _, d := range env.DdlEvents {
 		if d.Kind == capture.ReseedKind {
 			// A blocked change a reseed took over: no target DDL; from
@@ -369,8 +375,11 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 				return err
 			}
 			if !x.replacing(rel) {
-				return fmt.Errorf("apply: DDL barrier at commit LSN %s: a reseed of %s took over its schema change, but no reseed of it is recorded on this target; run %s",
-					envelope.FormatLSN(env.CommitLsn), rel, shell.Trellara("reseed", t.cfg.ConfigPath, "--table", rel))
+				// Its reseed already handed off (the table is in its new
+				// shape), or has not reached this target: its begin
+				// watermark activates it.
+				t.log.Info("apply: a reseed takeover barrier with no reseed copying here", "relation", rel,
+					"commit_lsn", envelope.FormatLSN(env.CommitLsn), "resume", shell.Trellara("reseed", t.cfg.ConfigPath, "--table", rel))
 			}
 			continue
 		}
@@ -571,6 +580,9 @@ func (x *pgTx) MarkReplayed(ctx context.Context, id int64) error {
 // Commit implements TargetTx.
 func (x *pgTx) Commit(ctx context.Context) (time.Time, error) {
 	if err := x.Flush(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if err := x.commitBarriers(ctx); err != nil {
 		return time.Time{}, err
 	}
 	if err := x.tx.Commit(ctx); err != nil {

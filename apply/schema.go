@@ -91,6 +91,31 @@ CREATE TABLE IF NOT EXISTS %[1]s.quarantine (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS quarantine_open_unit
     ON %[1]s.quarantine (flow, source_id, unit_key) WHERE replayed_at IS NULL;
+` + barrierTableDDL
+
+// barrierTableDDL creates the barriers table: one row per DDL barrier a
+// sink applied, written in the target transaction that runs the barrier
+// (its DDL, its first rows, the checkpoint), so the row is the sink's
+// acknowledgement of the barrier's propagation contract (docs/SCHEMA.md).
+// ddl_at is the clock when the barrier's target DDL started and commit_at
+// the clock just before COMMIT: the table's lock, and with it the
+// visibility pause readers see, spans ddl_at..commit_at (and the commit).
+// A hold barrier (capture stopped publishing the relation) is released by
+// the handoff of the reseed that copies the relation again.
+const barrierTableDDL = `
+CREATE TABLE IF NOT EXISTS %[1]s.barriers (
+    flow        text        NOT NULL,
+    source_id   text        NOT NULL,
+    id          text        NOT NULL,
+    relation    text        NOT NULL,
+    commit_lsn  pg_lsn      NOT NULL,
+    kinds       text[]      NOT NULL,
+    ddl         text[]      NOT NULL DEFAULT '{}',
+    ddl_at      timestamptz NOT NULL,
+    commit_at   timestamptz,
+    released_at timestamptz,
+    PRIMARY KEY (flow, source_id, id)
+);
 `
 
 // EnsureSchema creates the Trellara-owned schema and its tables on the
@@ -105,16 +130,22 @@ func EnsureSchema(ctx context.Context, db DB, schema string) error {
 	// without CREATE on the database run once an administrator has created
 	// the schema (CREATE SCHEMA IF NOT EXISTS checks the privilege first).
 	var present bool
+	var barriers bool
 	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
-		AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL`,
-		qs+".meta", qs+".checkpoints", qs+".snapshot_progress", qs+".quarantine").Scan(&present)
+		AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL, to_regclass($5) IS NOT NULL`,
+		qs+".meta", qs+".checkpoints", qs+".snapshot_progress", qs+".quarantine", qs+".barriers").Scan(&present, &barriers)
 	if err != nil {
 		return fmt.Errorf("apply: look up schema %q on the target: %w", schema, err)
 	}
-	if present {
+	if present && barriers {
 		return nil
 	}
 	q := fmt.Sprintf(schemaDDL, qs, int64(schemaLockKey), schemaVersion)
+	if present {
+		// A schema from before barriers were recorded: add their table
+		// only (no CREATE SCHEMA, which needs CREATE on the database).
+		q = fmt.Sprintf("SELECT pg_advisory_xact_lock(%[2]d);"+barrierTableDDL, qs, int64(schemaLockKey))
+	}
 	for attempt := 0; ; attempt++ {
 		_, err := db.Exec(ctx, q)
 		if err == nil {

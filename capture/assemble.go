@@ -67,6 +67,61 @@ type AssemblerOptions struct {
 	// shape, and the first transaction under it carries a ReseedKind
 	// barrier, at which the applier stops writing the old table.
 	Accepted func(relation string) bool
+	// OnBarrier, when set, is told each capture-side phase of every DDL
+	// barrier, in order: BarrierPublished once the unit carrying it is
+	// durable in the transport, then BarrierPinMoved once its pin moved
+	// (the propagation contract status shows). An error stops capture, as
+	// a pin that cannot move does.
+	OnBarrier func(b Barrier, phase string) error
+	// HoldTable (schema.on_blocked: hold_table): a blocked change does
+	// not stop capture. The first transaction under the new shape carries
+	// a HoldKind barrier for the relation (no target DDL) and from it on
+	// the relation's rows are not published; the rest of each transaction
+	// is. Once that barrier is durable, OnBarrier is told BarrierHeld
+	// (the flow records the relation as held). A held relation whose
+	// reseed takes its change over (Accepted, checked at every reseed
+	// watermark) is published again from there, in the new shape, behind
+	// a ReseedKind barrier.
+	HoldTable bool
+	// Held reports whether relation is already recorded as held (its
+	// hold barrier is durable): a new session holds it again without a
+	// second barrier.
+	Held func(relation string) bool
+}
+
+// Barrier is one relation's DDL barrier as capture published it.
+type Barrier struct {
+	// ID is BarrierID(Relation, CommitLSN): the applier records the same
+	// id on the target.
+	ID        string
+	Relation  string
+	CommitLSN uint64
+	EndLSN    uint64
+	Events    []*pb.DDLEvent
+	// Plan is a hold barrier's blocked change, at its real LSN.
+	Plan *schemachange.Plan
+}
+
+// Capture-side barrier phases, in the order they happen.
+const (
+	BarrierPublished = "published" // the unit carrying the barrier is durable in the log
+	BarrierPinMoved  = "pin_moved" // the relation's pin moved to the new shape
+	BarrierHeld      = "held"      // a hold barrier: the relation is held (its pin stays)
+)
+
+// HoldKind is the DDLEvent kind of a blocked change held per table
+// (AssemblerOptions.HoldTable): no target DDL; the relation's rows stop
+// at it until a reseed copies the table again.
+const HoldKind = "hold"
+
+// ReseedPrefix is the logical-message prefix of a reseed watermark
+// (apply.ReseedPrefix): capture re-checks its held relations at each.
+const ReseedPrefix = "trellara.reseed"
+
+// BarrierID names relation's barrier in the transaction committed at
+// commitLSN; capture and the applier derive it alike.
+func BarrierID(relation string, commitLSN uint64) string {
+	return relation + "@" + envelope.FormatLSN(commitLSN)
 }
 
 // ReseedKind is the DDLEvent kind of a blocked change a reseed took over:
@@ -118,6 +173,11 @@ type relState struct {
 	barrier    []*pb.DDLEvent
 	barrierOut bool
 	shape      schemachange.Shape
+	// held: a blocked change held per table (HoldTable): the relation's
+	// rows are dropped at each commit; plan is the change.
+	held       bool
+	plan       *schemachange.Plan
+	heldPinned uint64
 }
 
 // pinMove is a pin to move once the barrier unit ending at endLSN is
@@ -126,7 +186,10 @@ type pinMove struct {
 	relation    string
 	fingerprint uint64
 	shape       schemachange.Shape
+	commitLSN   uint64
 	endLSN      uint64
+	events      []*pb.DDLEvent
+	hold        *schemachange.Plan // a hold barrier: no pin moves
 }
 
 // NewAssembler returns an Assembler emitting to emit.
@@ -278,6 +341,9 @@ func (a *Assembler) Handle(m pgoutput.Message, walStart pgoutput.LSN) error {
 		if err != nil {
 			return err
 		}
+		if m.Prefix == ReseedPrefix {
+			a.releaseTakenOver()
+		}
 		return a.add(t, uint32(m.Xid), nil, &pb.Row{Op: pb.Op_OP_MESSAGE, MessagePrefix: m.Prefix,
 			MessageContent: append([]byte(nil), m.Content...)})
 	case *pgoutput.Origin, *pgoutput.Type:
@@ -393,6 +459,16 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 				Detail: "taken over by a reseed: " + plan.Kinds()}}
 			return nil
 		}
+		if !plan.AutoApplies() && a.opts.HoldTable {
+			d := a.drift(st, pinned, old, live)
+			d.Plan.Holds = "only this table is held (schema.on_blocked: hold_table): its rows are not published from this transaction on; the other tables keep flowing"
+			st.held, st.plan, st.shape, st.heldPinned = true, d.Plan, live, pinned
+			if a.opts.Held == nil || !a.opts.Held(st.name) {
+				st.barrier = []*pb.DDLEvent{{Kind: HoldKind, Relation: st.name, OldFingerprint: pinned, NewFingerprint: rel.Fingerprint,
+					Detail: "held: " + plan.Kinds()}}
+			}
+			return nil
+		}
 		if !plan.AutoApplies() {
 			st.drift = a.drift(st, pinned, old, live)
 			return nil
@@ -465,7 +541,8 @@ func relTarget(r *pb.Relation) string { return pgx.Identifier{r.Schema, r.Name}.
 func (a *Assembler) drift(st *relState, pinned uint64, old, live schemachange.Shape) *SchemaDriftError {
 	plan := a.plan(st, old, live)
 	plan.Blocked = true
-	plan.Holds = "the whole flow holds: no table advances past this transaction until the change is resolved"
+	plan.Holds = "the whole flow holds (schema.on_blocked: hold_flow): no table advances past this transaction until the change is resolved; " +
+		"with schema.on_blocked: hold_table only the changed table would stop"
 	if a.opts.Resnapshot != "" {
 		plan.Commands = append(plan.Commands, a.opts.Resnapshot)
 	}
@@ -509,6 +586,18 @@ func (a *Assembler) MovePins(durableEnd uint64) error {
 			keep = append(keep, mv)
 			continue
 		}
+		b := Barrier{ID: BarrierID(mv.relation, mv.commitLSN), Relation: mv.relation, CommitLSN: mv.commitLSN, EndLSN: mv.endLSN, Events: mv.events, Plan: mv.hold}
+		if err := a.barrierPhase(b, BarrierPublished); err != nil {
+			return err
+		}
+		if mv.hold != nil {
+			// Held, not moved: the pin stays until a reseed takes the
+			// change over.
+			if err := a.barrierPhase(b, BarrierHeld); err != nil {
+				return err
+			}
+			continue
+		}
 		sp, ok := a.opts.Pins.(ShapePins)
 		if !ok {
 			continue
@@ -516,8 +605,21 @@ func (a *Assembler) MovePins(durableEnd uint64) error {
 		if err := sp.PinShape(mv.relation, mv.fingerprint, mv.shape); err != nil {
 			return fmt.Errorf("relay: move the pin of %s past its DDL barrier at %s: %w", mv.relation, envelope.FormatLSN(mv.endLSN), err)
 		}
+		if err := a.barrierPhase(b, BarrierPinMoved); err != nil {
+			return err
+		}
 	}
 	a.moves = keep
+	return nil
+}
+
+func (a *Assembler) barrierPhase(b Barrier, phase string) error {
+	if a.opts.OnBarrier == nil {
+		return nil
+	}
+	if err := a.opts.OnBarrier(b, phase); err != nil {
+		return fmt.Errorf("relay: record phase %s of DDL barrier %s: %w", phase, b.ID, err)
+	}
 	return nil
 }
 
@@ -561,6 +663,33 @@ func (a *Assembler) change(xid pgoutput.XID, relID pgoutput.OID, at pgoutput.LSN
 		return err
 	}
 	return a.add(t, uint32(xid), st, row)
+}
+
+// releaseTakenOver publishes again, from here on, each held relation a
+// reseed has taken over: the reseed's begin watermark follows its
+// takeover record, so by the time capture meets that watermark the
+// record is there, and every row of the relation after the watermark
+// (the reseed's chunks read the source after it) is published, in the
+// new shape, behind a ReseedKind barrier.
+func (a *Assembler) releaseTakenOver() {
+	if a.opts.Accepted == nil {
+		return
+	}
+	for _, st := range a.rels {
+		if !st.held || !a.opts.Accepted(st.name) {
+			continue
+		}
+		st.held = false
+		st.barrier = []*pb.DDLEvent{{Kind: ReseedKind, Relation: st.name, OldFingerprint: st.heldPinned, NewFingerprint: st.rel.Fingerprint,
+			Detail: "taken over by a reseed: " + st.plan.Kinds()}}
+		st.barrierOut = false
+	}
+}
+
+// dropped reports whether c is a row of a held relation: not published.
+func (t *txnBuf) dropped(c change) bool {
+	i := int(c.row.RelationIndex)
+	return c.row.Op != pb.Op_OP_MESSAGE && i < len(t.rels) && t.rels[i].held
 }
 
 // add appends a row (rel nil for a logical message) to t, spilling when the
@@ -616,6 +745,14 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	// fingerprint.
 	remap := map[uint32]uint32{}
 	err := t.each(func(c change) error {
+		if t.dropped(c) {
+			return nil
+		}
+		if i := int(c.row.RelationIndex); c.row.Op != pb.Op_OP_MESSAGE && i < len(t.rels) && len(t.rels[i].barrier) > 0 && !t.rels[i].barrierOut {
+			st := t.rels[i]
+			// Taken over since its rows arrived (a streamed transaction).
+			t.addBarrier(st)
+		}
 		if c.row.Op != pb.Op_OP_MESSAGE {
 			if _, ok := remap[c.row.RelationIndex]; !ok {
 				remap[c.row.RelationIndex] = uint32(len(head.Relations))
@@ -634,11 +771,16 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	}
 	whole := func() error {
 		var rows []*pb.Row
-		err := t.each(func(c change) error { rows = append(rows, c.row); return nil })
+		err := t.each(func(c change) error {
+			if !t.dropped(c) {
+				rows = append(rows, c.row)
+			}
+			return nil
+		})
 		if err != nil {
 			return err
 		}
-		if len(rows) == 0 {
+		if len(rows) == 0 && !t.holds() {
 			return a.emit(nil, endLSN, true)
 		}
 		for i, r := range rows {
@@ -663,6 +805,9 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	var total, cur uint64
 	var curBytes int64
 	err = t.each(func(c change) error {
+		if t.dropped(c) {
+			return nil
+		}
 		sz := int64(proto.Size(c.row)) + 8
 		if cur > 0 && curBytes+sz > a.opts.ChunkBytesMax {
 			counts = append(counts, cur)
@@ -705,6 +850,9 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		return a.emit(e, endLSN, final)
 	}
 	err = t.each(func(c change) error {
+		if t.dropped(c) {
+			return nil
+		}
 		c.row.Seq = seq
 		fix(c.row)
 		seq++
@@ -727,23 +875,36 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 // move once e is durable.
 func (a *Assembler) barrier(t *txnBuf, e *pb.Envelope, endLSN uint64) {
 	for _, st := range t.barriers {
-		used := false
+		hold := len(st.barrier) > 0 && st.barrier[0].Kind == HoldKind
+		used := hold // a hold barrier carries none of its relation's rows
 		for _, r := range e.Relations {
 			used = used || r == st.rel
+		}
+		if hold && !st.held {
+			continue // taken over before this commit: its own barrier follows
 		}
 		if !used {
 			// Its rows were all in rolled-back subtransactions: the
 			// next transaction using the relation carries the barrier.
 			continue
 		}
+		var events []*pb.DDLEvent
 		for _, ev := range st.barrier {
 			d := proto.Clone(ev).(*pb.DDLEvent)
 			d.Seq = uint64(len(e.DdlEvents))
 			e.DdlEvents = append(e.DdlEvents, d)
+			events = append(events, d)
 		}
 		st.barrierOut = true
 		a.movesMu.Lock()
-		a.moves = append(a.moves, pinMove{relation: st.name, fingerprint: st.rel.Fingerprint, shape: st.shape, endLSN: endLSN})
+		mv := pinMove{relation: st.name, fingerprint: st.rel.Fingerprint, shape: st.shape,
+			commitLSN: e.CommitLsn, endLSN: endLSN, events: events}
+		if hold {
+			p := *st.plan
+			p.LSN, p.Xid = envelope.FormatLSN(e.CommitLsn), e.Xid
+			mv.hold = &p
+		}
+		a.moves = append(a.moves, mv)
 		a.movesMu.Unlock()
 	}
 }
@@ -774,6 +935,16 @@ type txnBuf struct {
 	spill  *os.File
 	spillW *bufio.Writer
 	buf    []byte
+}
+
+// holds reports whether t carries a hold barrier still to publish.
+func (t *txnBuf) holds() bool {
+	for _, st := range t.barriers {
+		if st.held && len(st.barrier) > 0 && !st.barrierOut {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *txnBuf) addBarrier(st *relState) {

@@ -257,6 +257,15 @@ func TestBarrierPinMovesAfterPublish(t *testing.T) {
 		Catalog: func(string) (map[string]schemachange.Facts, error) {
 			return map[string]schemachange.Facts{"extra": {TypeName: "integer"}}, nil
 		}}
+	// The propagation contract's capture phases, each with whether the
+	// pin had moved when it was told.
+	var phases []string
+	var old uint64
+	opts.OnBarrier = func(b Barrier, phase string) error {
+		fp, _ := pins.Pinned(b.Relation)
+		phases = append(phases, fmt.Sprintf("%s %s %s moved=%v", b.ID, b.Events[0].Kind, phase, fp != old))
+		return nil
+	}
 	var c captured
 	a := NewAssembler(opts, c.emit)
 	if err := feed(t, a, &pgoutput.Begin{FinalLSN: 0x10, Xid: 1}, ordersRel,
@@ -264,7 +273,7 @@ func TestBarrierPinMovesAfterPublish(t *testing.T) {
 		&pgoutput.Commit{CommitLSN: 0x10, EndLSN: 0x20}); err != nil {
 		t.Fatal(err)
 	}
-	old, _ := pins.Pinned("public.orders")
+	old, _ = pins.Pinned("public.orders")
 	changed := *ordersRel
 	changed.Columns = append(append([]pgoutput.RelationColumn(nil), ordersRel.Columns...), pgoutput.RelationColumn{Name: "extra", TypeOID: 23, TypeModifier: -1})
 	txn := func(a *Assembler, lsn uint64, id string) {
@@ -290,8 +299,11 @@ func TestBarrierPinMovesAfterPublish(t *testing.T) {
 	barrier("first transaction under the new shape", true)
 	txn(a, 0x50, "3")
 	barrier("second transaction, same session", false)
-	if fp, _ := pins.Pinned("public.orders"); fp != old {
-		t.Fatal("the pin moved before the barrier was durable")
+	if err := a.MovePins(0x30); err != nil { // durable up to before the barrier's end
+		t.Fatal(err)
+	}
+	if fp, _ := pins.Pinned("public.orders"); fp != old || len(phases) != 0 {
+		t.Fatalf("the pin moved (or a phase was told: %v) before the barrier was durable", phases)
 	}
 	// A crash before the barrier is durable: a new session emits it again.
 	a = NewAssembler(opts, c.emit)
@@ -302,6 +314,9 @@ func TestBarrierPinMovesAfterPublish(t *testing.T) {
 	}
 	if fp, _ := pins.Pinned("public.orders"); fp == old {
 		t.Fatal("the pin did not move once the barrier was durable")
+	}
+	if got := strings.Join(phases, "; "); got != "public.orders@0/30 add_nullable_column published moved=false; public.orders@0/30 add_nullable_column pin_moved moved=true" {
+		t.Fatalf("barrier phases: %s", got)
 	}
 	if sh, ok := pins.PinnedShape("public.orders"); !ok || len(sh.Columns) != 3 {
 		t.Fatalf("pinned shape %+v", sh)

@@ -292,6 +292,7 @@ func (c *Config) SinkNames() []string {
 // SchemaPolicy governs schema changes seen in the stream.
 type SchemaPolicy struct {
 	UnknownTablePolicy UnknownTablePolicy // unknown_table_policy
+	OnBlocked          OnBlocked          // on_blocked
 	Renames            []ColumnRename     // renames: column renames that flow through a DDL barrier
 }
 
@@ -304,6 +305,18 @@ type ColumnRename struct {
 	From  string    // from: the column's name before the rename, as the catalog holds it
 	To    string    // to: its name after
 }
+
+// OnBlocked decides what a blocked schema change stops (docs/SCHEMA.md).
+type OnBlocked string
+
+// On-blocked policies.
+const (
+	// HoldFlow: capture stops at the change; no table advances past it.
+	HoldFlow OnBlocked = "hold_flow"
+	// HoldTable: capture goes on; only the changed table is held (its
+	// rows are no longer published) until a reseed copies it again.
+	HoldTable OnBlocked = "hold_table"
+)
 
 // Run holds process settings.
 type Run struct {
@@ -338,7 +351,7 @@ func Default() *Config {
 			Streaming:       true,
 			MemoryBytesMax:  DefaultMemoryBytesMax,
 		},
-		Schema: SchemaPolicy{UnknownTablePolicy: PolicyBlock},
+		Schema: SchemaPolicy{UnknownTablePolicy: PolicyBlock, OnBlocked: HoldFlow},
 		Run:    Run{Listen: Listen{Relay: DefaultRelayListen, Applier: DefaultApplierListen}},
 	}
 }

@@ -343,6 +343,7 @@ func TestErrorClasses(t *testing.T) {
 		{"target schema", edit(t, local, "  mode: strict\n", "  mode: strict\n  schema: Trellara-Meta\n"), "target.schema", 15, "not a valid schema name"},
 		{"target synchronous_commit", edit(t, local, "  mode: strict\n", "  mode: strict\n  synchronous_commit: local\n"), "target.synchronous_commit", 15, "must be on or off"},
 		{"unknown table policy", edit(t, local, "unknown_table_policy: block", "unknown_table_policy: allow"), "schema.unknown_table_policy", 16, "must be block or allow_compatible"},
+		{"on blocked", edit(t, local, "unknown_table_policy: block", "unknown_table_policy: block\n  on_blocked: hold"), "schema.on_blocked", 17, "must be hold_flow or hold_table"},
 		{"listen invalid", local + "run: {listen: {relay: 9401}}\n", "run.listen.relay", 17, "not host:port"},
 		{"listen same", local + "run: {listen: {relay: ':9500', applier: ':9500'}}\n", "run.listen.applier", 17, "same address"},
 	}

@@ -62,7 +62,8 @@ func decode(data []byte) (c *Config, errs []FieldError) {
 		}},
 		{"sinks", d.sinks(&c.Sinks)},
 		{"schema", func(p string, n *yaml.Node) {
-			d.mapping(p, n, []key{{"unknown_table_policy", d.str((*string)(&c.Schema.UnknownTablePolicy))}, {"renames", d.renames(&c.Schema.Renames)}})
+			d.mapping(p, n, []key{{"unknown_table_policy", d.str((*string)(&c.Schema.UnknownTablePolicy))},
+				{"on_blocked", d.str((*string)(&c.Schema.OnBlocked))}, {"renames", d.renames(&c.Schema.Renames)}})
 		}},
 		{"run", func(p string, n *yaml.Node) {
 			d.mapping(p, n, []key{

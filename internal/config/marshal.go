@@ -132,6 +132,9 @@ func Marshal(c *Config) ([]byte, error) {
 
 	sp := mapping(false)
 	put(sp, "unknown_table_policy", strNode(string(c.Schema.UnknownTablePolicy)), "block | allow_compatible")
+	if c.Schema.OnBlocked == HoldTable {
+		put(sp, "on_blocked", strNode(string(c.Schema.OnBlocked)), "hold_flow | hold_table")
+	}
 	if len(c.Schema.Renames) > 0 {
 		put(sp, "renames", renamesNode(c.Schema.Renames), "column renames that flow to the target (docs/SCHEMA.md)")
 	}

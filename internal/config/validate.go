@@ -92,6 +92,12 @@ func (c *Config) validate() []FieldError {
 			"must be block or allow_compatible, not %s", quoteValue(string(c.Schema.UnknownTablePolicy)))
 	}
 	v.renames(c)
+	switch c.Schema.OnBlocked {
+	case HoldFlow, HoldTable:
+	default:
+		v.add("schema.on_blocked", "set it to hold_flow (a blocked change stops the whole flow) or hold_table (only the changed table stops)",
+			"must be hold_flow or hold_table, not %s", quoteValue(string(c.Schema.OnBlocked)))
+	}
 	v.run(&c.Run, prod)
 	v.chaos(c, prod)
 	return v.errs

@@ -130,9 +130,10 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 	if err != nil {
 		return nil, err
 	}
-	blocked := map[string]bool{}
+	blocked, held := map[string]bool{}, map[string]bool{}
 	for _, p := range pending {
 		blocked[p.Plan.Relation] = true
+		held[p.Plan.Relation] = p.Held
 	}
 	if len(blocked) > 0 && len(f.Sinks()) > 1 {
 		// The takeover moves capture on for every sink, and each sink's
@@ -145,7 +146,7 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 			"recover with: %s", f.Cfg.Flow, f.resnapshot())
 	}
 	for rel := range blocked {
-		if !slices.Contains(tableStrings(tables), rel) {
+		if !held[rel] && !slices.Contains(tableStrings(tables), rel) {
 			return nil, fmt.Errorf("flow %s: capture is stopped at a schema change on %s (see %s), and the whole flow holds there, so no reseed watermark "+
 				"can reach the target; reseed that table too: %s", f.Cfg.Flow, rel, shell.Trellara("schema ddl-plan", f.ConfigPath), ReseedCommand(f.ConfigPath, rel))
 		}
@@ -191,6 +192,11 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 		r, err := apply.Reseed(ctx, src, tgt, ro)
 		if err == nil && f.reseedTakesOver(t.String()) {
 			err = f.setReseedTakeover(t.String(), false)
+		}
+		if err == nil && held[t.String()] {
+			// Handed off: the table is in place in its new shape (the
+			// handoff released its hold on the target too).
+			err = f.clearHeld(t.String())
 		}
 		if err != nil {
 			return res, fmt.Errorf("flow %s: %w (resume: %s)", f.Cfg.Flow, err, ro.Command)

@@ -408,6 +408,9 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 			return verify.Position{EndLSN: cp.EndLSN, AppliedAt: cp.AppliedAt}, nil
 		},
 	}
+	if opts.Held, err = f.heldForVerify(ctx, tgt, s); err != nil {
+		return nil, err
+	}
 	res, err := verify.Verify(ctx, src, tgt, opts)
 	if err == nil && idle != "" && res.Verdict == verify.Behind {
 		res.Notes = append(res.Notes, fmt.Sprintf("slot %s %s: no pipeline is capturing flow %s, so nothing applies the fence verify wrote, and verify did not wait for it; "+

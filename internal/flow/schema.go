@@ -31,6 +31,9 @@ func (f *Flow) schemaPendingPath() string { return filepath.Join(f.dir, "schema-
 type PendingChange struct {
 	Plan   *schemachange.Plan `json:"plan"`
 	Pinned string             `json:"pinned_fingerprint"`
+	// Held: schema.on_blocked is hold_table and only this table stopped
+	// (its hold barrier is durable); the flow goes on.
+	Held bool `json:"held,omitempty"`
 }
 
 // assemblerOptions are the transaction assembly options of both capture
@@ -44,8 +47,13 @@ func (f *Flow) assemblerOptions(ctx context.Context, src *pgx.Conn) capture.Asse
 		Catalog: func(relation string) (map[string]schemachange.Facts, error) {
 			return capture.CatalogFacts(ctx, src, relation)
 		},
-		Policy:      f.SchemaPolicy,
-		Accepted:    f.reseedTakesOver,
+		Policy:    f.SchemaPolicy,
+		Accepted:  f.reseedTakesOver,
+		OnBarrier: f.recordBarrierPhase,
+		// Holding one table needs the reseed takeover to recover it,
+		// which only the pgoutput path has.
+		HoldTable:   f.Cfg.Schema.OnBlocked == config.HoldTable && f.Cfg.Source.Capture != config.CaptureExtension,
+		Held:        f.tableHeld,
 		PlanCommand: shell.Trellara("schema ddl-plan", f.ConfigPath),
 		Resnapshot:  f.resnapshot(),
 	}
@@ -123,26 +131,84 @@ func (f *Flow) recordDrift(err error) error {
 	if len(d.Plan.Commands) == 0 {
 		d.Plan.Commands = []string{f.resnapshot()}
 	}
-	if f.Cfg.Source.Capture != config.CaptureExtension && !slices.Contains(d.Plan.Commands, ReseedCommand(f.ConfigPath, d.Relation)) {
-		// Next: copying the one table again while the flow runs takes the
+	if werr := f.recordPending(pending, PendingChange{Plan: d.Plan, Pinned: fmt.Sprintf("%016x", d.Pinned)}); werr != nil {
+		f.Logger.Warn("could not record the pending schema change for ddl-plan", "path", f.schemaPendingPath(), "error", werr)
+	}
+	return err
+}
+
+// recordPending keeps c in schema-pending.json in place of any earlier
+// change of its relation, with the reseed first among its recovery
+// commands where a reseed can take it over.
+func (f *Flow) recordPending(pending []PendingChange, c PendingChange) error {
+	if f.Cfg.Source.Capture != config.CaptureExtension && !slices.Contains(c.Plan.Commands, ReseedCommand(f.ConfigPath, c.Plan.Relation)) {
+		// First: copying the one table again while the flow runs takes the
 		// change over (docs/SCHEMA.md, "Reseed").
-		d.Plan.Commands = append([]string{ReseedCommand(f.ConfigPath, d.Relation)}, d.Plan.Commands...)
+		c.Plan.Commands = append([]string{ReseedCommand(f.ConfigPath, c.Plan.Relation)}, c.Plan.Commands...)
 	}
-	if m := f.renameRecovery(d.Plan); m != "" && !slices.Contains(d.Plan.Commands, m) {
+	if m := f.renameRecovery(c.Plan); m != "" && !slices.Contains(c.Plan.Commands, m) {
 		// First: a rename a mapping would let through needs no copy.
-		d.Plan.Commands = append([]string{m}, d.Plan.Commands...)
+		c.Plan.Commands = append([]string{m}, c.Plan.Commands...)
 	}
-	keep := []PendingChange{{Plan: d.Plan, Pinned: fmt.Sprintf("%016x", d.Pinned)}}
+	keep := []PendingChange{}
+	if c.Plan != nil {
+		keep = append(keep, c)
+	}
 	for _, p := range pending {
-		if p.Plan.Relation != d.Relation {
+		if p.Plan.Relation != c.Plan.Relation {
 			keep = append(keep, p)
 		}
 	}
 	b, _ := json.MarshalIndent(keep, "", "  ")
-	if werr := capture.WriteFileDurable(f.schemaPendingPath(), b); werr != nil {
-		f.Logger.Warn("could not record the pending schema change for ddl-plan", "path", f.schemaPendingPath(), "error", werr)
+	return capture.WriteFileDurable(f.schemaPendingPath(), b)
+}
+
+// recordHeld records relation as held (schema.on_blocked: hold_table) at
+// the blocked change plan, once its hold barrier is durable.
+func (f *Flow) recordHeld(relation string, plan *schemachange.Plan, pinned uint64) error {
+	pending, err := f.PendingSchemaChanges()
+	if err != nil {
+		f.Logger.Warn("schema-pending.json unreadable; rewriting it", "error", err)
 	}
-	return err
+	if plan == nil {
+		return fmt.Errorf("hold of %s carries no plan", relation)
+	}
+	p := *plan
+	if len(p.Commands) == 0 {
+		p.Commands = []string{f.resnapshot()}
+	}
+	return f.recordPending(pending, PendingChange{Plan: &p, Pinned: fmt.Sprintf("%016x", pinned), Held: true})
+}
+
+// clearHeld forgets relation's held change (its reseed handed off).
+func (f *Flow) clearHeld(relation string) error {
+	pending, err := f.PendingSchemaChanges()
+	if err != nil {
+		return err
+	}
+	keep := []PendingChange{}
+	for _, p := range pending {
+		if p.Plan.Relation != relation {
+			keep = append(keep, p)
+		}
+	}
+	b, _ := json.MarshalIndent(keep, "", "  ")
+	return capture.WriteFileDurable(f.schemaPendingPath(), b)
+}
+
+// tableHeld reports whether relation is held (capture.AssemblerOptions.Held).
+func (f *Flow) tableHeld(relation string) bool {
+	pending, err := f.PendingSchemaChanges()
+	if err != nil {
+		f.Logger.Warn("could not read the held tables", "path", f.schemaPendingPath(), "error", err)
+		return false
+	}
+	for _, p := range pending {
+		if p.Held && p.Plan.Relation == relation {
+			return true
+		}
+	}
+	return false
 }
 
 // PendingSchemaChanges are the blocked schema changes capture stopped at
@@ -162,7 +228,10 @@ func (f *Flow) PendingSchemaChanges() ([]PendingChange, error) {
 	}
 	var out []PendingChange
 	if f.Pins == nil {
-		return nil, fmt.Errorf("flow %s: the schema pins are not open", f.Cfg.Flow)
+		// A command that opened only the config (verify): read the pins.
+		if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+			return nil, err
+		}
 	}
 	for _, p := range all {
 		if p.Plan == nil {
@@ -268,8 +337,12 @@ func (f *Flow) schemaRepairSteps() ([]RepairStep, error) {
 	var out []RepairStep
 	for _, c := range pending {
 		pl := c.Plan
+		problem := fmt.Sprintf("capture stopped at a schema change on %s at LSN %s: %s (blocked; %s)", pl.Relation, pl.LSN, pl.Kinds(), pl.Holds)
+		if c.Held {
+			problem = fmt.Sprintf("%s is HELD at a schema change at LSN %s: %s (blocked; %s)", pl.Relation, pl.LSN, pl.Kinds(), pl.Holds)
+		}
 		out = append(out, RepairStep{Kind: "schema_change", Table: pl.Relation, LSN: pl.LSN,
-			Problem: fmt.Sprintf("capture stopped at a schema change on %s at LSN %s: %s (blocked; %s)", pl.Relation, pl.LSN, pl.Kinds(), pl.Holds),
+			Problem: problem,
 			Fix:     f.schemaFix(pl),
 			Then:    "see the classified change and its target DDL with " + shell.Trellara("schema ddl-plan", f.ConfigPath),
 			Command: shell.Trellara("schema ddl-plan", f.ConfigPath),

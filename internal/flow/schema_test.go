@@ -193,6 +193,7 @@ func TestAddNullableColumnFlowsThroughBarrier(t *testing.T) {
 	if out, code := f.run("schema", "ddl-plan"); code != 0 || !strings.Contains(out, "no pending schema change") {
 		t.Fatalf("ddl-plan after a compatible change: exit %d\n%s", code, out)
 	}
+	checkBarrierContract(t, f, dst, "public.orders", "add_nullable_column", "orders", "note", firstNew)
 	t.Logf("%d target observations", observations.Load())
 }
 
@@ -258,7 +259,8 @@ func TestBlockedSchemaChangesStopWithPlan(t *testing.T) {
 		src.Exec(t, `INSERT INTO other VALUES (3, 'after')`)
 		out, code := f.run("run", "--local")
 		if code == 0 || !strings.Contains(out, tc.kind) || !strings.Contains(out, "public.a") ||
-			!strings.Contains(out, "trellara schema ddl-plan --config") || !strings.Contains(out, "whole flow holds") {
+			!strings.Contains(out, "trellara schema ddl-plan --config") || !strings.Contains(out, "whole flow holds") ||
+			!strings.Contains(out, "schema.on_blocked: hold_table") {
 			t.Fatalf("%s: run: exit %d, want a stop naming the table, kind and plan\n%s", tc.kind, code, out)
 		}
 		m := lsnRE.FindStringSubmatch(out)

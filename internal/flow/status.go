@@ -36,7 +36,13 @@ type Status struct {
 	Snapshots  []SnapshotStatus  `json:"snapshots"`
 	Quarantine *QuarantineState  `json:"quarantine"`
 	Pins       map[string]string `json:"schema_pins,omitempty"`
-	LastVerify *verify.Result    `json:"last_verify"`
+	// Barriers are the recent DDL barriers' propagation contracts
+	// (--view diagnostics), oldest first.
+	Barriers []BarrierContract `json:"barriers,omitempty"`
+	// Held are the tables held at a blocked schema change
+	// (schema.on_blocked: hold_table), each with its recovery.
+	Held       []HeldStatus   `json:"held_tables,omitempty"`
+	LastVerify *verify.Result `json:"last_verify"`
 	// Sinks has every sink; Checkpoint, Snapshots, Quarantine and
 	// LastVerify above repeat the first one's (a single-target flow's).
 	Sinks    []SinkStatus    `json:"sinks"`
@@ -54,6 +60,8 @@ type SinkStatus struct {
 	Quarantine *QuarantineState `json:"quarantine"`
 	LastVerify *verify.Result   `json:"last_verify"`
 	Notes      []string         `json:"notes"`
+
+	barriers *sinkBarriers // --view diagnostics
 }
 
 // TableStatus is one configured source table and how the source
@@ -162,6 +170,14 @@ type QuarantineEntry struct {
 	QuarantinedAt time.Time `json:"quarantined_at"`
 }
 
+// HeldStatus is one held table.
+type HeldStatus struct {
+	Table   string   `json:"table"`
+	LSN     string   `json:"lsn"`
+	Kinds   []string `json:"kinds"`
+	Command string   `json:"command"`
+}
+
 // StatusProblem is one reason status exits 1.
 type StatusProblem struct {
 	Code    string `json:"code"`
@@ -174,6 +190,7 @@ const (
 	ProblemQuarantineOpen      = "quarantine_open"
 	ProblemSlotRetainingWAL    = "slot_inactive_retaining_wal"
 	ProblemCursorPastRetention = "consumer_past_retention"
+	ProblemTableHeld           = "table_held"
 )
 
 // StatusProblems judges one sample of the report. It is a problem when:
@@ -200,6 +217,11 @@ func StatusProblems(st *Status, configPath string) []StatusProblem {
 		out = append(out, StatusProblem{Code: ProblemSlotRetainingWAL,
 			Message: fmt.Sprintf("slot %s is inactive with %s of WAL not yet consumed (%s retained on the source), growing with every write until the flow runs", s.Name, bytesString(s.LagBytes), bytesString(s.RetainedWALBytes)),
 			Fix:     "start the flow: " + shell.Trellara("run", configPath) + " (or " + shell.Trellara("run", configPath, "--local") + "); to stop for good, " + shell.Trellara("run", configPath, "--cleanup")})
+	}
+	for _, h := range st.Held {
+		out = append(out, StatusProblem{Code: ProblemTableHeld,
+			Message: fmt.Sprintf("table %s is HELD at a blocked schema change at LSN %s (%s): its rows are not captured; the other tables keep flowing", h.Table, h.LSN, strings.Join(h.Kinds, ", ")),
+			Fix:     h.Command})
 	}
 	if l := st.Log; l != nil {
 		for _, c := range l.Cursors {
@@ -329,6 +351,31 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 		for k, v := range f.Pins.All() {
 			st.Pins[k] = fmt.Sprintf("%016x", v)
 		}
+		var sbs []sinkBarriers
+		for _, ss := range st.Sinks {
+			if ss.barriers != nil {
+				sbs = append(sbs, *ss.barriers)
+			} else {
+				sbs = append(sbs, sinkBarriers{sink: ss.Sink})
+			}
+		}
+		var notes []string
+		st.Barriers, notes = f.barrierContracts(sbs)
+		st.Notes = append(st.Notes, notes...)
+	}
+	if pending, err := f.PendingSchemaChanges(); err != nil {
+		st.Notes = append(st.Notes, "pending schema changes: "+err.Error())
+	} else {
+		for _, p := range pending {
+			if !p.Held {
+				continue
+			}
+			h := HeldStatus{Table: p.Plan.Relation, LSN: p.Plan.LSN, Kinds: []string{}, Command: ReseedCommand(f.ConfigPath, p.Plan.Relation)}
+			for _, c := range p.Plan.Changes {
+				h.Kinds = append(h.Kinds, string(c.Kind))
+			}
+			st.Held = append(st.Held, h)
+		}
 	}
 	st.Problems = StatusProblems(st, f.ConfigPath)
 	return st, nil
@@ -368,6 +415,10 @@ func (f *Flow) sinkStatus(ctx context.Context, sk config.Sink, cursors []CursorS
 		for _, sp := range as.Snapshots {
 			st.Snapshots = append(st.Snapshots, SnapshotStatus{Relation: sp.Relation, NextBatch: sp.NextBatch, Done: sp.Done,
 				BoundaryLSN: lsn.Format(sp.BoundaryLSN), Rows: sp.Rows, Ready: sp.Ready})
+		}
+		if view == "diagnostics" {
+			sb := f.readSinkBarriers(ctx, tgt, sk.Name, sk.Target.Schema, cp.CommitLSN)
+			st.barriers = &sb
 		}
 		st.Quarantine = &QuarantineState{Open: as.QuarantineOpen, Total: as.QuarantineTotal, Entries: []QuarantineEntry{},
 			Show:   shell.Trellara("status", f.ConfigPath, "--view", "quarantine"),
@@ -504,6 +555,7 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			fmt.Fprintf(w, "  %-30s %s\n", k, st.Pins[k])
 		}
 	}
+	renderBarriers(w, st.Barriers)
 	if len(st.Sinks) <= 1 {
 		renderLastVerify(w, st.LastVerify)
 	}

@@ -243,7 +243,7 @@ func (f *Flow) cleanupTarget(ctx context.Context, sk config.Sink) ([]config.Tabl
 		}
 	}
 	schema := pgx.Identifier{sk.Target.Schema}.Sanitize()
-	for _, table := range []string{"checkpoints", "snapshot_progress", "quarantine"} {
+	for _, table := range []string{"checkpoints", "snapshot_progress", "quarantine", "barriers"} {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, schema+"."+table).Scan(&exists); err != nil {
 			return nil, err

@@ -10,6 +10,11 @@ import (
 	"github.com/trellara/trellara/internal/opts"
 )
 
+// HeldTable is why a table is held, and the command that recovers it.
+type HeldTable struct {
+	Reason, Recovery string
+}
+
 // Options selects what Verify compares and how long it waits for the target.
 // The zero value of every numeric field means "the default" named beside it.
 type Options struct {
@@ -82,6 +87,11 @@ type Options struct {
 	// on one). They add to ParallelWorkers' server-side workers, and hold
 	// a connection slot each on both servers while Verify runs.
 	Connections int
+
+	// Held are the tables held at a blocked schema change
+	// (schema.on_blocked: hold_table), by source table name: they are not
+	// compared, and each is reported HELD with its reason and recovery.
+	Held map[string]HeldTable
 
 	// ConfigPath is the configuration file named in recovery commands.
 	// Empty means defaultConfigPath.

@@ -33,6 +33,11 @@ const (
 	// CONVERGED nor DIVERGED can be claimed. The fix is to start or catch
 	// up the pipeline and verify again (CatchUpCommand).
 	Behind Verdict = "BEHIND"
+	// Held: every compared table matches, but a table is held at a
+	// blocked schema change (schema.on_blocked: hold_table): capture no
+	// longer publishes its rows, so it is not compared and cannot be
+	// CONVERGED; its recovery (a reseed of it) is named. Not success.
+	Held Verdict = "HELD"
 )
 
 // decide makes every verdict, for each table and for the whole result, from
@@ -446,6 +451,14 @@ func (r *Result) Headline() string {
 	switch r.Verdict {
 	case Converged:
 		return fmt.Sprintf("CONVERGED: %d of %d tables match", len(r.Tables), len(r.Tables))
+	case Held:
+		var held []string
+		for _, t := range r.Tables {
+			if t.Verdict == Held {
+				held = append(held, t.Table)
+			}
+		}
+		return fmt.Sprintf("HELD: %d of %d tables held at a blocked schema change (%s); the others match", len(held), len(r.Tables), strings.Join(held, ", "))
 	case Behind:
 		s := "BEHIND: the target has not reached the watermark"
 		if wm := r.Watermark; wm != nil {

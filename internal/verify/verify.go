@@ -65,11 +65,39 @@ func Verify(ctx context.Context, src, dst DB, opts Options) (*Result, error) {
 		src: newSide("source", src, o.Connections),
 		dst: newSide("target", dst, o.Connections),
 	}
+	var held []TableResult
 	for _, s := range specs {
+		if h, ok := o.Held[s.src.String()]; ok {
+			held = append(held, TableResult{Table: s.src.String(), TargetTable: s.dst.String(), Verdict: Held,
+				Reasons: []string{h.Reason}, Recovery: h.Recovery,
+				Notes: []string{"not compared: capture no longer publishes this table's rows"}})
+			continue
+		}
 		v.tables = append(v.tables, &tableState{spec: s})
 	}
 	defer v.closeSides(ctx)
-	return v.run(ctx)
+	if len(v.tables) == 0 {
+		return withHeld(&Result{FormatVersion: FormatVersion, StartedAt: time.Now().UTC(), Verdict: Converged}, held), nil
+	}
+	r, err := v.run(ctx)
+	if err != nil || r == nil {
+		return r, err
+	}
+	return withHeld(r, held), nil
+}
+
+// withHeld adds the held tables to r: a result whose compared tables all
+// converged is HELD (with the first held table's recovery); one that
+// diverged or is behind stays so.
+func withHeld(r *Result, held []TableResult) *Result {
+	if len(held) == 0 {
+		return r
+	}
+	r.Tables = append(r.Tables, held...)
+	if r.Verdict == Converged {
+		r.Verdict, r.Recovery = Held, held[0].Recovery
+	}
+	return r
 }
 
 type verifier struct {
