@@ -353,11 +353,12 @@ func (x *simTx) shadowed(name string) bool {
 	return x.reseeding[name] || x.c.db.reseeding(name)
 }
 
-// ddl runs a DDL barrier in the transaction: for a compatible change the
-// statement Trellara runs (schemachange.Statement, as the applier builds
-// it), executed by the simulated target; for a blocked change a reseed
-// took over (capture.ReseedKind), the reseed recorded on the target starts
-// taking the table's rows.
+// ddl runs a DDL barrier in the transaction: for a change that flows (a
+// compatible one, a mapped rename) the statement Trellara runs
+// (schemachange.Statement, as the applier builds it), executed by the
+// simulated target; for a blocked change a reseed took over
+// (capture.ReseedKind), the reseed recorded on the target starts taking
+// the table's rows.
 func (x *simTx) ddl(unit int, env *pb.Envelope) error {
 	x.barrier = true
 	for _, d := range env.DdlEvents {
