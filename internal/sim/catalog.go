@@ -379,23 +379,29 @@ func Select(all []*Scenario, id, family string) []*Scenario {
 }
 
 // The schema change kinds: one simulation per kind of schemachange other
-// than add_nullable_column (schema-barrier), each with the crash points of
-// a DDL barrier. A compatible kind flows through its barrier; a blocked
-// one stops capture until a reseed takes it over, and the crash points
-// then fall on the reseed's barrier.
+// than add_nullable_column (schema-barrier), and rename_column both
+// without and with its schema.renames entry, each with the crash points of
+// a DDL barrier. A change that auto-applies (a compatible kind, a mapped
+// rename) flows through its barrier; a blocked one stops capture until a
+// reseed takes it over, and the crash points then fall on the reseed's
+// barrier.
 var changeKinds = []struct {
 	kind  schemachange.Kind
 	name  string // simulation and scenario id part
 	title string
+	// renames are the flow's schema.renames entries for accounts.
+	renames []schemachange.ColumnRename
 }{
-	{schemachange.WidenType, "widen-type", "balance integer → bigint, rows after it past integer"},
-	{schemachange.IncreaseVarchar, "increase-varchar", "note varchar(40) → varchar(200), rows after it past 40 characters"},
-	{schemachange.DropColumn, "drop-column", "DROP COLUMN note"},
-	{schemachange.SetNotNull, "set-not-null", "note SET NOT NULL, with balance integer → bigint"},
-	{schemachange.PrimaryKeyChange, "primary-key-change", "the key becomes (id, note)"},
-	{schemachange.NarrowOrIncompatibleType, "narrow-type", "balance bigint → integer"},
-	{schemachange.AddColumnDefaultNotNull, "add-column-default", "ADD COLUMN tier text NOT NULL DEFAULT 'basic'"},
-	{schemachange.RenameColumn, "rename-column", "RENAME COLUMN note TO memo, no mapping"},
+	{schemachange.WidenType, "widen-type", "balance integer → bigint, rows after it past integer", nil},
+	{schemachange.IncreaseVarchar, "increase-varchar", "note varchar(40) → varchar(200), rows after it past 40 characters", nil},
+	{schemachange.DropColumn, "drop-column", "DROP COLUMN note", nil},
+	{schemachange.SetNotNull, "set-not-null", "note SET NOT NULL, with balance integer → bigint", nil},
+	{schemachange.PrimaryKeyChange, "primary-key-change", "the key becomes (id, note)", nil},
+	{schemachange.NarrowOrIncompatibleType, "narrow-type", "balance bigint → integer", nil},
+	{schemachange.AddColumnDefaultNotNull, "add-column-default", "ADD COLUMN tier text NOT NULL DEFAULT 'basic'", nil},
+	{schemachange.RenameColumn, "rename-column", "RENAME COLUMN note TO memo, no mapping", nil},
+	{schemachange.RenameColumn, "rename-column-mapped", "RENAME COLUMN note TO memo, mapped by schema.renames",
+		[]schemachange.ColumnRename{{From: "note", To: "memo"}}},
 }
 
 // recReseedTakeover is the recovery of a blocked change (docs/SCHEMA.md).
@@ -406,9 +412,9 @@ var recReseedTakeover = "the change is blocked: `" + shell.Trellara("schema ddl-
 func init() {
 	for _, k := range changeKinds {
 		sim := "schema-" + k.name
-		simulations = append(simulations, &Simulation{Name: sim, Title: string(k.kind) + " of a configured table mid-stream: " + k.title,
-			Workload: Workload{Txns: 40, DriftAt: 20, Change: k.kind, MessageEvery: 4}})
-		compatible := changeSpecs[k.kind].plan().AutoApplies()
+		w := Workload{Txns: 40, DriftAt: 20, Change: k.kind, Renames: k.renames, MessageEvery: 4}
+		simulations = append(simulations, &Simulation{Name: sim, Title: string(k.kind) + " of a configured table mid-stream: " + k.title, Workload: w})
+		compatible := w.plan().AutoApplies()
 		rec, exp, barrier := recAuto, Expect{Exercise: []string{"ddl-barrier"}}, "the DDL barrier"
 		if !compatible {
 			rec, barrier = recReseedTakeover, "the reseed's barrier"
@@ -419,16 +425,26 @@ func init() {
 			e.Detect = append(slices.Clone(exp.Detect), detect...)
 			return e
 		}
-		id := "schema." + k.name + "."
+		id, label := "schema."+k.name+".", string(k.kind)
+		if len(k.renames) > 0 {
+			label += " (mapped)"
+		}
 		entries = append(entries,
-			catEntry{id + "relay-crash-before-barrier", FamilySchema, sim, string(k.kind) + ": relay crash before " + barrier + " is durable", InvSchemaPinned, rec,
+			catEntry{id + "relay-crash-before-barrier", FamilySchema, sim, label + ": relay crash before " + barrier + " is durable", InvSchemaPinned, rec,
 				[]Fault{f("relay.before-flush-barrier", 1, actCrash)}, with()},
-			catEntry{id + "relay-crash-after-pin-move", FamilySchema, sim, string(k.kind) + ": relay crash after " + barrier + " is published and the pin moved, before the acknowledgement", InvExactlyOnce, rec,
+			catEntry{id + "relay-crash-after-pin-move", FamilySchema, sim, label + ": relay crash after " + barrier + " is published and the pin moved, before the acknowledgement", InvExactlyOnce, rec,
 				[]Fault{f("relay.after-flush-barrier", 1, actCrash)}, with()},
-			catEntry{id + "applier-crash-between-ddl-and-data", FamilySchema, sim, string(k.kind) + ": applier crash inside the target transaction of " + barrier + ", before its rows", InvAtomic, rec,
+			catEntry{id + "applier-crash-between-ddl-and-data", FamilySchema, sim, label + ": applier crash inside the target transaction of " + barrier + ", before its rows", InvAtomic, rec,
 				[]Fault{f("target.after-ddl", 1, actCrash)}, with("transient")},
-			catEntry{id + "reply-lost-after-commit", FamilySchema, sim, string(k.kind) + ": the target transaction of " + barrier + " commits, the reply is lost", InvExactlyOnce, rec,
+			catEntry{id + "reply-lost-after-commit", FamilySchema, sim, label + ": the target transaction of " + barrier + " commits, the reply is lost", InvExactlyOnce, rec,
 				[]Fault{f("target.commit-barrier", 1, actCrashAfter)}, with("transient")},
 		)
+		if len(k.renames) > 0 {
+			// The rename's target DDL must be idempotent: a barrier whose
+			// pin did not move comes again after the target renamed.
+			entries = append(entries, catEntry{id + "barrier-again-after-rename", FamilySchema, sim,
+				label + ": the DDL barrier is durable but its publish reports failure, so its pin stays: the next transaction carries the barrier again, and the rename, run again on the renamed target, changes nothing",
+				InvExactlyOnce, rec, []Fault{f("relay.publish-barrier", 1, actAmbiguous)}, with("ambiguous-ack", "rename-again")})
+		}
 	}
 }

@@ -291,6 +291,8 @@ func (h *harness) run() {
 		h.chk.fail(InvSchemaPinned, "a row reached the target under a shape the target's table does not have (refused: %s)", detail)
 	}
 	h.db.point = h.at
+	h.db.ddlApart = h.opts.Mutations.DDLApart
+	h.db.detect = h.detect
 	h.stats.Txns = len(h.hist.txns)
 	for _, t := range h.hist.txns {
 		if h.hist.expected(t) && t.rows > 0 {
@@ -689,6 +691,12 @@ func (t simTransport) PublishBatch(_ context.Context, ps [][]byte) error {
 			act = a
 		}
 	}
+	if h.relay != nil && h.relay.driftCommitted {
+		// The publish of the batch that holds the DDL barrier.
+		if a := h.at("relay.publish-barrier"); a != "" {
+			act = a
+		}
+	}
 	switch act {
 	case actAmbiguous:
 		if _, err := h.lg.AppendBatch(ps); err != nil {
@@ -815,7 +823,14 @@ func (h *harness) assemblerOptions(mem, chunk int64) capture.AssemblerOptions {
 		InspectCommand: shell.Trellara("status", simConfig, "--view", "diagnostics")}
 	if h.hist.spec != nil {
 		o.Catalog = h.catalog
-		o.Policy = func(string) schemachange.Policy { return simPolicy }
+		w, ignore := h.sim.Workload, h.opts.Mutations.IgnoreRenames
+		o.Policy = func(relation string) schemachange.Policy {
+			p := w.policy(relation)
+			if ignore {
+				p.Renames = nil
+			}
+			return p
+		}
 		o.Accepted = func(relation string) bool { return h.accepted[relation] }
 	}
 	return o

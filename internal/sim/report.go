@@ -111,6 +111,7 @@ var detectedText = map[string]string{
 	"corruption":     "typed corruption error",
 	"reseed":         "reseed taking over the blocked change",
 	"reseed-handoff": "reseed handoff",
+	"rename-again":   "rename run again on the renamed target (no change)",
 }
 
 // changeProof says how a run with a classified schema change checked the
@@ -120,7 +121,7 @@ func changeProof(sim string) string {
 		if s.Name != sim || s.Workload.spec() == nil {
 			continue
 		}
-		if s.Workload.Change == "" || s.Workload.spec().plan().AutoApplies() {
+		if s.Workload.Change == "" || s.Workload.plan().AutoApplies() {
 			return "the changed table's shape checked after each target commit: the new one exactly when the transaction that first used it is applied, every value against its column's type"
 		}
 		return "the changed table checked after each target commit: nothing at or past the blocked change before the reseed took it over, its old rows until the handoff, the source's in the new shape after it"

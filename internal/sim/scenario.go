@@ -157,6 +157,13 @@ type Mutations struct {
 	IgnoreDrift bool
 	// StorageLies: fsync reports success without making data durable.
 	StorageLies bool
+	// IgnoreRenames: the flow reads no schema.renames, so a mapped
+	// rename is classified as an unmapped one and stops capture.
+	IgnoreRenames bool
+	// DDLApart: the simulated target commits a DDL barrier's target DDL
+	// at once, in a transaction of its own, before the unit's rows (as an
+	// applier that ran the DDL apart from them would).
+	DDLApart bool
 }
 
 // Options tune a run.

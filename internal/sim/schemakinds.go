@@ -15,23 +15,26 @@ import (
 // history under the pinned shape (before) and, from transaction DriftAt
 // on, writes accounts under the new shape (after). Whether the change
 // flows through a DDL barrier or stops capture is the real package's
-// decision (changeSpec.plan), never the simulator's: a compatible change
-// (add_nullable_column, widen_type, increase_varchar) flows, and every
-// other kind stops capture at the first transaction under the new shape
-// until a reseed of accounts takes it over (capture.ReseedKind), after
-// which the target table is replaced at the reseed's handoff.
+// decision (changeSpec.plan, under the flow's policy Workload.policy),
+// never the simulator's: a compatible change (add_nullable_column,
+// widen_type, increase_varchar) and a rename_column that the workload's
+// schema.renames maps (Workload.Renames) flow, and every other kind (an
+// unmapped rename too) stops capture at the first transaction under the
+// new shape until a reseed of accounts takes it over (capture.ReseedKind),
+// after which the target table is replaced at the reseed's handoff.
 //
 // Rows under the new shape carry values that do not fit the old one where
 // the kind allows it (a balance past integer for widen_type, a note past
-// varchar(40) for increase_varchar), so the simulated target refuses a row
-// that reaches it before its DDL.
+// varchar(40) for increase_varchar), or a column name the old one does not
+// have (memo for a rename), so the simulated target refuses a row that
+// reaches it before its DDL; after a rename it refuses a row under the old
+// name.
 //
 // Not modelled: add_table (capture never classifies it: whole-schema
 // capture is not built, and a table outside the publication is never
-// sent), drop_or_rename_table (a table rename is seen only within one
+// sent) and drop_or_rename_table (a table rename is seen only within one
 // replication session, and its recovery is the full re-snapshot, not a
-// reseed of the old name), and rename_column with a mapping (no mapping
-// exists in package schemachange: a rename blocks like any other change).
+// reseed of the old name).
 
 // changeSpec is one schema change of accounts.
 type changeSpec struct {
@@ -123,9 +126,9 @@ func shapeOf(d *tableDef) schemachange.Shape {
 
 func quotedName(d *tableDef) string { return pgx.Identifier{d.schema(), d.rel()}.Sanitize() }
 
-// plan is the real classification of the change.
-func (s *changeSpec) plan() *schemachange.Plan {
-	return schemachange.NewPlan(quotedName(s.after), shapeOf(s.before), shapeOf(s.after), simPolicy)
+// plan is the real classification of the change under p.
+func (s *changeSpec) plan(p schemachange.Policy) *schemachange.Plan {
+	return schemachange.NewPlan(quotedName(s.after), shapeOf(s.before), shapeOf(s.after), p)
 }
 
 // valuesOf names row's values (written under d).

@@ -56,6 +56,10 @@ type Workload struct {
 	// DriftAt (changeSpecs): compatible kinds flow through a DDL barrier,
 	// the others stop capture until a reseed takes them over.
 	Change schemachange.Kind
+	// Renames are the flow's schema.renames entries for accounts: with
+	// the one a rename_column Change makes, the rename flows through a
+	// DDL barrier instead of stopping capture.
+	Renames []schemachange.ColumnRename
 	// Incompatible lists transactions (1-based) that write a value the
 	// target refuses (a CHECK constraint, a too-long value).
 	Incompatible []int
@@ -138,6 +142,27 @@ func (w Workload) spec() *changeSpec {
 	return nil
 }
 
+// policy is the flow's classification policy for relation: every
+// simulated table is configured (strict mode), and accounts has the
+// workload's renames.
+func (w Workload) policy(relation string) schemachange.Policy {
+	p := simPolicy
+	if relation == tAccounts.name {
+		p.Renames = slices.Clone(w.Renames)
+	}
+	return p
+}
+
+// plan is the real classification of the workload's schema change under
+// its policy (nil without a classified change).
+func (w Workload) plan() *schemachange.Plan {
+	sp := w.spec()
+	if sp == nil {
+		return nil
+	}
+	return sp.plan(w.policy(tAccounts.name))
+}
+
 // tables are the source's tables at the start of w's history.
 func (w Workload) tables() []*tableDef {
 	sp := w.spec()
@@ -200,7 +225,7 @@ func generate(seed uint64, w Workload) *history {
 		spec: g.spec, defs: w.tables(), final: g.model, tHashes: g.tHashes}
 	if w.Change != "" {
 		// Whether the change flows is schemachange's decision.
-		h.compatible = g.spec.plan().AutoApplies()
+		h.compatible = w.plan().AutoApplies()
 		h.recover = !h.compatible
 	}
 	h.layout()

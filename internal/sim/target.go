@@ -64,6 +64,11 @@ type simDB struct {
 	// of its shape (a column it does not have, a value its column type
 	// cannot hold): the checker counts it as applied under the wrong shape.
 	wrongShape func(detail string)
+	// ddlApart is the DDLApart mutation: target DDL commits at once.
+	ddlApart bool
+	// detect, when set, hears of what the target observed (the harness's
+	// detections).
+	detect func(what string)
 }
 
 // simReseed is a reseed that took over a blocked schema change of its
@@ -348,11 +353,12 @@ func (x *simTx) shadowed(name string) bool {
 	return x.reseeding[name] || x.c.db.reseeding(name)
 }
 
-// ddl runs a DDL barrier in the transaction: for a compatible change the
-// statement Trellara runs (schemachange.Statement, as the applier builds
-// it), executed by the simulated target; for a blocked change a reseed
-// took over (capture.ReseedKind), the reseed recorded on the target starts
-// taking the table's rows.
+// ddl runs a DDL barrier in the transaction: for a change that flows (a
+// compatible one, a mapped rename) the statement Trellara runs
+// (schemachange.Statement, as the applier builds it), executed by the
+// simulated target; for a blocked change a reseed took over
+// (capture.ReseedKind), the reseed recorded on the target starts taking
+// the table's rows.
 func (x *simTx) ddl(unit int, env *pb.Envelope) error {
 	x.barrier = true
 	for _, d := range env.DdlEvents {
@@ -383,31 +389,45 @@ func (x *simTx) ddl(unit int, env *pb.Envelope) error {
 	return x.c.op("after-ddl")
 }
 
-// exec runs one of the statements schemachange.Statement writes:
-// ALTER TABLE … ADD COLUMN IF NOT EXISTS … and ALTER TABLE … ALTER
-// COLUMN … TYPE ….
+// exec runs one of the statements schemachange.Statement writes, and
+// refuses (0A000) any other text:
+//
+//	ALTER TABLE t ADD COLUMN IF NOT EXISTS c type
+//	ALTER TABLE t ALTER COLUMN c TYPE type
+//	DO $tag$ BEGIN IF EXISTS (SELECT FROM pg_attribute WHERE
+//	  attrelid = 't'::regclass AND attname = 'old' AND attnum > 0 AND
+//	  NOT attisdropped) THEN ALTER TABLE t RENAME COLUMN "old" TO "new";
+//	  END IF; END $tag$
+//
+// with t and the columns quoted identifiers, as Statement writes them. The
+// rename renames only while the old column is there: run again after it,
+// it changes nothing; on a table that has both names it fails (42701) as
+// PostgreSQL's ALTER does.
 func (x *simTx) exec(stmt string) error {
 	unsupported := pgErr("0A000", fmt.Sprintf("the simulated target cannot run %q", stmt))
-	rest, ok := strings.CutPrefix(stmt, "ALTER TABLE ")
-	if !ok {
-		return unsupported
+	if strings.HasPrefix(stmt, "DO ") {
+		return x.execRename(stmt, unsupported)
 	}
-	var table, column, typ string
+	p := &sqlText{s: stmt}
+	p.word("ALTER TABLE ")
+	name := p.table()
+	var column string
 	add := false
-	if t, r, ok := strings.Cut(rest, " ADD COLUMN IF NOT EXISTS "); ok {
-		table, add = t, true
-		column, typ, _ = strings.Cut(r, " ")
-	} else if t, r, ok := strings.Cut(rest, " ALTER COLUMN "); ok {
-		table = t
-		column, typ, _ = strings.Cut(r, " TYPE ")
-	} else {
+	switch {
+	case p.cut(" ADD COLUMN IF NOT EXISTS "):
+		add = true
+		column = p.ident()
+		p.word(" ")
+	case p.cut(" ALTER COLUMN "):
+		column = p.ident()
+		p.word(" TYPE ")
+	default:
 		return unsupported
 	}
-	name := strings.ReplaceAll(strings.Trim(table, `"`), `"."`, ".")
-	column = strings.ReplaceAll(strings.Trim(column, `"`), `""`, `"`)
+	typ := p.rest()
 	oid, mod, ok := typeOf(typ)
 	def := x.table(name)
-	if !ok || def == nil {
+	if p.bad || !ok || def == nil {
 		return unsupported
 	}
 	nd := &tableDef{name: def.name, oid: def.oid, cols: slices.Clone(def.cols)}
@@ -430,12 +450,150 @@ func (x *simTx) exec(stmt string) error {
 			}
 		}
 	}
+	x.alter(nd)
+	return nil
+}
+
+// execRename runs the DO block of a rename (exec).
+func (x *simTx) execRename(stmt string, unsupported error) error {
+	rest, _ := strings.CutPrefix(stmt, "DO $")
+	tagName, rest, ok := strings.Cut(rest, "$ ")
+	digits, isTrellara := strings.CutPrefix(tagName, "trellara")
+	if !ok || !isTrellara || strings.Trim(digits, "0123456789") != "" {
+		return unsupported
+	}
+	tag := "$" + tagName + "$"
+	body, ok := strings.CutSuffix(rest, " "+tag)
+	if !ok || strings.Contains(body, tag) {
+		return unsupported
+	}
+	p := &sqlText{s: body}
+	p.word("BEGIN IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = ")
+	reg := &sqlText{s: p.literal()}
+	p.word("::regclass AND attname = ")
+	attname := p.literal()
+	p.word(" AND attnum > 0 AND NOT attisdropped) THEN ALTER TABLE ")
+	name := p.table()
+	p.word(" RENAME COLUMN ")
+	from := p.ident()
+	p.word(" TO ")
+	to := p.ident()
+	p.word("; END IF; END")
+	// The guard must ask about the very table and column the ALTER
+	// renames.
+	if regName := reg.table(); !p.done() || !reg.done() || regName != name || attname != from {
+		return unsupported
+	}
+	def := x.table(name)
+	if def == nil {
+		return pgErr("42P01", fmt.Sprintf("relation %q does not exist", name))
+	}
+	i := def.col(from)
+	switch {
+	case i < 0: // renamed already: nothing to do
+		if x.c.db.detect != nil {
+			x.c.db.detect("rename-again")
+		}
+		return nil
+	case def.col(to) >= 0:
+		return pgErr("42701", fmt.Sprintf("column %q of relation %q already exists", to, def.rel()))
+	}
+	nd := &tableDef{name: def.name, oid: def.oid, cols: slices.Clone(def.cols)}
+	nd.cols[i].name = to
+	x.alter(nd)
+	return nil
+}
+
+// alter makes nd the table as this transaction sees it; with the
+// DDLApart mutation the change commits at once, apart from the rest of
+// the transaction.
+func (x *simTx) alter(nd *tableDef) {
 	if x.defs == nil {
 		x.defs = map[string]*tableDef{}
 	}
-	x.defs[name] = nd
-	return nil
+	x.defs[nd.name] = nd
+	if db := x.c.db; db.ddlApart {
+		db.defs[nd.name] = nd
+		db.commits++
+		if db.onCommit != nil {
+			db.onCommit()
+		}
+	}
 }
+
+// sqlText reads a statement's text piece by piece: any piece that is not
+// there marks it bad.
+type sqlText struct {
+	s   string
+	bad bool
+}
+
+// cut consumes prefix if the text starts with it.
+func (p *sqlText) cut(prefix string) bool {
+	if p.bad {
+		return false
+	}
+	r, ok := strings.CutPrefix(p.s, prefix)
+	if ok {
+		p.s = r
+	}
+	return ok
+}
+
+// word consumes w, which must come next.
+func (p *sqlText) word(w string) {
+	if !p.cut(w) {
+		p.bad = true
+	}
+}
+
+// quoted consumes text between q and q, a doubled q standing for one.
+func (p *sqlText) quoted(q byte) string {
+	if p.bad || len(p.s) == 0 || p.s[0] != q {
+		p.bad = true
+		return ""
+	}
+	var b strings.Builder
+	for i := 1; i < len(p.s); i++ {
+		if p.s[i] != q {
+			b.WriteByte(p.s[i])
+			continue
+		}
+		if i+1 < len(p.s) && p.s[i+1] == q {
+			b.WriteByte(q)
+			i++
+			continue
+		}
+		p.s = p.s[i+1:]
+		return b.String()
+	}
+	p.bad = true
+	return ""
+}
+
+// ident consumes a quoted identifier.
+func (p *sqlText) ident() string { return p.quoted('"') }
+
+// literal consumes a string literal.
+func (p *sqlText) literal() string { return p.quoted('\'') }
+
+// table consumes a schema-qualified table name, "schema"."name", and
+// returns it as schema.name.
+func (p *sqlText) table() string {
+	schema := p.ident()
+	p.word(".")
+	return schema + "." + p.ident()
+}
+
+// rest consumes what is left.
+func (p *sqlText) rest() string {
+	r := p.s
+	p.s = ""
+	return r
+}
+
+// done reports whether the whole text was read as expected.
+func (p *sqlText) done() bool { return !p.bad && p.s == "" }
 
 // fits checks a value against its column's type: integer ranges and
 // varchar lengths.
