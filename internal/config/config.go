@@ -139,17 +139,22 @@ type meta struct {
 
 // Source is the database changes are captured from.
 type Source struct {
-	ID              string      // id: stable name of this source (checkpoints, metrics)
-	DatabaseURL     SecretRef   // database_url
-	Capture         Capture     // capture
-	Socket          string      // socket: extension socket path (capture: extension)
-	Publication     string      // publication; default trellara_<flow>
-	Slot            string      // slot; default trellara_<flow>
-	Tables          []TableName // tables
-	OwnsSlot        bool        // owns_slot: Trellara creates (and may drop) publication and slot
-	ProtocolVersion int         // protocol_version: pgoutput proto_version
-	Streaming       bool        // streaming: pgoutput streaming of in-progress transactions
-	MemoryBytesMax  ByteSize    // memory_bytes_max: per-transaction memory before spilling to disk
+	ID          string      // id: stable name of this source (checkpoints, metrics)
+	DatabaseURL SecretRef   // database_url
+	Capture     Capture     // capture
+	Socket      string      // socket: extension socket path (capture: extension)
+	Publication string      // publication; default trellara_<flow>
+	Slot        string      // slot; default trellara_<flow>
+	Tables      []TableName // tables
+	// Schemas are captured whole (schemas): every table in them at
+	// snapshot time, and under schema.unknown_table_policy:
+	// allow_compatible every table created in them later. Names as
+	// PostgreSQL stores them (unquoted input folds to lower case).
+	Schemas         []string
+	OwnsSlot        bool     // owns_slot: Trellara creates (and may drop) publication and slot
+	ProtocolVersion int      // protocol_version: pgoutput proto_version
+	Streaming       bool     // streaming: pgoutput streaming of in-progress transactions
+	MemoryBytesMax  ByteSize // memory_bytes_max: per-transaction memory before spilling to disk
 }
 
 // Transport is where envelopes are made durable. Exactly one of Local or

@@ -656,3 +656,65 @@ func TestVersionStringIsRefusedConsistently(t *testing.T) {
 		t.Errorf("version \"2\": %q, fix %q", fe.Message, fe.Fix)
 	}
 }
+
+// source.schemas: names fold as in SQL, a schema may stand alone or beside
+// tables of other schemas, and every mistake names the field and its fix.
+func TestSourceSchemas(t *testing.T) {
+	local := readTestdata(t, "local.yml")
+	c, err := Parse([]byte(edit(t, local, "  tables: [public.sales, public.line_items]\n", "  schemas: [App, '\"Sales\"']\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Source.Tables) != 0 || len(c.Source.Schemas) != 2 || c.Source.Schemas[0] != "app" || c.Source.Schemas[1] != "Sales" {
+		t.Fatalf("schemas = %q, tables = %v", c.Source.Schemas, c.Source.Tables)
+	}
+	// A table of another schema beside them is fine; the round trip keeps both.
+	c, err = Parse([]byte(edit(t, local, "  tables: [public.sales, public.line_items]\n", "  tables: [public.sales]\n  schemas: [app]\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(b)
+	if err != nil {
+		t.Fatalf("marshalled config does not parse: %v", err)
+	}
+	if len(back.Source.Schemas) != 1 || back.Source.Schemas[0] != "app" || len(back.Source.Tables) != 1 {
+		t.Errorf("round trip: schemas %q tables %v", back.Source.Schemas, back.Source.Tables)
+	}
+
+	tests := []struct {
+		name, in, path, want, fix string
+	}{
+		{"table of a listed schema", edit(t, local, "  tables: [public.sales, public.line_items]\n", "  tables: [public.sales]\n  schemas: [public]\n"),
+			"source.tables[0]", "which source.schemas captures whole", "remove it from source.tables"},
+		{"duplicate", edit(t, local, "  tables: [public.sales, public.line_items]\n", "  schemas: [app, APP]\n"),
+			"source.schemas[1]", "listed twice", "remove the duplicate"},
+		{"system schema", edit(t, local, "  tables: [public.sales, public.line_items]\n", "  schemas: [pg_catalog]\n"),
+			"source.schemas[0]", "system schema", "system schemas cannot be published"},
+		{"bad name", edit(t, local, "  tables: [public.sales, public.line_items]\n", "  schemas: [app.x]\n"),
+			"source.schemas[0]", "must be one schema name", "write a schema name"},
+		{"extension", edit(t, local, "  tables: [public.sales, public.line_items]\n",
+			"  schemas: [app]\n  capture: extension\n  socket: /run/trellara.sock\n"),
+			"source.schemas", "only supported with capture: pgoutput", "set capture: pgoutput"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			var hit bool
+			for _, fe := range validationErrors(t, err) {
+				if fe.Path == tc.path && strings.Contains(fe.Message, tc.want) && strings.Contains(fe.Fix, tc.fix) {
+					hit = true
+				}
+			}
+			if !hit {
+				t.Errorf("no error at %s with %q and fix %q: %v", tc.path, tc.want, tc.fix, err)
+			}
+		})
+	}
+}

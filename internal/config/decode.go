@@ -478,6 +478,16 @@ func (d *decoder) source(s *Source) keyFn {
 					s.Tables = append(s.Tables, t)
 				})
 			}},
+			{"schemas", func(p string, n *yaml.Node) {
+				d.list(p, n, func(ip string, in *yaml.Node, v string) {
+					name, err := ParseSchemaName(v)
+					if err != nil {
+						d.fail(ip, in, "write a schema name, e.g. public", "%s %v", quoteValue(v), err)
+						return
+					}
+					s.Schemas = append(s.Schemas, name)
+				})
+			}},
 			{"owns_slot", d.boolean(&s.OwnsSlot)},
 			{"protocol_version", d.integer(&s.ProtocolVersion)},
 			{"streaming", d.boolean(&s.Streaming)},

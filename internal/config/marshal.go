@@ -45,7 +45,16 @@ func Marshal(c *Config) ([]byte, error) {
 	for i, t := range s.Tables {
 		tables[i] = t.String()
 	}
-	put(src, "tables", listNode(tables), "")
+	if len(tables) > 0 || len(s.Schemas) == 0 {
+		put(src, "tables", listNode(tables), "")
+	}
+	if len(s.Schemas) > 0 {
+		schemas := make([]string, len(s.Schemas))
+		for i, n := range s.Schemas {
+			schemas[i] = QuoteIdent(n)
+		}
+		put(src, "schemas", listNode(schemas), "captured whole; new tables join under schema.unknown_table_policy: allow_compatible")
+	}
 	put(src, "owns_slot", boolNode(s.OwnsSlot), "true: Trellara creates the publication and slot")
 	put(src, "protocol_version", intNode(s.ProtocolVersion), "pgoutput protocol; 1 requires streaming: false")
 	put(src, "streaming", boolNode(s.Streaming), "")

@@ -38,6 +38,20 @@ func ParseTableName(s string) (TableName, error) {
 	return TableName{Schema: schema, Name: name}, nil
 }
 
+// ParseSchemaName parses one schema name with the rules of
+// ParseTableName's parts: unquoted folds to lower case, double-quoted keeps
+// its case.
+func ParseSchemaName(s string) (string, error) {
+	name, rest, err := parseIdent(s)
+	if err != nil {
+		return "", err
+	}
+	if rest != "" {
+		return "", errors.New("must be one schema name; quote names that contain dots or other characters (\"My.Schema\")")
+	}
+	return name, nil
+}
+
 func parseIdent(s string) (ident, rest string, err error) {
 	if strings.HasPrefix(s, `"`) {
 		var b strings.Builder

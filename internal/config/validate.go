@@ -194,9 +194,10 @@ func (v *validator) source(s *Source, prod bool) {
 	v.identifier("source.publication", s.Publication, "a publication")
 	v.identifier("source.slot", s.Slot, "a replication slot")
 
-	if len(s.Tables) == 0 {
-		v.add("source.tables", "list the tables to capture, e.g. tables: [public.sales]", "at least one table is required")
+	if len(s.Tables) == 0 && len(s.Schemas) == 0 {
+		v.add("source.tables", "list the tables to capture, e.g. tables: [public.sales], or whole schemas in source.schemas", "at least one table or schema is required")
 	}
+	v.schemas(s)
 	if len(s.Tables) > maxListItems {
 		v.add("source.tables", "split the tables across flows", "more than %d tables", maxListItems)
 	}
@@ -210,6 +211,10 @@ func (v *validator) source(s *Source, prod bool) {
 		if first, dup := seen[t]; dup {
 			v.add(p, "remove the duplicate", "%s is listed twice (first at source.tables[%d])", t, first)
 			continue
+		}
+		if slices.Contains(s.Schemas, t.Schema) {
+			v.add(p, "remove it from source.tables: source.schemas captures every table of "+QuoteIdent(t.Schema),
+				"%s is in schema %s, which source.schemas captures whole", t, QuoteIdent(t.Schema))
 		}
 		seen[t] = i
 	}
@@ -591,4 +596,33 @@ func checkHostPort(s string, emptyHost bool) error {
 		return fmt.Errorf("has an invalid port (1-65535)")
 	}
 	return nil
+}
+
+// schemas checks source.schemas: names, duplicates, the capture path and
+// the list bound. A table of a listed schema is refused in source.tables
+// (checked there): one place says a table is captured.
+func (v *validator) schemas(s *Source) {
+	if len(s.Schemas) == 0 {
+		return
+	}
+	if s.Capture == CaptureExtension {
+		v.add("source.schemas", "list the tables in source.tables, or set capture: pgoutput",
+			"is only supported with capture: pgoutput (the extension decodes the tables it is given by name)")
+	}
+	if len(s.Schemas) > maxListItems {
+		v.add("source.schemas", "split the schemas across flows", "more than %d schemas", maxListItems)
+	}
+	seen := map[string]int{}
+	for i, n := range s.Schemas {
+		p := fmt.Sprintf("source.schemas[%d]", i)
+		if strings.HasPrefix(n, "pg_") || n == "information_schema" {
+			v.add(p, "remove it: system schemas cannot be published", "%s is a system schema", QuoteIdent(n))
+			continue
+		}
+		if first, dup := seen[n]; dup {
+			v.add(p, "remove the duplicate", "%s is listed twice (first at source.schemas[%d])", QuoteIdent(n), first)
+			continue
+		}
+		seen[n] = i
+	}
 }
