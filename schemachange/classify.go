@@ -137,12 +137,17 @@ type Classification struct {
 type Policy struct {
 	Mode Mode
 	// Configured reports whether the relation is one of the flow's
-	// configured tables.
+	// tables: listed in source.tables, or pinned from a schema of
+	// source.schemas.
 	Configured bool
 	// Renames are the relation's configured column renames
 	// (schema.renames): a rename_column change one of them names
 	// auto-applies.
 	Renames []ColumnRename
+	// AdmitTables reports whether a table the flow does not know may
+	// join it (add_table): schema.unknown_table_policy is
+	// allow_compatible and the relation's schema is in source.schemas.
+	AdmitTables bool
 }
 
 // ColumnRename is one configured column rename of a relation.
@@ -398,7 +403,9 @@ func Classify(k Kind, p Policy) Classification { return ClassifyChange(Change{Ki
 
 // ClassifyChange puts c on the three axes under p. Only
 // add_nullable_column, widen_type and increase_varchar are ever
-// compatible, and only on a configured table; in partitioned mode a
+// compatible, and only on a configured table; add_table joins them only
+// when p.AdmitTables (a whole-schema flow under unknown_table_policy:
+// allow_compatible); in partitioned mode a
 // compatible change must be staged across every partition, which Trellara
 // does not automate, so it blocks. A rename_column stays requires-mapping;
 // it auto-applies (strict mode, configured table) only when p names that
@@ -447,8 +454,17 @@ func ClassifyChange(ch Change, p Policy) Classification {
 		c.Compatibility, c.Decision = RequiresMapping, ManualReview
 		c.Why = "rows already on the target would need the column's default or a value the source never sent (or the column's nullability is unknown)"
 	case AddTable:
-		c.Compatibility, c.Decision = BlockedByPolicy, Block
-		c.Why = "the table is not configured and unknown_table_policy does not admit it"
+		switch {
+		case !p.AdmitTables:
+			c.Compatibility, c.Decision = BlockedByPolicy, Block
+			c.Why = "the table is not one of the flow's tables, and unknown_table_policy: allow_compatible with its schema in source.schemas does not admit it"
+		case mode == ModePartitioned:
+			c.Compatibility, c.Decision = Compatible, StageThenApply
+			c.Why = "a DDL barrier in partitioned mode must hold every partition at the change; this is not automated, so capture stops"
+		default:
+			c.Compatibility, c.Decision = Compatible, AutoApply
+			c.Why = "the table joins the flow: the target table is created in one transaction with its first rows"
+		}
 	case DropColumn, NarrowOrIncompatibleType, SetNotNull, PrimaryKeyChange, DropOrRenameTable:
 		c.Compatibility, c.Decision = DestructiveOrAmbiguous, Block
 		c.Why = "rows already applied may no longer fit, or the target cannot be changed to match without losing or re-identifying data"

@@ -124,25 +124,36 @@ func TestDiffAndClassifyEveryKind(t *testing.T) {
 	}
 }
 
+// Only three kinds are ever compatible, on a configured table; add_table
+// joins them only when the policy admits tables (a whole-schema flow under
+// unknown_table_policy: allow_compatible).
 func TestOnlyThreeKindsAreEverCompatible(t *testing.T) {
 	renames := []ColumnRename{{From: "a", To: "b"}}
 	for _, k := range Kinds {
-		for _, p := range []Policy{{Mode: ModeStrict, Configured: true}, {Mode: ModeStrict}, {Mode: ModePartitioned, Configured: true}, {Mode: ModePartitioned},
+		for _, base := range []Policy{{Mode: ModeStrict, Configured: true}, {Mode: ModeStrict}, {Mode: ModePartitioned, Configured: true}, {Mode: ModePartitioned},
 			{Mode: ModeStrict, Configured: true, Renames: renames}, {Mode: ModeStrict, Renames: renames}, {Mode: ModePartitioned, Configured: true, Renames: renames}} {
-			// Each kind as a bare kind, and as a change naming the mapped
-			// columns (a mapping only ever applies to a rename).
-			for _, ch := range []Change{{Kind: k}, {Kind: k, OldColumn: "a", Column: "b"}} {
-				c := ClassifyChange(ch, p)
-				compat := k == AddNullableColumn || k == WidenType || k == IncreaseVarchar
-				if c.Compatibility == Compatible && (!compat || !p.Configured) {
-					t.Errorf("%s under %+v is compatible", k, p)
-				}
-				mappedRename := k == RenameColumn && ch.OldColumn != "" && len(p.Renames) > 0
-				if c.Decision == AutoApply && (p.Mode != ModeStrict || !(compat || mappedRename) || !p.Configured) {
-					t.Errorf("%+v under %+v auto-applies", ch, p)
-				}
-				if k == RenameColumn && c.Compatibility != RequiresMapping {
-					t.Errorf("%+v under %+v is %s, want requires-mapping", ch, p, c.Compatibility)
+			for _, admit := range []bool{false, true} {
+				p := base
+				p.AdmitTables = admit
+				// Each kind as a bare kind, and as a change naming the mapped
+				// columns (a mapping only ever applies to a rename).
+				for _, ch := range []Change{{Kind: k}, {Kind: k, OldColumn: "a", Column: "b"}} {
+					c := ClassifyChange(ch, p)
+					compat := (k == AddNullableColumn || k == WidenType || k == IncreaseVarchar) && p.Configured ||
+						k == AddTable && p.AdmitTables
+					if c.Compatibility == Compatible && !compat {
+						t.Errorf("%s under %+v is compatible", k, p)
+					}
+					mappedRename := k == RenameColumn && ch.OldColumn != "" && len(p.Renames) > 0 && p.Configured
+					if c.Decision == AutoApply && (p.Mode != ModeStrict || !(compat || mappedRename)) {
+						t.Errorf("%+v under %+v auto-applies", ch, p)
+					}
+					if k == RenameColumn && c.Compatibility != RequiresMapping {
+						t.Errorf("%+v under %+v is %s, want requires-mapping", ch, p, c.Compatibility)
+					}
+					if k == AddTable && p.AdmitTables && p.Mode == ModeStrict && c.Decision != AutoApply {
+						t.Errorf("add_table under %+v does not auto-apply: %+v", p, c)
+					}
 				}
 			}
 		}
@@ -189,5 +200,21 @@ func TestRenameNeedsItsMapping(t *testing.T) {
 		`THEN ALTER TABLE "Odd's"."t$trellara$" RENAME COLUMN "it's ""x""" TO "y"; END IF; END $trellara1$`
 	if s != want {
 		t.Fatalf("statement\n got %s\nwant %s", s, want)
+	}
+}
+
+// A table that may hold rows the stream never carried is blocked whatever
+// the policy; one created where it is first written joins when admitted.
+func TestNewTablePlan(t *testing.T) {
+	live := Shape{Relation: "app.new_t", Columns: []Column{{Name: "id", TypeOID: 23, Key: true}}}
+	admit := Policy{Mode: ModeStrict, AdmitTables: true}
+	if pl := NewTablePlan(live, admit, false); pl.Blocked || !pl.AutoApplies() || pl.Kinds() != "add_table" {
+		t.Errorf("admitted new table: %+v", pl)
+	}
+	if pl := NewTablePlan(live, admit, true); !pl.Blocked || pl.Changes[0].Classification.Decision != Block {
+		t.Errorf("table with rows that predate the stream: %+v", pl)
+	}
+	if pl := NewTablePlan(live, Policy{Mode: ModeStrict}, false); !pl.Blocked || pl.Changes[0].Classification.Compatibility != BlockedByPolicy {
+		t.Errorf("default policy: %+v", pl)
 	}
 }
