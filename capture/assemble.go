@@ -62,6 +62,14 @@ type AssemblerOptions struct {
 	// PlanCommand (trellara schema ddl-plan) is named in a blocked change's
 	// error; Resnapshot is the recovery a blocked plan lists.
 	PlanCommand, Resnapshot string
+	// NewTable, when set, reads the source catalog about a table the flow
+	// does not know that the policy admits (add_table): the xid of the
+	// transaction that created it (0 when unknown) and its definition for
+	// the target ("" when the table is gone or its definition no longer
+	// has live's columns). Capture adds the table only when it was created
+	// in the transaction that first writes it in the stream; otherwise rows
+	// may predate the stream and the change blocks.
+	NewTable func(oid uint32, live schemachange.Shape) (createdXid uint32, definition string, err error)
 	// Accepted reports whether a reseed of relation has taken over its
 	// blocked change (ReseedKind): capture then goes on under the new
 	// shape, and the first transaction under it carries a ReseedKind
@@ -416,6 +424,10 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 			return err
 		}
 		st.drift = a.drift(st, prev.rel.Fingerprint, old, live)
+	case !ok && sp != nil && a.opts.Policy != nil && !a.policy(st.name).Configured:
+		// Neither pinned nor one of the flow's tables: a table new to the
+		// flow (add_table), which only a whole-schema publication sends.
+		return a.newTable(st)
 	case !ok:
 		if sp == nil {
 			if err := a.opts.Pins.Pin(st.name, rel.Fingerprint); err != nil {
@@ -491,6 +503,49 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 	return nil
 }
 
+// AddTableKind is the DDLEvent kind of a table that joins the flow
+// (schemachange.AddTable); its Detail is the source's definition of the
+// table (apply.AddTableDetail), which the applier creates the target table
+// from, in one transaction with the table's first rows.
+const AddTableKind = envelope.AddTableKind
+
+// newTable classifies a relation the flow does not know. An admitted table
+// created in the transaction that first writes it carries an add_table
+// barrier: every row it ever held is then in the stream, and its pin is
+// taken once the barrier is durable (MovePins). Anything else blocks with
+// the plan.
+func (a *Assembler) newTable(st *relState) error {
+	live, err := a.shapeOf(a.opts.Pins.(ShapePins), st.name, st.rel, true)
+	if err != nil {
+		return err
+	}
+	p := a.policy(st.name)
+	predates, def := true, ""
+	if p.AdmitTables && a.opts.NewTable != nil {
+		created, d, err := a.opts.NewTable(st.rel.Oid, live)
+		if err != nil {
+			return fmt.Errorf("relay: read the source catalog for new table %s: %w", st.name, err)
+		}
+		var xid uint32
+		switch {
+		case a.inBlock != nil:
+			xid = a.inBlock.xid
+		case a.cur != nil:
+			xid = a.cur.xid
+		}
+		predates, def = created == 0 || created != xid || d == "", d
+	}
+	plan := schemachange.NewTablePlan(live, p, predates)
+	if !plan.AutoApplies() {
+		st.drift = a.blocked(st, 0, schemachange.Shape{}, plan)
+		st.drift.PinnedColumns = "none: not one of the flow's tables"
+		return nil
+	}
+	st.shape = live
+	st.barrier = []*pb.DDLEvent{{Kind: AddTableKind, Relation: st.name, NewFingerprint: st.rel.Fingerprint, Detail: def}}
+	return nil
+}
+
 // shapeOf is rel's shape, with the source catalog's facts when facts is
 // set and a Catalog is configured.
 func (a *Assembler) shapeOf(sp ShapePins, name string, rel *pb.Relation, facts bool) (schemachange.Shape, error) {
@@ -539,7 +594,11 @@ func relTarget(r *pb.Relation) string { return pgx.Identifier{r.Schema, r.Name}.
 // filled in at the commit of the transaction that first used the new
 // shape (pgoutput sends the Relation message without a WAL position).
 func (a *Assembler) drift(st *relState, pinned uint64, old, live schemachange.Shape) *SchemaDriftError {
-	plan := a.plan(st, old, live)
+	return a.blocked(st, pinned, old, a.plan(st, old, live))
+}
+
+// blocked is the error that stops capture at plan's change.
+func (a *Assembler) blocked(st *relState, pinned uint64, old schemachange.Shape, plan *schemachange.Plan) *SchemaDriftError {
 	plan.Blocked = true
 	plan.Holds = "the whole flow holds (schema.on_blocked: hold_flow): no table advances past this transaction until the change is resolved; " +
 		"with schema.on_blocked: hold_table only the changed table would stop"

@@ -21,11 +21,16 @@ const ProtocolVersion = 1
 // package accept both versions.
 const ProtocolVersionBarrier = 2
 
+// AddTableKind is the DDLEvent kind of a table that joins the flow: its
+// detail is the table's definition, which the reader creates on its target
+// before the unit's rows (docs/SCHEMA.md, "add_table").
+const AddTableKind = "add_table"
+
 // IsBarrier reports whether e carries a DDL event to apply (a version 2
-// DDLEvent, with its column named).
+// DDLEvent: with its column named, or an add_table).
 func IsBarrier(e *pb.Envelope) bool {
 	for _, d := range e.GetDdlEvents() {
-		if d.GetColumn() != "" {
+		if d.GetColumn() != "" || d.GetKind() == AddTableKind {
 			return true
 		}
 	}

@@ -90,6 +90,9 @@ func Validate(e *pb.Envelope) error {
 		if d.OldColumn != "" && (d.Column == "" || d.OldColumn == d.Column) {
 			return bad("ddl_events", "event %d (%s) has old_column %q and column %q: a rename names two different columns", i, d.Kind, d.OldColumn, d.Column)
 		}
+		if d.Kind == AddTableKind && (d.Relation == "" || d.Detail == "") {
+			return bad("ddl_events", "event %d (add_table) has no relation or table definition", i)
+		}
 	}
 	return nil
 }
