@@ -383,6 +383,12 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 			}
 			continue
 		}
+		if d.Kind == envelope.AddTableKind {
+			if err := x.createTable(ctx, ui, env, d); err != nil {
+				return err
+			}
+			continue
+		}
 		if d.Column == "" {
 			continue
 		}

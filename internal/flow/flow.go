@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,6 +73,10 @@ type Flow struct {
 	// heldLog is that log opened read-only, for status; nil when it could
 	// not be read.
 	heldLog *segmentlog.Log
+	// resolved are the tables of source.schemas the source catalog listed
+	// before the initial snapshot (resolveTables).
+	resolvedMu sync.Mutex
+	resolved   []config.TableName
 }
 
 // Open loads path, resolves its secrets and opens the local log.
@@ -407,7 +412,7 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		if err := f.refuseFilledTargets(ctx); err != nil {
 			return err
 		}
-		if _, err := relay.EnsurePublication(ctx, conn, src.Publication, f.Tables()); err != nil {
+		if err := f.ensurePublication(ctx, conn); err != nil {
 			return err
 		}
 		created, err := relay.CreateSlot(ctx, repl, src.Slot)

@@ -121,11 +121,32 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 			Fix: fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.owns_slot: true", f.Cfg.Source.Slot)})
 	}
 
+	if err := f.resolveTables(ctx, src); err != nil {
+		add(Check{Name: "source schemas", Detail: err.Error(), Fix: "check source.schemas and the role's access to the source catalog"})
+		return r
+	}
+	if len(f.Cfg.Source.Schemas) > 0 {
+		c := Check{Name: "source schemas", OK: true, Detail: fmt.Sprintf("%s captured whole: %d tables now",
+			strings.Join(f.Cfg.Source.Schemas, ", "), len(f.Tables())-len(f.Cfg.Source.Tables))}
+		if err := f.needs15(ctx, src); err != nil {
+			c.OK, c.Detail, c.Fix = false, err.Error(), "list the tables in source.tables instead of source.schemas"
+		}
+		add(c)
+	}
 	var pubExists bool
 	_ = src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, f.Cfg.Source.Publication).Scan(&pubExists)
 	switch {
 	case pubExists:
 		c := Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " exists"}
+		if len(f.Cfg.Source.Schemas) > 0 {
+			problem, fix, err := f.missingSchemas(ctx, src)
+			switch {
+			case err != nil:
+				c.OK, c.Detail = false, err.Error()
+			case problem != "":
+				c.OK, c.Detail, c.Fix = false, problem, fix
+			}
+		}
 		// The same rule run applies to an existing publication.
 		if err := relay.CheckViaRoot(ctx, src, f.Cfg.Source.Publication, f.Tables()); err != nil {
 			c.OK, c.Detail = false, err.Error()
@@ -139,7 +160,7 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " will be created on first run"})
 	default:
 		add(Check{Name: "publication", Detail: f.Cfg.Source.Publication + " does not exist",
-			Fix: relay.CreatePublicationSQL(f.Cfg.Source.Publication, f.Tables())})
+			Fix: f.publicationSQL()})
 	}
 
 	defs, err := apply.SourceTables(ctx, src, f.Tables())

@@ -47,7 +47,10 @@ func (f *Flow) assemblerOptions(ctx context.Context, src *pgx.Conn) capture.Asse
 		Catalog: func(relation string) (map[string]schemachange.Facts, error) {
 			return capture.CatalogFacts(ctx, src, relation)
 		},
-		Policy:    f.SchemaPolicy,
+		Policy: f.SchemaPolicy,
+		NewTable: func(oid uint32, live schemachange.Shape) (uint32, string, error) {
+			return f.newTableFacts(ctx, src, oid, live)
+		},
 		Accepted:  f.reseedTakesOver,
 		OnBarrier: f.recordBarrierPhase,
 		// Holding one table needs the reseed takeover to recover it,
@@ -86,6 +89,7 @@ func (f *Flow) SchemaPolicy(relation string) schemachange.Policy {
 			p.Renames = append(p.Renames, schemachange.ColumnRename{From: r.From, To: r.To})
 		}
 	}
+	p.AdmitTables = f.admitsTable(relation)
 	return p
 }
 
@@ -141,7 +145,7 @@ func (f *Flow) recordDrift(err error) error {
 // change of its relation, with the reseed first among its recovery
 // commands where a reseed can take it over.
 func (f *Flow) recordPending(pending []PendingChange, c PendingChange) error {
-	if f.Cfg.Source.Capture != config.CaptureExtension && !slices.Contains(c.Plan.Commands, ReseedCommand(f.ConfigPath, c.Plan.Relation)) {
+	if f.Cfg.Source.Capture != config.CaptureExtension && !addTable(c.Plan) && !slices.Contains(c.Plan.Commands, ReseedCommand(f.ConfigPath, c.Plan.Relation)) {
 		// First: copying the one table again while the flow runs takes the
 		// change over (docs/SCHEMA.md, "Reseed").
 		c.Plan.Commands = append([]string{ReseedCommand(f.ConfigPath, c.Plan.Relation)}, c.Plan.Commands...)
@@ -237,7 +241,9 @@ func (f *Flow) PendingSchemaChanges() ([]PendingChange, error) {
 		if p.Plan == nil {
 			continue
 		}
-		if fp, ok := f.Pins.Pinned(p.Plan.Relation); ok && fmt.Sprintf("%016x", fp) == p.Pinned {
+		fp, ok := f.Pins.Pinned(p.Plan.Relation)
+		if ok && fmt.Sprintf("%016x", fp) == p.Pinned || !ok && addTable(p.Plan) {
+			// A table new to the flow is pending until it is pinned.
 			out = append(out, p)
 		}
 	}
@@ -412,4 +418,11 @@ func (f *Flow) blockedFix(relation string) string {
 	}
 	return "copy the table again in its new shape while the flow runs (the reseed takes the change over; other tables keep their data): " +
 		ReseedCommand(f.ConfigPath, relation) + "; or copy every table again: " + f.resnapshot()
+}
+
+// addTable reports whether plan is a table new to the flow: a reseed
+// cannot copy it (it is not one of the flow's tables, and the target has
+// no table of it), so its recovery is the full re-snapshot.
+func addTable(plan *schemachange.Plan) bool {
+	return len(plan.Changes) == 1 && plan.Changes[0].Kind == schemachange.AddTable
 }

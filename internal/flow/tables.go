@@ -13,9 +13,10 @@ import (
 	"github.com/trellara/trellara/internal/config"
 )
 
-// Tables returns the configured source tables.
+// Tables returns the flow's source tables: source.tables, then the tables
+// of source.schemas the flow knows (schemaTablesKnown).
 func (f *Flow) Tables() []config.TableName {
-	return append([]config.TableName(nil), f.Cfg.Source.Tables...)
+	return append(append([]config.TableName(nil), f.Cfg.Source.Tables...), f.schemaTablesKnown()...)
 }
 
 // tableStrings renders tables in config.TableName's text form, which
@@ -35,6 +36,9 @@ func tableStrings(tables []config.TableName) []string {
 // without a replica identity makes the source reject every UPDATE and
 // DELETE on it.
 func (f *Flow) gatedSourceTables(ctx context.Context, src *pgx.Conn) ([]apply.TableDef, error) {
+	if err := f.resolveTables(ctx, src); err != nil {
+		return nil, err
+	}
 	defs, err := apply.SourceTables(ctx, src, f.Tables())
 	if err != nil {
 		return nil, fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)

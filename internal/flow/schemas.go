@@ -1,0 +1,259 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/schemachange"
+)
+
+// Whole-schema capture (source.schemas). The flow's tables are
+// source.tables, then the tables of the listed schemas it knows: before the
+// initial snapshot, those the source catalog lists (resolveTables); after
+// it, those pinned — every table the snapshot copied and every table that
+// joined through an add_table barrier (docs/SCHEMA.md). Verify, status,
+// reseed and the target-table checks all read Tables, so a table that
+// joined is covered as soon as its pin moves.
+
+// captures reports whether schema is captured whole.
+func (f *Flow) captures(schema string) bool { return slices.Contains(f.Cfg.Source.Schemas, schema) }
+
+// schemaTablesKnown lists the tables of source.schemas the flow knows:
+// resolved for the initial snapshot, or pinned.
+func (f *Flow) schemaTablesKnown() []config.TableName {
+	if len(f.Cfg.Source.Schemas) == 0 {
+		return nil
+	}
+	var out []config.TableName
+	seen := map[config.TableName]bool{}
+	add := func(t config.TableName) {
+		if f.captures(t.Schema) && !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	f.resolvedMu.Lock()
+	for _, t := range f.resolved {
+		add(t)
+	}
+	f.resolvedMu.Unlock()
+	pins := f.Pins
+	if pins == nil {
+		// Opened without the local state (OpenConfig): read the pins as
+		// the process running the flow last wrote them.
+		p, err := capture.OpenPins(filepath.Join(f.dir, "pins.json"))
+		if err != nil {
+			f.Logger.Warn("schema pins unreadable; the tables that joined source.schemas are not listed", "error", err)
+		} else {
+			pins = p
+		}
+	}
+	if pins != nil {
+		for rel := range pins.All() {
+			if t, err := config.ParseTableName(rel); err == nil {
+				add(t)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b config.TableName) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+// resolveTables lists, before the initial snapshot, every table the
+// source catalog holds in source.schemas (plain and partitioned tables; a
+// partition is published through its root). After the snapshot the pins
+// name the flow's tables and nothing is read: a table created since joins
+// only through the stream (add_table).
+func (f *Flow) resolveTables(ctx context.Context, src pgxQuerier) error {
+	if len(f.Cfg.Source.Schemas) == 0 {
+		return nil
+	}
+	if _, err := os.Stat(f.snapshotDonePath()); err == nil {
+		return nil
+	}
+	rows, err := src.Query(ctx, `SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = ANY($1) AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY 1, 2`, f.Cfg.Source.Schemas)
+	if err != nil {
+		return fmt.Errorf("flow %s: list the tables of source.schemas (%s): %w", f.Cfg.Flow, strings.Join(f.Cfg.Source.Schemas, ", "), err)
+	}
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (config.TableName, error) {
+		var t config.TableName
+		err := r.Scan(&t.Schema, &t.Name)
+		return t, err
+	})
+	if err != nil {
+		return fmt.Errorf("flow %s: list the tables of source.schemas: %w", f.Cfg.Flow, err)
+	}
+	f.resolvedMu.Lock()
+	f.resolved = tables
+	f.resolvedMu.Unlock()
+	return nil
+}
+
+// schemasPublicationSQL is the statement that creates a whole-schema
+// flow's publication (PostgreSQL 15+), with source.tables beside the
+// schemas.
+func (f *Flow) schemasPublicationSQL() string {
+	src := f.Cfg.Source
+	q := make([]string, len(src.Schemas))
+	for i, s := range src.Schemas {
+		q[i] = pgx.Identifier{s}.Sanitize()
+	}
+	sql := "CREATE PUBLICATION " + pgx.Identifier{src.Publication}.Sanitize() + " FOR TABLES IN SCHEMA " + strings.Join(q, ", ")
+	if len(src.Tables) > 0 {
+		sql += ", TABLE " + sanitizedList(src.Tables)
+	}
+	return sql + " WITH (publish_via_partition_root = true)"
+}
+
+// publicationSQL is the statement that creates the flow's publication.
+func (f *Flow) publicationSQL() string {
+	if len(f.Cfg.Source.Schemas) > 0 {
+		return f.schemasPublicationSQL()
+	}
+	return relay.CreatePublicationSQL(f.Cfg.Source.Publication, f.Tables())
+}
+
+// needs15 refuses source.schemas on a server without
+// FOR TABLES IN SCHEMA.
+func (f *Flow) needs15(ctx context.Context, conn *pgx.Conn) error {
+	var num int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&num); err != nil {
+		return fmt.Errorf("flow %s: read the source's version: %w", f.Cfg.Flow, err)
+	}
+	if num < 150000 {
+		return fmt.Errorf("flow %s: source.schemas needs PostgreSQL 15 or later (FOR TABLES IN SCHEMA); the source is version %d. "+
+			"Fix: list the tables in source.tables instead of source.schemas in %s", f.Cfg.Flow, num, f.ConfigPath)
+	}
+	return nil
+}
+
+// missingSchemas says which listed schemas an existing publication does
+// not publish whole (problem, "" when none) and the command that adds them.
+func (f *Flow) missingSchemas(ctx context.Context, conn *pgx.Conn) (problem, fix string, err error) {
+	src := f.Cfg.Source
+	rows, err := conn.Query(ctx, `SELECT n.nspname::text FROM pg_publication_namespace pn
+		JOIN pg_publication p ON p.oid = pn.pnpubid JOIN pg_namespace n ON n.oid = pn.pnnspid WHERE p.pubname = $1`, src.Publication)
+	if err != nil {
+		return "", "", fmt.Errorf("flow %s: read the schemas of publication %s: %w", f.Cfg.Flow, src.Publication, err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", "", fmt.Errorf("flow %s: read the schemas of publication %s: %w", f.Cfg.Flow, src.Publication, err)
+	}
+	var missing, quoted []string
+	for _, s := range src.Schemas {
+		if !slices.Contains(have, s) {
+			missing = append(missing, config.QuoteIdent(s))
+			quoted = append(quoted, pgx.Identifier{s}.Sanitize())
+		}
+	}
+	if len(missing) == 0 {
+		return "", "", nil
+	}
+	return fmt.Sprintf("publication %s does not publish schema %s whole, and source.schemas captures it; "+
+			"a table created there later would never reach the stream", src.Publication, strings.Join(missing, ", ")),
+		fmt.Sprintf("ALTER PUBLICATION %s ADD TABLES IN SCHEMA %s", pgx.Identifier{src.Publication}.Sanitize(), strings.Join(quoted, ", ")), nil
+}
+
+// ensurePublication creates the flow's publication unless it exists; an
+// existing one must publish every listed schema whole and every table
+// (it is reported with the ALTER PUBLICATION to run, not altered).
+func (f *Flow) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
+	src := f.Cfg.Source
+	if len(src.Schemas) == 0 {
+		_, err := relay.EnsurePublication(ctx, conn, src.Publication, f.Tables())
+		return err
+	}
+	if err := f.needs15(ctx, conn); err != nil {
+		return err
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, src.Publication).Scan(&exists); err != nil {
+		return fmt.Errorf("flow %s: look up publication %s: %w", f.Cfg.Flow, src.Publication, err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, f.schemasPublicationSQL()); err != nil {
+			return fmt.Errorf("flow %s: create publication %s: %w", f.Cfg.Flow, src.Publication, err)
+		}
+		return nil
+	}
+	problem, fix, err := f.missingSchemas(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if problem != "" {
+		return fmt.Errorf("flow %s: %s; nothing was created on the source. Fix on the source: %s, then run again", f.Cfg.Flow, problem, fix)
+	}
+	_, err = relay.EnsurePublication(ctx, conn, src.Publication, f.Tables())
+	return err
+}
+
+// admitsTable reports whether relation, new to the flow, may join it
+// (add_table): only under unknown_table_policy: allow_compatible, in a
+// schema of source.schemas.
+func (f *Flow) admitsTable(relation string) bool {
+	if f.Cfg.Schema.UnknownTablePolicy != config.PolicyAllowCompatible {
+		return false
+	}
+	t, err := config.ParseTableName(relation)
+	return err == nil && f.captures(t.Schema)
+}
+
+// newTableFacts answers capture's question about a table new to the flow
+// (capture.AssemblerOptions.NewTable): the xid that created it (the
+// pg_attribute rows of its system columns are written by CREATE TABLE
+// alone, where its pg_class row changes with every ALTER and SET SCHEMA)
+// and its source definition for the target, when that definition still
+// has the stream's columns.
+func (f *Flow) newTableFacts(ctx context.Context, src *pgx.Conn, oid uint32, live schemachange.Shape) (uint32, string, error) {
+	var xid string
+	err := src.QueryRow(ctx, `SELECT xmin::text FROM pg_attribute WHERE attrelid = $1 AND attnum = -1`, oid).Scan(&xid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, "", nil // gone already: blocks, and the plan names the recovery
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	created, err := strconv.ParseUint(xid, 10, 32)
+	if err != nil {
+		return 0, "", fmt.Errorf("creating xid %q of relation oid %d: %w", xid, oid, err)
+	}
+	t, err := config.ParseTableName(live.Relation)
+	if err != nil {
+		return 0, "", err
+	}
+	defs, err := apply.SourceTables(ctx, src, []config.TableName{t})
+	if err != nil {
+		return 0, "", err
+	}
+	var cols []string
+	for _, c := range defs[0].Columns {
+		if c.Generated == "" {
+			cols = append(cols, c.Name)
+		}
+	}
+	var want []string
+	for _, c := range live.Columns {
+		want = append(want, c.Name)
+	}
+	if !slices.Equal(cols, want) {
+		// Changed again since the transaction being read: the definition
+		// would not fit its rows.
+		return uint32(created), "", nil
+	}
+	def, err := apply.AddTableDetail(defs[0])
+	return uint32(created), def, err
+}

@@ -1,0 +1,245 @@
+package flow_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/lsn"
+)
+
+// newSchemasFlow is a schemaFlow capturing schema app whole under policy.
+func newSchemasFlow(t *testing.T, src, dst *pgtest.Cluster, policy string) *schemaFlow {
+	t.Helper()
+	f := newSchemaFlow(t, src, dst, "x.placeholder")
+	b, err := os.ReadFile(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Replace(string(b), "  tables: [x.placeholder]\n", "  schemas: [app]\n", 1)
+	body += "schema:\n  unknown_table_policy: " + policy + "\n"
+	if err := os.WriteFile(f.cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// verifiedTables runs the flow to the source's position with its verify
+// and returns the verdict and the tables verify compared.
+func (f *schemaFlow) verifiedTables() (string, []string) {
+	f.t.Helper()
+	out, code := f.run("run", "--local", "--verify", "--format", "json")
+	// The output interleaves JSON log lines with the result.
+	dec := json.NewDecoder(strings.NewReader(out))
+	for {
+		var r struct {
+			Verify *struct {
+				Verdict string `json:"verdict"`
+				Tables  []struct {
+					Table string `json:"table"`
+				} `json:"tables"`
+			} `json:"verify"`
+		}
+		if err := dec.Decode(&r); err != nil {
+			f.t.Fatalf("run --verify: exit %d, no verify result: %v\n%s", code, err, out)
+		}
+		if r.Verify == nil {
+			continue
+		}
+		var ts []string
+		for _, t := range r.Verify.Tables {
+			ts = append(ts, t.Table)
+		}
+		return r.Verify.Verdict, ts
+	}
+}
+
+// With source.schemas and allow_compatible, a table created at the source
+// while a workload runs joins the flow: the snapshot copied the schema's
+// two tables, the new table reaches the target through an add_table DDL
+// barrier — created in the same target transaction as its first rows (a
+// reader polling the target never sees it without them, and the table's
+// catalog row and its first row carry the same target xid) — and verify
+// covers it and reports CONVERGED.
+func TestSchemasCaptureAddsANewTable(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE SCHEMA app`, `CREATE TABLE app.a (id int PRIMARY KEY, v text)`, `CREATE TABLE app.b (id int PRIMARY KEY, n bigint NOT NULL)`,
+		`INSERT INTO app.a SELECT g, 'a' || g FROM generate_series(1, 40) g`, `INSERT INTO app.b SELECT g, g FROM generate_series(1, 10) g`)
+	f := newSchemasFlow(t, src, dst, "allow_compatible")
+	if out, code := f.run("preflight"); code != 0 || !strings.Contains(out, "app captured whole: 2 tables") {
+		t.Fatalf("preflight: exit %d\n%s", code, out)
+	}
+	f.mustConverge("first run")
+	if v, ts := f.verifiedTables(); v != "CONVERGED" || strings.Join(ts, ",") != "app.a,app.b" {
+		t.Fatalf("verify after the snapshot: %s over %v", v, ts)
+	}
+
+	const firstRows = 10 // rows written by the transaction that creates the table
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		wg           sync.WaitGroup
+		observations atomic.Int64
+		violation    atomic.Value
+		werr         error
+	)
+	wg.Add(1)
+	go func() { // the target reader
+		defer wg.Done()
+		conn := dst.Connect(context.Background())
+		defer conn.Close(context.Background())
+		for ctx.Err() == nil {
+			var n int
+			if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM app.new_t WHERE id <= $1`, firstRows).Scan(&n); err != nil {
+				continue // not there yet (or locked by the barrier)
+			}
+			observations.Add(1)
+			if n != firstRows {
+				violation.Store(fmt.Sprintf("app.new_t exists with %d of the %d rows of the transaction that created it", n, firstRows))
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() { // the source workload: writes before, the new table, writes after
+		defer wg.Done()
+		conn := src.Connect(context.Background())
+		defer conn.Close(context.Background())
+		exec := func(sql string, args ...any) {
+			if werr == nil {
+				_, werr = conn.Exec(context.Background(), sql, args...)
+			}
+		}
+		for i := 41; i < 300; i++ {
+			exec(`INSERT INTO app.a VALUES ($1, 'w')`, i)
+			exec(`UPDATE app.b SET n = n + 1 WHERE id = $1`, i%10+1)
+			if i == 120 {
+				exec(fmt.Sprintf(`BEGIN; CREATE TABLE app.new_t (id int PRIMARY KEY, v text NOT NULL, at timestamptz DEFAULT now());
+					INSERT INTO app.new_t (id, v) SELECT g, 'first ' || g FROM generate_series(1, %d) g; COMMIT`, firstRows))
+			}
+			if i > 120 {
+				exec(`INSERT INTO app.new_t (id, v) VALUES ($1, 'later')`, i)
+				if i%7 == 0 {
+					exec(`UPDATE app.new_t SET v = 'updated' WHERE id = $1`, i-3)
+				}
+			}
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		if out, code := f.run("run", "--local"); code != 0 {
+			cancel()
+			wg.Wait()
+			t.Fatalf("run %d during the workload: exit %d\n%s", i, code, out)
+		}
+	}
+	for werr == nil && observations.Load() == 0 {
+		// The workload may still be ahead of the runs: one more run.
+		if out, code := f.run("run", "--local"); code != 0 {
+			cancel()
+			wg.Wait()
+			t.Fatalf("run: exit %d\n%s", code, out)
+		}
+	}
+	cancel()
+	wg.Wait()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	f.mustConverge("run after the workload")
+	if v := violation.Load(); v != nil {
+		t.Fatalf("a target reader saw the new table apart from its first rows: %v", v)
+	}
+	tc := dst.Connect(context.Background())
+	defer tc.Close(context.Background())
+	var sameTxn bool
+	var rows int
+	if err := tc.QueryRow(context.Background(), `SELECT (SELECT xmin FROM pg_class WHERE oid = 'app.new_t'::regclass)::text =
+		(SELECT xmin FROM app.new_t WHERE id = 1)::text, (SELECT count(*) FROM app.new_t)`).Scan(&sameTxn, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if !sameTxn {
+		t.Fatal("the target table app.new_t was created in another target transaction than its first rows")
+	}
+	if rows != firstRows+179 {
+		t.Fatalf("target app.new_t holds %d rows, want %d", rows, firstRows+179)
+	}
+	if v, ts := f.verifiedTables(); v != "CONVERGED" || strings.Join(ts, ",") != "app.a,app.b,app.new_t" {
+		t.Fatalf("verify after the new table: %s over %v, want CONVERGED over app.a, app.b and app.new_t", v, ts)
+	}
+	if out, code := f.run("status"); code != 0 || !strings.Contains(out, "app.new_t") {
+		t.Fatalf("status does not list the new table: exit %d\n%s", code, out)
+	}
+	t.Logf("%d target observations", observations.Load())
+}
+
+// Under the default policy (block) a table created in a captured schema
+// stops capture at the transaction that first writes it, at its real
+// commit LSN, with the plan; the snapshot's tables keep what came before.
+// A table moved into the schema (its rows predate the stream) blocks even
+// under allow_compatible.
+func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE SCHEMA app`, `CREATE TABLE app.a (id int PRIMARY KEY, v text)`, `INSERT INTO app.a VALUES (1, 'a')`)
+	for _, tc := range []struct {
+		policy, setup, table, why string
+	}{
+		{"block", `CREATE TABLE app.new_t (id int PRIMARY KEY)`, "app.new_t", "blocked-by-policy"},
+		{"allow_compatible", `CREATE TABLE public.moved (id int PRIMARY KEY); INSERT INTO public.moved VALUES (-1); ALTER TABLE public.moved SET SCHEMA app`,
+			"app.moved", "may hold rows the stream never carried"},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			src.Exec(t, `DELETE FROM app.a WHERE id > 1`)
+			dst.Exec(t, `DROP SCHEMA IF EXISTS app CASCADE`, `DROP SCHEMA IF EXISTS trellara CASCADE`)
+			f := newSchemasFlow(t, src, dst, tc.policy)
+			f.mustConverge("first run")
+			src.Exec(t, `INSERT INTO app.a VALUES (2, 'before')`, tc.setup)
+			before := walLSN(t, src)
+			src.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1)`, tc.table))
+			after := walLSN(t, src)
+			src.Exec(t, `INSERT INTO app.a VALUES (3, 'after')`)
+			out, code := f.run("run", "--local")
+			if code == 0 || !strings.Contains(out, "add_table") || !strings.Contains(out, tc.table) ||
+				!strings.Contains(out, "trellara schema ddl-plan --config") || !strings.Contains(out, "--cleanup") {
+				t.Fatalf("run: exit %d, want a stop at add_table of %s with the plan\n%s", code, tc.table, out)
+			}
+			m := lsnRE.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("no LSN in\n%s", out)
+			}
+			at, err := lsn.Parse(m[1])
+			if err != nil || uint64(at) <= before || uint64(at) > after {
+				t.Fatalf("stopped at LSN %s, want the blocked transaction's commit in (%s, %s]", m[1], pglogrepl.LSN(before), pglogrepl.LSN(after))
+			}
+			plan, code := f.run("schema", "ddl-plan")
+			if code != 1 || !strings.Contains(plan, "add_table") || !strings.Contains(plan, m[1]) || !strings.Contains(plan, tc.why) ||
+				strings.Contains(plan, "trellara reseed") {
+				t.Fatalf("ddl-plan: exit %d\n%s", code, plan)
+			}
+			conn := dst.Connect(context.Background())
+			defer conn.Close(context.Background())
+			var ids string
+			if err := conn.QueryRow(context.Background(), `SELECT string_agg(id::text, ',' ORDER BY id) FROM app.a`).Scan(&ids); err != nil || ids != "1,2" {
+				t.Fatalf("target app.a holds %q (%v), want 1,2: the whole flow holds at the new table", ids, err)
+			}
+			var exists bool
+			if err := conn.QueryRow(context.Background(), `SELECT to_regclass($1) IS NOT NULL`, tc.table).Scan(&exists); err != nil || exists {
+				t.Fatalf("target table %s exists (%v) though its change is blocked", tc.table, err)
+			}
+			if out, code := f.run("run", "--cleanup"); code != 0 {
+				t.Fatalf("cleanup: exit %d\n%s", code, out)
+			}
+			src.Exec(t, `DROP TABLE `+tc.table)
+		})
+	}
+}
