@@ -192,11 +192,12 @@ func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
 	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
 	src.Exec(t, `CREATE SCHEMA app`, `CREATE TABLE app.a (id int PRIMARY KEY, v text)`, `INSERT INTO app.a VALUES (1, 'a')`)
 	for _, tc := range []struct {
-		policy, setup, table, why string
+		policy, setup, write, table, why string
 	}{
-		{"block", `CREATE TABLE app.new_t (id int PRIMARY KEY)`, "app.new_t", "blocked-by-policy"},
+		// Created in the transaction that writes it: only the policy blocks it.
+		{"block", `SELECT 1`, `CREATE TABLE app.new_t (id int PRIMARY KEY); INSERT INTO app.new_t VALUES (1)`, "app.new_t", "does not admit it"},
 		{"allow_compatible", `CREATE TABLE public.moved (id int PRIMARY KEY); INSERT INTO public.moved VALUES (-1); ALTER TABLE public.moved SET SCHEMA app`,
-			"app.moved", "may hold rows the stream never carried"},
+			`INSERT INTO app.moved VALUES (1)`, "app.moved", "may hold rows the stream never carried"},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			src.Exec(t, `DELETE FROM app.a WHERE id > 1`)
@@ -205,12 +206,12 @@ func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
 			f.mustConverge("first run")
 			src.Exec(t, `INSERT INTO app.a VALUES (2, 'before')`, tc.setup)
 			before := walLSN(t, src)
-			src.Exec(t, fmt.Sprintf(`INSERT INTO %s VALUES (1)`, tc.table))
+			src.Exec(t, tc.write)
 			after := walLSN(t, src)
 			src.Exec(t, `INSERT INTO app.a VALUES (3, 'after')`)
 			out, code := f.run("run", "--local")
 			if code == 0 || !strings.Contains(out, "add_table") || !strings.Contains(out, tc.table) ||
-				!strings.Contains(out, "trellara schema ddl-plan --config") || !strings.Contains(out, "--cleanup") {
+				!strings.Contains(out, "blocked-by-policy") || !strings.Contains(out, "trellara schema ddl-plan --config") || !strings.Contains(out, "--cleanup") {
 				t.Fatalf("run: exit %d, want a stop at add_table of %s with the plan\n%s", code, tc.table, out)
 			}
 			m := lsnRE.FindStringSubmatch(out)
