@@ -63,13 +63,11 @@ type AssemblerOptions struct {
 	// error; Resnapshot is the recovery a blocked plan lists.
 	PlanCommand, Resnapshot string
 	// NewTable, when set, reads the source catalog about a table the flow
-	// does not know that the policy admits (add_table): the xid of the
-	// transaction that created it (0 when unknown) and its definition for
-	// the target ("" when the table is gone or its definition no longer
-	// has live's columns). Capture adds the table only when it was created
-	// in the transaction that first writes it in the stream; otherwise rows
-	// may predate the stream and the change blocks.
-	NewTable func(oid uint32, live schemachange.Shape) (createdXid uint32, definition string, err error)
+	// does not know that the policy admits (add_table). Capture adds the
+	// table only when it was created in the transaction that first writes
+	// it in the stream; otherwise rows may predate the stream and the
+	// change blocks.
+	NewTable func(oid uint32, live schemachange.Shape) (NewTableFacts, error)
 	// Accepted reports whether a reseed of relation has taken over its
 	// blocked change (ReseedKind): capture then goes on under the new
 	// shape, and the first transaction under it carries a ReseedKind
@@ -503,6 +501,21 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 	return nil
 }
 
+// NewTableFacts are what the source catalog says about a table new to the
+// flow.
+type NewTableFacts struct {
+	// CreatedXid is the transaction that created the table; 0 when the
+	// table is gone.
+	CreatedXid uint32
+	// Definition is the table's definition for the target (the add_table
+	// DDLEvent's detail).
+	Definition string
+	// Refused says why the table cannot join as it is ("" when it can):
+	// no replica identity, or a definition that no longer has the
+	// stream's columns.
+	Refused string
+}
+
 // AddTableKind is the DDLEvent kind of a table that joins the flow
 // (schemachange.AddTable); its Detail is the source's definition of the
 // table (apply.AddTableDetail), which the applier creates the target table
@@ -520,10 +533,10 @@ func (a *Assembler) newTable(st *relState) error {
 		return err
 	}
 	p := a.policy(st.name)
-	predates, def := true, ""
+	var facts NewTableFacts
+	refused := ""
 	if p.AdmitTables && a.opts.NewTable != nil {
-		created, d, err := a.opts.NewTable(st.rel.Oid, live)
-		if err != nil {
+		if facts, err = a.opts.NewTable(st.rel.Oid, live); err != nil {
 			return fmt.Errorf("relay: read the source catalog for new table %s: %w", st.name, err)
 		}
 		var xid uint32
@@ -533,16 +546,27 @@ func (a *Assembler) newTable(st *relState) error {
 		case a.cur != nil:
 			xid = a.cur.xid
 		}
-		predates, def = created == 0 || created != xid || d == "", d
+		switch {
+		case facts.CreatedXid == 0:
+			refused = "the table is gone from the source catalog, so its definition cannot be read"
+		case facts.CreatedXid != xid:
+			refused = fmt.Sprintf("the table was created by xid %d, not by xid %d that first wrote it in the stream "+
+				"(created on its own, in a subtransaction, moved into the schema, or its schema joined the publication later), "+
+				"so it may hold rows the stream never carried", facts.CreatedXid, xid)
+		case facts.Refused != "":
+			refused = facts.Refused
+		case facts.Definition == "":
+			refused = "the source catalog gave no definition of the table"
+		}
 	}
-	plan := schemachange.NewTablePlan(live, p, predates)
+	plan := schemachange.NewTablePlan(live, p, refused)
 	if !plan.AutoApplies() {
 		st.drift = a.blocked(st, 0, schemachange.Shape{}, plan)
 		st.drift.PinnedColumns = "none: not one of the flow's tables"
 		return nil
 	}
 	st.shape = live
-	st.barrier = []*pb.DDLEvent{{Kind: AddTableKind, Relation: st.name, NewFingerprint: st.rel.Fingerprint, Detail: def}}
+	st.barrier = []*pb.DDLEvent{{Kind: AddTableKind, Relation: st.name, NewFingerprint: st.rel.Fingerprint, Detail: facts.Definition}}
 	return nil
 }
 

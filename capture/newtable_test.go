@@ -42,12 +42,12 @@ func TestNewTableBarrierOrBlock(t *testing.T) {
 				Policy: func(string) schemachange.Policy {
 					return schemachange.Policy{Mode: schemachange.ModeStrict, AdmitTables: tc.admit}
 				},
-				NewTable: func(oid uint32, live schemachange.Shape) (uint32, string, error) {
+				NewTable: func(oid uint32, live schemachange.Shape) (NewTableFacts, error) {
 					asked = true
 					if oid != 16500 || live.Relation != "app.new_t" || len(live.Columns) != 2 {
 						t.Errorf("asked about oid %d, %+v", oid, live)
 					}
-					return tc.created, `{"Schema":"app","Name":"new_t"}`, nil
+					return NewTableFacts{CreatedXid: tc.created, Definition: `{"Schema":"app","Name":"new_t"}`}, nil
 				}}
 			var c captured
 			a := NewAssembler(opts, c.emit)

@@ -208,13 +208,14 @@ func TestRenameNeedsItsMapping(t *testing.T) {
 func TestNewTablePlan(t *testing.T) {
 	live := Shape{Relation: "app.new_t", Columns: []Column{{Name: "id", TypeOID: 23, Key: true}}}
 	admit := Policy{Mode: ModeStrict, AdmitTables: true}
-	if pl := NewTablePlan(live, admit, false); pl.Blocked || !pl.AutoApplies() || pl.Kinds() != "add_table" {
+	if pl := NewTablePlan(live, admit, ""); pl.Blocked || !pl.AutoApplies() || pl.Kinds() != "add_table" {
 		t.Errorf("admitted new table: %+v", pl)
 	}
-	if pl := NewTablePlan(live, admit, true); !pl.Blocked || pl.Changes[0].Classification.Decision != Block {
+	if pl := NewTablePlan(live, admit, "rows may predate the stream"); !pl.Blocked || pl.Changes[0].Classification.Decision != Block ||
+		pl.Changes[0].Classification.Why != "rows may predate the stream" {
 		t.Errorf("table with rows that predate the stream: %+v", pl)
 	}
-	if pl := NewTablePlan(live, Policy{Mode: ModeStrict}, false); !pl.Blocked || pl.Changes[0].Classification.Compatibility != BlockedByPolicy {
+	if pl := NewTablePlan(live, Policy{Mode: ModeStrict}, ""); !pl.Blocked || pl.Changes[0].Classification.Compatibility != BlockedByPolicy {
 		t.Errorf("default policy: %+v", pl)
 	}
 }

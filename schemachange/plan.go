@@ -49,18 +49,15 @@ func NewPlan(target string, pinned, live Shape, p Policy) *Plan {
 // NewTablePlan is the plan of a table the flow does not know, seen in the
 // stream with shape live: one add_table change, classified under p. The
 // target DDL of an admitted table is built by the applier from the source
-// definition the barrier carries, so TargetDDL names it in words. When
-// predates is set the table was not created in the transaction that first
-// wrote it in the stream (it was moved into the schema, or the schema
-// joined the publication later): rows may predate the stream, and nothing
-// copies them, so the change blocks whatever the policy.
-func NewTablePlan(live Shape, p Policy, predates bool) *Plan {
+// definition the barrier carries, so TargetDDL names it in words. refused,
+// when not empty, says why the table cannot join as it is (rows that may
+// predate the stream, no replica identity, ...): the change then blocks
+// whatever the policy, with refused as its reason.
+func NewTablePlan(live Shape, p Policy, refused string) *Plan {
 	pc := Planned{Change: Change{Kind: AddTable, To: live.Relation}, Classification: Classify(AddTable, p)}
-	if predates && pc.Classification.Compatibility == Compatible {
+	if refused != "" && pc.Classification.Compatibility == Compatible {
 		pc.Classification.Compatibility, pc.Classification.Decision = BlockedByPolicy, Block
-		pc.Classification.Why = "the table was not created in the transaction that first wrote it in the stream " +
-			"(moved into the schema, or its schema joined the publication later), so it may hold rows the stream never carried; " +
-			"a full re-snapshot copies it"
+		pc.Classification.Why = refused
 	}
 	if pc.Classification.Decision == AutoApply {
 		pc.TargetDDL = "CREATE TABLE " + live.Relation + " from the source's definition"

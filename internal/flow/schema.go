@@ -48,7 +48,7 @@ func (f *Flow) assemblerOptions(ctx context.Context, src *pgx.Conn) capture.Asse
 			return capture.CatalogFacts(ctx, src, relation)
 		},
 		Policy: f.SchemaPolicy,
-		NewTable: func(oid uint32, live schemachange.Shape) (uint32, string, error) {
+		NewTable: func(oid uint32, live schemachange.Shape) (capture.NewTableFacts, error) {
 			return f.newTableFacts(ctx, src, oid, live)
 		},
 		Accepted:  f.reseedTakesOver,

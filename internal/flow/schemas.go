@@ -216,28 +216,35 @@ func (f *Flow) admitsTable(relation string) bool {
 // (capture.AssemblerOptions.NewTable): the xid that created it (the
 // pg_attribute rows of its system columns are written by CREATE TABLE
 // alone, where its pg_class row changes with every ALTER and SET SCHEMA)
-// and its source definition for the target, when that definition still
-// has the stream's columns.
-func (f *Flow) newTableFacts(ctx context.Context, src *pgx.Conn, oid uint32, live schemachange.Shape) (uint32, string, error) {
+// and its source definition for the target. It refuses a table the
+// identity gate refuses (the rule every table of the flow passes) and a
+// definition that no longer has the stream's columns.
+func (f *Flow) newTableFacts(ctx context.Context, src *pgx.Conn, oid uint32, live schemachange.Shape) (capture.NewTableFacts, error) {
+	var out capture.NewTableFacts
 	var xid string
 	err := src.QueryRow(ctx, `SELECT xmin::text FROM pg_attribute WHERE attrelid = $1 AND attnum = -1`, oid).Scan(&xid)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, "", nil // gone already: blocks, and the plan names the recovery
+		return out, nil // gone already: blocks, and the plan names the recovery
 	}
 	if err != nil {
-		return 0, "", err
+		return out, err
 	}
 	created, err := strconv.ParseUint(xid, 10, 32)
 	if err != nil {
-		return 0, "", fmt.Errorf("creating xid %q of relation oid %d: %w", xid, oid, err)
+		return out, fmt.Errorf("creating xid %q of relation oid %d: %w", xid, oid, err)
 	}
+	out.CreatedXid = uint32(created)
 	t, err := config.ParseTableName(live.Relation)
 	if err != nil {
-		return 0, "", err
+		return out, err
 	}
 	defs, err := apply.SourceTables(ctx, src, []config.TableName{t})
 	if err != nil {
-		return 0, "", err
+		return out, err
+	}
+	if e := defs[0].IdentityGate(); e != nil {
+		out.Refused = fmt.Sprintf("the table %s, so its updates and deletes cannot reach the target; fix on the source: %s", e.Problem, e.Fix)
+		return out, nil
 	}
 	var cols []string
 	for _, c := range defs[0].Columns {
@@ -252,8 +259,10 @@ func (f *Flow) newTableFacts(ctx context.Context, src *pgx.Conn, oid uint32, liv
 	if !slices.Equal(cols, want) {
 		// Changed again since the transaction being read: the definition
 		// would not fit its rows.
-		return uint32(created), "", nil
+		out.Refused = fmt.Sprintf("the table's definition changed after the transaction being read (columns now %s, then %s)",
+			strings.Join(cols, ", "), strings.Join(want, ", "))
+		return out, nil
 	}
-	def, err := apply.AddTableDetail(defs[0])
-	return uint32(created), def, err
+	out.Definition, err = apply.AddTableDetail(defs[0])
+	return out, err
 }

@@ -184,8 +184,8 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 // Under the default policy (block) a table created in a captured schema
 // stops capture at the transaction that first writes it, at its real
 // commit LSN, with the plan; the snapshot's tables keep what came before.
-// A table moved into the schema (its rows predate the stream) blocks even
-// under allow_compatible.
+// A table moved into the schema (its rows predate the stream) and a table
+// without a replica identity block even under allow_compatible.
 func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
 	pgtest.Require(t)
 	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
@@ -198,6 +198,9 @@ func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
 		{"block", `SELECT 1`, `CREATE TABLE app.new_t (id int PRIMARY KEY); INSERT INTO app.new_t VALUES (1)`, "app.new_t", "does not admit it"},
 		{"allow_compatible", `CREATE TABLE public.moved (id int PRIMARY KEY); INSERT INTO public.moved VALUES (-1); ALTER TABLE public.moved SET SCHEMA app`,
 			`INSERT INTO app.moved VALUES (1)`, "app.moved", "may hold rows the stream never carried"},
+		// Keyless: the identity gate refuses it, as at the snapshot.
+		{"allow_compatible", `SELECT 1`, `CREATE TABLE app.nokey (v text); INSERT INTO app.nokey VALUES ('x')`, "app.nokey",
+			"has no primary key and no replica identity"},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			src.Exec(t, `DELETE FROM app.a WHERE id > 1`)
