@@ -247,3 +247,24 @@ func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
 		})
 	}
 }
+
+// A publication that exists already must publish the listed schemas
+// whole: preflight and run stop naming the ALTER PUBLICATION to run, and
+// after it the flow starts and converges.
+func TestSchemasExistingPublicationMustCoverThem(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE SCHEMA app`, `CREATE TABLE app.a (id int PRIMARY KEY)`, `INSERT INTO app.a VALUES (1)`,
+		`CREATE PUBLICATION trellara_ddl FOR TABLE app.a`)
+	f := newSchemasFlow(t, src, dst, "block")
+	const fix = `ALTER PUBLICATION "trellara_ddl" ADD TABLES IN SCHEMA "app"`
+	if out, code := f.run("preflight"); code == 0 || !strings.Contains(out, "does not publish schema app whole") || !strings.Contains(out, "fix: "+fix) {
+		t.Fatalf("preflight: exit %d, want the publication refused with its fix\n%s", code, out)
+	}
+	if out, code := f.run("run", "--local"); code == 0 || !strings.Contains(out, fix) || !strings.Contains(out, "nothing was created on the source") {
+		t.Fatalf("run: exit %d, want a refusal naming %s\n%s", code, fix, out)
+	}
+	src.Exec(t, `ALTER PUBLICATION trellara_ddl DROP TABLE app.a`, fix)
+	f.mustConverge("run after the fix")
+}
