@@ -684,6 +684,11 @@ func TestSourceSchemas(t *testing.T) {
 	if len(back.Source.Schemas) != 1 || back.Source.Schemas[0] != "app" || len(back.Source.Tables) != 1 {
 		t.Errorf("round trip: schemas %q tables %v", back.Source.Schemas, back.Source.Tables)
 	}
+	// A rename mapping may name a table of a listed schema.
+	if _, err := Parse([]byte(edit(t, local, "  tables: [public.sales, public.line_items]\n", "  schemas: [app]\n",
+		"unknown_table_policy: block", "unknown_table_policy: block\n  renames: [{table: app.orders, from: note, to: remark}]"))); err != nil {
+		t.Errorf("a rename of a table in source.schemas: %v", err)
+	}
 
 	tests := []struct {
 		name, in, path, want, fix string

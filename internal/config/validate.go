@@ -116,7 +116,8 @@ func (v *validator) renames(c *Config) {
 		switch {
 		case r.Table == (TableName{}):
 			v.add(p+".table", "name the table, e.g. table: public.orders", "required")
-		case !slices.Contains(c.Source.Tables, r.Table):
+		case !slices.Contains(c.Source.Tables, r.Table) && !slices.Contains(c.Source.Schemas, r.Table.Schema):
+			// A table of source.schemas is the flow's once captured.
 			v.add(p+".table", "name one of source.tables, or add "+r.Table.String()+" to source.tables",
 				"%s is not one of source.tables", quoteValue(r.Table.String()))
 		}
