@@ -141,7 +141,7 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 			t.Fatalf("run %d during the workload: exit %d\n%s", i, code, out)
 		}
 	}
-	for extra := 0; werr == nil && observations.Load() == 0 && extra < 5; extra++ {
+	for extra := 0; observations.Load() == 0 && extra < 5; extra++ {
 		// The workload may still be ahead of the runs: one more run.
 		if out, code := f.run("run", "--local"); code != 0 {
 			cancel()
