@@ -271,6 +271,7 @@ func (f *Flow) DDLPlan() (*DDLPlan, error) {
 	}
 	if len(p.Pending) > 0 {
 		p.Notes = append(p.Notes, "a blocked change moves on by the first recovery listed with it: a rename by its schema.renames entry, "+
+			"a table new to the flow (add_table) by the full re-snapshot, which copies it with the others, "+
 			"otherwise a reseed of the table (it copies the table again in its new shape while the flow runs). After the full re-snapshot "+
 			"instead, the target tables keep their old shape: change them to the live column list first, or drop them and let "+
 			shell.Trellara("preflight", f.ConfigPath, "--create-target-tables")+" create them")
