@@ -422,6 +422,9 @@ func (a *Assembler) relation(m *pgoutput.Relation, at pgoutput.LSN) error {
 			return err
 		}
 		st.drift = a.drift(st, prev.rel.Fingerprint, old, live)
+	case !ok && prev == nil && a.renamedSinceLastSession(sp, st):
+		// A pinned relation's OID under a new name, met first in this
+		// session: renamed while capture was not running.
 	case !ok && sp != nil && a.opts.Policy != nil && !a.policy(st.name).Configured:
 		// Neither pinned nor one of the flow's tables: a table new to the
 		// flow (add_table), which only a whole-schema publication sends.
@@ -568,6 +571,32 @@ func (a *Assembler) newTable(st *relState) error {
 	st.shape = live
 	st.barrier = []*pb.DDLEvent{{Kind: AddTableKind, Relation: st.name, NewFingerprint: st.rel.Fingerprint, Detail: facts.Definition}}
 	return nil
+}
+
+// renamedSinceLastSession reports whether st is a pinned relation under
+// a new name (the same OID), renamed before this session met it, and then
+// sets st.drift to the drop_or_rename_table change. Within a session the
+// previous Relation message tells a rename; across sessions only the pins
+// do, which is why pins keep each relation's OID.
+func (a *Assembler) renamedSinceLastSession(sp ShapePins, st *relState) bool {
+	all, ok := a.opts.Pins.(interface{ All() map[string]uint64 })
+	if sp == nil || !ok {
+		return false
+	}
+	for name, fp := range all.All() {
+		old, kept := sp.PinnedShape(name)
+		if !kept || name == st.name || old.OID == 0 || old.OID != st.rel.Oid {
+			continue
+		}
+		live, err := a.shapeOf(sp, st.name, st.rel, false)
+		if err != nil {
+			return false
+		}
+		old.Relation = name
+		st.drift = a.drift(st, fp, old, live)
+		return true
+	}
+	return false
 }
 
 // shapeOf is rel's shape, with the source catalog's facts when facts is
