@@ -3,11 +3,8 @@ package flow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -120,18 +117,8 @@ func (f *Flow) recordBarrierPhase(b capture.Barrier, phase string) error {
 }
 
 func (f *Flow) barrierRecords() ([]barrierRecord, error) {
-	b, err := os.ReadFile(f.barriersPath())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
 	var recs []barrierRecord
-	if err := json.Unmarshal(b, &recs); err != nil {
-		return nil, fmt.Errorf("%s is damaged: %w", f.barriersPath(), err)
-	}
-	return recs, nil
+	return recs, readStateJSON(f.barriersPath(), &recs)
 }
 
 // BarrierContract is one barrier's propagation contract as status shows it.

@@ -280,18 +280,24 @@ func (f *Flow) reseedTakesOver(relation string) bool {
 }
 
 func (f *Flow) reseedTakeovers() ([]string, error) {
-	b, err := os.ReadFile(f.reseedTakeoverPath())
+	var rels []string
+	return rels, readStateJSON(f.reseedTakeoverPath(), &rels)
+}
+
+// readStateJSON reads a JSON file of the flow's state directory into v;
+// a file that does not exist leaves v as it is.
+func readStateJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var rels []string
-	if err := json.Unmarshal(b, &rels); err != nil {
-		return nil, fmt.Errorf("%s is damaged: %w", f.reseedTakeoverPath(), err)
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s is damaged: %w", path, err)
 	}
-	return rels, nil
+	return nil
 }
 
 // setReseedTakeover records (on) or clears relation's takeover, durably:

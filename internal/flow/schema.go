@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -219,18 +218,12 @@ func (f *Flow) tableHeld(relation string) bool {
 // that are still pending: the relation's pin is still the one the change
 // was classified against.
 func (f *Flow) PendingSchemaChanges() ([]PendingChange, error) {
-	b, err := os.ReadFile(f.schemaPendingPath())
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
+	var all []PendingChange
+	if err := readStateJSON(f.schemaPendingPath(), &all); err != nil || len(all) == 0 {
 		return nil, err
 	}
-	var all []PendingChange
-	if err := json.Unmarshal(b, &all); err != nil {
-		return nil, fmt.Errorf("%s is damaged: %w", f.schemaPendingPath(), err)
-	}
 	var out []PendingChange
+	var err error
 	if f.Pins == nil {
 		// A command that opened only the config (verify): read the pins.
 		if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
