@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"runtime"
@@ -24,60 +23,6 @@ import (
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
-var (
-	installOnce sync.Once
-	installErr  error
-	installSkip string // a missing prerequisite, not a failure
-)
-
-// installExtension builds and installs ext/ into the server binDir belongs
-// to, once per test binary, the way ext/run-regress.sh does. Missing tools
-// or an unwritable server directory skip the test, as a missing server
-// does (pgtest.Require), unless TRELLARA_REQUIRE_PG=1; a failing build
-// fails it.
-func installExtension(t testing.TB, binDir string) {
-	t.Helper()
-	installOnce.Do(func() {
-		pgConfig := filepath.Join(binDir, "pg_config")
-		for _, tool := range []string{"make", "gcc", pgConfig} {
-			if _, err := exec.LookPath(tool); err != nil {
-				installSkip = fmt.Sprintf("cannot build the trellara extension: %s not found (apt-get install make gcc postgresql-server-dev-NN)", tool)
-				return
-			}
-		}
-		out, err := exec.Command(pgConfig, "--pkglibdir").Output()
-		if err != nil {
-			installSkip = fmt.Sprintf("%s --pkglibdir: %v", pgConfig, err)
-			return
-		}
-		if err := syscall.Access(string(trimNL(out)), 2 /* W_OK */); err != nil {
-			installSkip = fmt.Sprintf("cannot install the trellara extension into %s: %v (run as root)", trimNL(out), err)
-			return
-		}
-		cmd := exec.Command("make", "-s", "-C", "ext", "PG_CONFIG="+pgConfig, "install")
-		cmd.Dir = ".." // the repository root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			installErr = fmt.Errorf("make -C ext install: %v\n%s", err, out)
-		}
-	})
-	if installSkip != "" {
-		if os.Getenv("TRELLARA_REQUIRE_PG") == "1" {
-			t.Fatalf("%s (TRELLARA_REQUIRE_PG=1 forbids skipping)", installSkip)
-		}
-		t.Skip(installSkip)
-	}
-	if installErr != nil {
-		t.Fatal(installErr)
-	}
-}
-
-func trimNL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
 // live is a throwaway cluster with the extension preloaded.
 type live struct {
 	c    *pgtest.Cluster
@@ -95,7 +40,7 @@ func startLive(t testing.TB, database string, extra map[string]string) *live {
 	pgtest.Require(t)
 	settings := map[string]string{"logical_decoding_work_mem": "64kB", "max_prepared_transactions": "10"}
 	c := pgtest.Start(t, pgtest.Options{Settings: settings, NoFsync: true})
-	installExtension(t, c.BinDir())
+	pgtest.InstallExtension(t, c.BinDir())
 	l := &live{c: c, sock: filepath.Join(c.SocketDir(), "trellara.sock")}
 	st, err := os.Stat(c.DataDir())
 	if err != nil {

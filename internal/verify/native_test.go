@@ -6,64 +6,14 @@ import (
 	"maps"
 	"math/big"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
 )
-
-var (
-	extOnce sync.Once
-	extErr  error
-	extSkip string // a missing prerequisite, not a failure
-)
-
-// installExtension builds ext/ and installs it into the server binDir
-// belongs to, once per test binary, as the sidecar tests do. Missing tools
-// or an unwritable server directory skip the test, as a missing server
-// does, unless TRELLARA_REQUIRE_PG=1; a failing build fails it.
-func installExtension(t testing.TB, binDir string) {
-	t.Helper()
-	extOnce.Do(func() {
-		pgConfig := filepath.Join(binDir, "pg_config")
-		for _, tool := range []string{"make", "gcc", pgConfig} {
-			if _, err := exec.LookPath(tool); err != nil {
-				extSkip = fmt.Sprintf("cannot build the trellara extension: %s not found (apt-get install make gcc postgresql-server-dev-NN)", tool)
-				return
-			}
-		}
-		out, err := exec.Command(pgConfig, "--pkglibdir").Output()
-		if err != nil {
-			extSkip = fmt.Sprintf("%s --pkglibdir: %v", pgConfig, err)
-			return
-		}
-		dir := strings.TrimSpace(string(out))
-		if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
-			extSkip = fmt.Sprintf("cannot install the trellara extension into %s: %v (run as root)", dir, err)
-			return
-		}
-		cmd := exec.Command("make", "-s", "-C", "ext", "PG_CONFIG="+pgConfig, "install")
-		cmd.Dir = "../.." // the repository root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			extErr = fmt.Errorf("make -C ext install: %v\n%s", err, out)
-		}
-	})
-	if extSkip != "" {
-		if os.Getenv("TRELLARA_REQUIRE_PG") == "1" {
-			t.Fatalf("%s (TRELLARA_REQUIRE_PG=1 forbids skipping)", extSkip)
-		}
-		t.Skip(extSkip)
-	}
-	if extErr != nil {
-		t.Fatal(extErr)
-	}
-}
 
 // startWithExtension starts a cluster that preloads the trellara library
 // (no workers: trellara.database is unset). Databases get the extension
@@ -72,7 +22,7 @@ func startWithExtension(t testing.TB, settings map[string]string) *pgtest.Cluste
 	t.Helper()
 	pgtest.Require(t)
 	c := pgtest.Start(t, pgtest.Options{NoFsync: true, Settings: settings})
-	installExtension(t, c.BinDir())
+	pgtest.InstallExtension(t, c.BinDir())
 	f, err := os.OpenFile(filepath.Join(c.DataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
