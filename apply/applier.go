@@ -473,6 +473,7 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 	r := &reader{cfg: a.cfg, ch: make(chan item, a.cfg.MaxBatchTxns), done: make(chan struct{}), space: make(chan struct{}, 1)}
 	go func() {
 		defer close(r.done)
+		var dec envelope.Decoder
 		for {
 			offset, payload, err := src.Next(ctx)
 			var it item
@@ -482,7 +483,7 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 				}
 				it.err = fmt.Errorf("apply: flow %q (source %q): read the transport: %w", a.cfg.Flow, a.cfg.SourceID, err)
 			} else {
-				it.u, it.err = a.decode(offset, payload)
+				it.u, it.err = a.decode(&dec, offset, payload)
 			}
 			var wait chan struct{}
 			if it.err == nil && it.u.kind() == pb.UnitKind_UNIT_KIND_CHUNK {
@@ -614,6 +615,7 @@ type pollFeed struct {
 	a    *Applier
 	src  PollSource
 	held *item
+	dec  envelope.Decoder
 }
 
 func (f *pollFeed) one(ctx context.Context) item {
@@ -639,16 +641,20 @@ func (f *pollFeed) ready() (item, bool) {
 	if !ok {
 		return item{}, false
 	}
-	u, err := f.a.decode(offset, payload)
+	u, err := f.a.decode(&f.dec, offset, payload)
 	return item{u: u, err: err}, true
 }
 
 func (f *pollFeed) unread(it item) { f.held = &it }
 
-// decode verifies and decodes one transport entry.
-func (a *Applier) decode(offset uint64, payload []byte) (*unit, error) {
+// decode verifies and decodes one transport entry with dec, the decoding
+// goroutine's own Decoder. The unit owns its copy of the payload: the
+// envelope's values alias it, and its relations are shared with the
+// envelopes dec decoded before (read-only, as everything in apply treats
+// a decoded envelope).
+func (a *Applier) decode(dec *envelope.Decoder, offset uint64, payload []byte) (*unit, error) {
 	payload = bytes.Clone(payload)
-	env, err := envelope.Decode(payload)
+	env, err := dec.Decode(payload)
 	if err != nil {
 		return nil, fmt.Errorf("apply: flow %q (source %q): entry at log offset %d is not a valid envelope; "+
 			"the transport copy is damaged and applying past it would leave a gap (restore the log from a backup, or %s): %w",
