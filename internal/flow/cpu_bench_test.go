@@ -3,6 +3,7 @@ package flow_test
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -141,4 +142,29 @@ func (c cpuRun) format(txns int) string {
 		" s = source " + strconv.FormatFloat(per100k(c.source, txns), 'f', 2, 64) +
 		" + target " + strconv.FormatFloat(per100k(c.target, txns), 'f', 2, 64) +
 		" + trellara " + strconv.FormatFloat(per100k(c.trellara, txns), 'f', 2, 64)
+}
+
+// TestProcTimesCountsReapedChildren pins the /proc fields the CPU
+// accounting reads: a child that burns CPU and is waited for shows up in
+// its parent's reaped time (cutime+cstime), which is how the backends and
+// walsenders that exit during a run are counted.
+func TestProcTimesCountsReapedChildren(t *testing.T) {
+	_, before, _, ok := procTimes(os.Getpid())
+	if !ok {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sh", "-c", `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`)
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	burnt := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	_, after, ppid, _ := procTimes(os.Getpid())
+	if ppid != os.Getppid() {
+		t.Fatalf("parent pid read as %d, want %d", ppid, os.Getppid())
+	}
+	// The kernel counts in clock ticks: allow two. (More may have been
+	// reaped meanwhile: other children of the test binary.)
+	if got := after - before; got < burnt-2.0/clockTicks {
+		t.Fatalf("reaped CPU grew by %.2f s, the child used %.2f s", got, burnt)
+	}
 }
