@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 
@@ -391,6 +392,8 @@ type unit struct {
 	offset  uint64
 	payload []byte
 	env     *pb.Envelope
+	// bytes is unitBytes, counted against the read-ahead bound.
+	bytes int
 	// done, for a CHUNK unit, holds the reader back until the chunk has
 	// been applied (release), so at most one chunk of a large
 	// transaction is in memory.
@@ -454,10 +457,12 @@ type item struct {
 
 // reader moves units from the Source into a bounded queue so that a batch
 // can take what is already available without blocking. The queue is
-// bounded twice: by MaxBatchTxns units (the channel) and by MaxBatchBytes
-// of envelope bytes (queued), so read-ahead memory does not grow with the
-// size of the transactions waiting in the transport. One unit larger than
-// the byte bound is still queued, alone.
+// bounded twice: by MaxBatchTxns units (the channel) and by the decoded
+// bytes of the queued units (queued: readAheadBytes), so read-ahead memory
+// does not grow with the size of the transactions waiting in the
+// transport. One unit larger than the byte bound is still queued, alone.
+// Reading and decoding run on the reader's goroutine, overlapping the
+// apply of the batch before.
 type reader struct {
 	cfg  Config
 	ch   chan item
@@ -473,6 +478,7 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 	r := &reader{cfg: a.cfg, ch: make(chan item, a.cfg.MaxBatchTxns), done: make(chan struct{}), space: make(chan struct{}, 1)}
 	go func() {
 		defer close(r.done)
+		var dec envelope.Decoder
 		for {
 			offset, payload, err := src.Next(ctx)
 			var it item
@@ -482,7 +488,7 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 				}
 				it.err = fmt.Errorf("apply: flow %q (source %q): read the transport: %w", a.cfg.Flow, a.cfg.SourceID, err)
 			} else {
-				it.u, it.err = a.decode(offset, payload)
+				it.u, it.err = a.decode(&dec, offset, payload)
 			}
 			var wait chan struct{}
 			if it.err == nil && it.u.kind() == pb.UnitKind_UNIT_KIND_CHUNK {
@@ -514,13 +520,42 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 	return r
 }
 
+// readAheadBytesMax bounds the read-ahead in decoded bytes (unitBytes),
+// whatever MaxBatchBytes allows a batch: a decoded envelope of narrow rows
+// is several times its wire size, and a read-ahead of MaxBatchBytes (32
+// MiB) of such envelopes held more than the soft memory limit the process
+// runs under (internal/flow/memory.go), making the collector run
+// continuously. At this bound a backlog of small transactions still
+// fills a batch of MaxBatchTxns (a TPC-B transaction decodes to ~2 KiB).
+const readAheadBytesMax = 8 << 20
+
+// Decoded sizes of the envelope's parts, for unitBytes.
+const (
+	rowBytes   = int(unsafe.Sizeof(pb.Row{})) + 8   // the Row and its pointer
+	valueBytes = int(unsafe.Sizeof(pb.Value{})) + 8 // the Value and its pointer
+)
+
+// unitBytes is the memory a decoded unit holds: its payload (which the
+// values' bytes alias, envelope.Decoder) and its rows and values.
+func unitBytes(u *unit) int {
+	n := len(u.payload) + len(u.env.Rows)*rowBytes
+	for _, r := range u.env.Rows {
+		n += (len(r.NewTuple) + len(r.OldTuple)) * valueBytes
+	}
+	return n
+}
+
 // itemBytes is what an item counts against the read-ahead byte bound.
 func itemBytes(it item) int {
 	if it.u == nil {
 		return 0
 	}
-	return len(it.u.payload)
+	return it.u.bytes
 }
+
+// readAheadBytes is the read-ahead bound: MaxBatchBytes, at most
+// readAheadBytesMax.
+func (r *reader) readAheadBytes() int { return min(r.cfg.MaxBatchBytes, readAheadBytesMax) }
 
 // reserve waits until it fits the read-ahead byte bound (or the queue is
 // empty) and counts it as queued; false when ctx is done.
@@ -528,7 +563,7 @@ func (r *reader) reserve(ctx context.Context, it item) bool {
 	n := itemBytes(it)
 	for {
 		r.mu.Lock()
-		if r.queued == 0 || r.queued+n <= r.cfg.MaxBatchBytes {
+		if r.queued == 0 || r.queued+n <= r.readAheadBytes() {
 			r.queued += n
 			r.mu.Unlock()
 			return true
@@ -614,6 +649,7 @@ type pollFeed struct {
 	a    *Applier
 	src  PollSource
 	held *item
+	dec  envelope.Decoder
 }
 
 func (f *pollFeed) one(ctx context.Context) item {
@@ -639,16 +675,20 @@ func (f *pollFeed) ready() (item, bool) {
 	if !ok {
 		return item{}, false
 	}
-	u, err := f.a.decode(offset, payload)
+	u, err := f.a.decode(&f.dec, offset, payload)
 	return item{u: u, err: err}, true
 }
 
 func (f *pollFeed) unread(it item) { f.held = &it }
 
-// decode verifies and decodes one transport entry.
-func (a *Applier) decode(offset uint64, payload []byte) (*unit, error) {
+// decode verifies and decodes one transport entry with dec, the decoding
+// goroutine's own Decoder. The unit owns its copy of the payload: the
+// envelope's values alias it, and its relations are shared with the
+// envelopes dec decoded before (read-only, as everything in apply treats
+// a decoded envelope).
+func (a *Applier) decode(dec *envelope.Decoder, offset uint64, payload []byte) (*unit, error) {
 	payload = bytes.Clone(payload)
-	env, err := envelope.Decode(payload)
+	env, err := dec.Decode(payload)
 	if err != nil {
 		return nil, fmt.Errorf("apply: flow %q (source %q): entry at log offset %d is not a valid envelope; "+
 			"the transport copy is damaged and applying past it would leave a gap (restore the log from a backup, or %s): %w",
@@ -666,7 +706,9 @@ func (a *Applier) decode(offset uint64, payload []byte) (*unit, error) {
 		return nil, fmt.Errorf("%w (flow %q, log offset %d, commit LSN %s, partition %d)",
 			ErrPartitioned, a.cfg.Flow, offset, envelope.FormatLSN(env.CommitLsn), b.Partition)
 	}
-	return &unit{offset: offset, payload: payload, env: env}, nil
+	u := &unit{offset: offset, payload: payload, env: env}
+	u.bytes = unitBytes(u)
+	return u, nil
 }
 
 // nextBatch returns the next batch: one snapshot unit, the first chunk of a

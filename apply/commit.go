@@ -75,6 +75,9 @@ func (a *Applier) commit(ctx context.Context, tx TargetTx, c txnCommit, cur Curs
 		err = tx.SetCheckpoint(ctx, c.checkpoint)
 	}
 	for _, u := range c.applied {
+		if len(a.openQuar) == 0 {
+			break // no key to build
+		}
 		if id, ok := a.openQuar[u.key()]; ok && err == nil {
 			err = tx.MarkReplayed(ctx, id)
 		}
@@ -120,7 +123,9 @@ func (a *Applier) commit(ctx context.Context, tx TargetTx, c txnCommit, cur Curs
 	}
 	var times []int64
 	for _, u := range c.applied {
-		delete(a.openQuar, u.key())
+		if len(a.openQuar) > 0 {
+			delete(a.openQuar, u.key())
+		}
 		if k := u.kind(); a.cfg.Applied != nil && (k == pb.UnitKind_UNIT_KIND_TRANSACTION || k == pb.UnitKind_UNIT_KIND_CHUNK) {
 			times = append(times, u.env.CommitTimeUnixMicros)
 		}

@@ -74,8 +74,10 @@ func (t *pgTarget) targetTypes(ctx context.Context, p *relPlan) ([]string, error
 }
 
 // textArray is one column of a set-based statement: text values, NULL kept.
-func textArray(vals []*pb.Value) []pgtype.Text {
-	out := make([]pgtype.Text, len(vals))
+// A FlatArray is encoded by pgx directly; a plain slice goes through its
+// reflection-based slice wrapper.
+func textArray(vals []*pb.Value) pgtype.FlatArray[pgtype.Text] {
+	out := make(pgtype.FlatArray[pgtype.Text], len(vals))
 	for i, v := range vals {
 		if v.GetKind() == pb.ValueKind_VALUE_KIND_TEXT {
 			out[i] = pgtype.Text{String: string(v.Data), Valid: true}

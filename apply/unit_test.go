@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -323,5 +324,74 @@ func TestReadAheadBytes(t *testing.T) {
 	defer mu.Unlock()
 	if len(violations) > 0 {
 		t.Fatalf("read-ahead passed MaxBatchBytes (%d): %s", budget, strings.Join(violations, "; "))
+	}
+}
+
+// TestReadAheadDecodedBytes: the read-ahead bound counts what the queued
+// units hold decoded, not their wire size. Narrow rows decode to many
+// times their envelope bytes; with MaxBatchBytes at its maximum (1 GiB)
+// the reader must still hold at most readAheadBytesMax of them.
+func TestReadAheadDecodedBytes(t *testing.T) {
+	r := relation("public", "t", 'd', "id*", "v")
+	var payloads [][]byte
+	var decoded []int // a lower bound of each unit's decoded memory
+	for i := 1; i <= 40; i++ {
+		x := newTxn(uint64(i * 10000))
+		for j := 0; j < 2000; j++ {
+			x.insert(r, tv(fmt.Sprint(j)), tv("x"))
+		}
+		p := x.encode(t)
+		payloads = append(payloads, p)
+		decoded = append(decoded, len(p)+2000*int(unsafe.Sizeof(pb.Row{}))+4000*int(unsafe.Sizeof(pb.Value{})))
+	}
+	a, err := New(nil, Config{Flow: "f", SourceID: testSource, MaxBatchTxns: 1000, MaxBatchBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	consumed := 0
+	var violations []string
+	fetched := make(chan int, len(payloads))
+	src := &hookSource{memSource: memSource{payloads: payloads, block: true}, before: func(i int) error {
+		fetched <- i
+		mu.Lock()
+		defer mu.Unlock()
+		queued := 0
+		for _, n := range decoded[min(consumed, i):i] {
+			queued += n
+		}
+		if queued > readAheadBytesMax {
+			violations = append(violations, fmt.Sprintf("fetching entry %d with entries %d..%d (at least %d bytes decoded) not yet taken", i, consumed, i-1, queued))
+		}
+		return nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rd := a.startReader(ctx, src)
+	// Let the reader run ahead before taking anything: within the bound
+	// it stops after about a dozen of these units; past it, it reaches
+	// the twentieth (and the hook records the violation).
+	wait := time.NewTimer(2 * time.Second)
+	defer wait.Stop()
+	for ahead := true; ahead; {
+		select {
+		case i := <-fetched:
+			ahead = i < 20
+		case <-wait.C:
+			ahead = false
+		}
+	}
+	for n := range payloads {
+		mu.Lock()
+		consumed = n + 1
+		mu.Unlock()
+		if it := rd.one(ctx); it.err != nil {
+			t.Fatal(it.err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(violations) > 0 {
+		t.Fatalf("read-ahead passed %d decoded bytes: %s", readAheadBytesMax, strings.Join(violations, "; "))
 	}
 }

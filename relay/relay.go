@@ -265,6 +265,8 @@ func (s *Session) Run(ctx context.Context) error {
 	}
 	s.log.Info("relay streaming", "slot", s.cfg.Slot, "from", start.String(), "proto_version", s.cfg.ProtocolVersion, "streaming", s.cfg.Streaming)
 	next := time.Now().Add(s.cfg.StatusInterval)
+	rd := newReadDeadline(ctx, s.conn)
+	defer rd.close()
 	for {
 		if s.cfg.Stop != nil && s.cfg.Stop() {
 			if err := s.flush(ctx); err != nil {
@@ -289,9 +291,7 @@ func (s *Session) Run(ctx context.Context) error {
 			// nothing more for us right now, publish them.
 			deadline = time.Now().Add(time.Millisecond)
 		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		raw, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		raw, err := rd.receive(ctx, deadline)
 		if err != nil {
 			if ctx.Err() != nil {
 				_ = s.sendStatus(context.Background(), false)

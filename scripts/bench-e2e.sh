@@ -4,12 +4,18 @@
 # round), every run printed with the range and the per-pair ratio:
 #   1. catch-up of a pgbench TPC-B backlog (BenchmarkApplyVsNativeReplication)
 #   2. commit-to-apply p50/p99 under a steady source rate (BenchmarkSteadyLatency)
+# Every catch-up run also reports the CPU seconds it cost per 100k
+# transactions (source cluster, target cluster, trellara process), which a
+# loaded machine distorts far less than the wall-clock rate.
 # Sizes (environment, defaults are the published configuration):
 #   TRELLARA_BENCH_TXNS=100000   backlog transactions
 #   TRELLARA_BENCH_SCALE=10      pgbench scale (100,000 accounts per unit)
 #   TRELLARA_BENCH_ROUNDS=1      ABBA rounds (4 runs each)
 #   TRELLARA_BENCH_RATE=500      steady-rate txn/s
 #   TRELLARA_BENCH_SECONDS=30    steady-rate duration per run
+#   TRELLARA_BENCH_PERF=<dir>    record a perf profile (and the output) of each
+#                                trellara catch-up run into <dir>; build with
+#                                symbols (go build -o <bin> ./cmd/trellara)
 # Method: docs/EVIDENCE.md ("Method"). Needs bin/trellara (make build).
 set -euo pipefail
 cd "$(dirname "$0")/.."

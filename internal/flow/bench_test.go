@@ -482,15 +482,24 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 	txns = txns / 4 * 4
 
 	var res abbaResult
+	var cpus cpuResult
 	b.ResetTimer()
 	for i, isTrellara := range order {
 		var secs float64
 		var name, detail string
+		var cpu cpuRun
 		if isTrellara {
 			name = "trellara"
 			tt := trels[i]
 			conn := tt.c.Connect(ctx)
 			cmd := exec.Command(bin, "run", "--config", tt.cfg, "--local")
+			if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
+				// A CPU profile of the trellara process (perf record with
+				// call graphs; its CPU then includes perf's own).
+				cmd = exec.Command("perf", "record", "-g", "-q", "-o", filepath.Join(dir, fmt.Sprintf("trellara-run%d.data", i+1)),
+					"--", bin, "run", "--config", tt.cfg, "--local")
+			}
+			src0, tgt0 := clusterCPU(b, src), clusterCPU(b, tt.c)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			t0 := time.Now()
@@ -504,25 +513,35 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 			if err := <-exited; err != nil {
 				b.Fatalf("trellara run --local: %v\n%s", err, out.String())
 			}
+			if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("trellara-run%d.log", i+1)), out.Bytes(), 0o644)
+			}
 			detail = fmt.Sprintf("process exited after %.2fs", time.Since(t0).Seconds())
+			ps := cmd.ProcessState
+			cpu = cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, tt.c) - tgt0,
+				trellara: (ps.UserTime() + ps.SystemTime()).Seconds()}
 			sameBalances(b, src, tt.c, "trellara run "+strconv.Itoa(i+1))
 		} else {
 			name = "native"
 			nt := natives[i]
 			conn := nt.c.Connect(ctx)
+			src0, tgt0 := clusterCPU(b, src), clusterCPU(b, nt.c)
 			t0 := time.Now()
 			nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s ENABLE`, nt.sub))
 			waitMarker(b, conn, 1, "native target")
 			secs = time.Since(t0).Seconds()
+			cpu = cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, nt.c) - tgt0}
 			nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s DISABLE`, nt.sub))
 			detail = "subscription synchronous_commit off (default)"
 			sameBalances(b, src, nt.c, "native run "+strconv.Itoa(i+1))
 		}
 		res.add(isTrellara, secs)
-		b.Logf("run %d %-8s %6.2fs %8.0f txn/s (%s)", i+1, name, secs, float64(txns)/secs, detail)
+		cpus.add(isTrellara, cpu)
+		b.Logf("run %d %-8s %6.2fs %8.0f txn/s (%s; %s)", i+1, name, secs, float64(txns)/secs, detail, cpu.format(txns))
 	}
 	b.StopTimer()
 	res.report(b, "native", "trellara", txns)
+	cpus.report(b, "native", "trellara", txns)
 }
 
 // BenchmarkSteadyLatency measures commit-to-apply latency under a steady
