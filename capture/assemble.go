@@ -64,9 +64,10 @@ type AssemblerOptions struct {
 	PlanCommand, Resnapshot string
 	// NewTable, when set, reads the source catalog about a table the flow
 	// does not know that the policy admits (add_table). Capture adds the
-	// table only when it was created in the transaction that first writes
-	// it in the stream; otherwise rows may predate the stream and the
-	// change blocks.
+	// table when it was created in the transaction that first writes it in
+	// the stream, or earlier when the catalog proves the stream carried
+	// every row it ever held (NewTableFacts.EarlierCarried); otherwise rows
+	// may predate the stream and the change blocks.
 	NewTable func(oid uint32, live schemachange.Shape) (NewTableFacts, error)
 	// Accepted reports whether a reseed of relation has taken over its
 	// blocked change (ReseedKind): capture then goes on under the new
@@ -510,6 +511,12 @@ type NewTableFacts struct {
 	// CreatedXid is the transaction that created the table; 0 when the
 	// table is gone.
 	CreatedXid uint32
+	// EarlierCarried: the source catalog proves the stream carries every
+	// row the table ever held even when CreatedXid is an earlier
+	// transaction than the one that first writes it (docs/SCHEMA.md,
+	// "add_table"). When false, NotCarried says which condition failed.
+	EarlierCarried bool
+	NotCarried     string
 	// Definition is the table's definition for the target (the add_table
 	// DDLEvent's detail).
 	Definition string
@@ -526,10 +533,11 @@ type NewTableFacts struct {
 const AddTableKind = envelope.AddTableKind
 
 // newTable classifies a relation the flow does not know. An admitted table
-// created in the transaction that first writes it carries an add_table
-// barrier: every row it ever held is then in the stream, and its pin is
-// taken once the barrier is durable (MovePins). Anything else blocks with
-// the plan.
+// created in the transaction that first writes it, or earlier where the
+// catalog proves the stream carried it whole (EarlierCarried), carries an
+// add_table barrier: every row it ever held is then in the stream, and its
+// pin is taken once the barrier is durable (MovePins). Anything else
+// blocks with the plan.
 func (a *Assembler) newTable(st *relState) error {
 	live, err := a.shapeOf(a.opts.Pins.(ShapePins), st.name, st.rel, true)
 	if err != nil {
@@ -552,10 +560,9 @@ func (a *Assembler) newTable(st *relState) error {
 		switch {
 		case facts.CreatedXid == 0:
 			refused = "the table is gone from the source catalog, so its definition cannot be read"
-		case facts.CreatedXid != xid:
-			refused = fmt.Sprintf("the table was created by xid %d, not by xid %d that first wrote it in the stream "+
-				"(created on its own, in a subtransaction, moved into the schema, or its schema joined the publication later), "+
-				"so it may hold rows the stream never carried", facts.CreatedXid, xid)
+		case facts.CreatedXid != xid && !facts.EarlierCarried:
+			refused = fmt.Sprintf("the table was created by xid %d, not by xid %d that first wrote it in the stream, and %s, "+
+				"so it may hold rows the stream never carried", facts.CreatedXid, xid, facts.NotCarried)
 		case facts.Refused != "":
 			refused = facts.Refused
 		case facts.Definition == "":

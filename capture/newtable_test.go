@@ -15,9 +15,11 @@ var newRel = &pgoutput.Relation{RelationID: 16500, Namespace: "app", Name: "new_
 
 // A table the flow does not know: admitted and created in the transaction
 // that first writes it, it carries an add_table barrier with the source's
-// definition and is pinned only once that unit is durable; created in an
-// earlier transaction (rows may predate the stream), or not admitted, it
-// blocks at the commit's real LSN with the plan.
+// definition and is pinned only once that unit is durable, as is one
+// created earlier that the catalog proves the stream carried whole;
+// created earlier without that proof (rows may predate the stream), or not
+// admitted, it blocks at the commit's real LSN with the plan, naming the
+// condition that failed.
 func TestNewTableBarrierOrBlock(t *testing.T) {
 	if AddTableKind != string(schemachange.AddTable) {
 		t.Fatalf("the envelope's add_table kind %q is not schemachange's %q", AddTableKind, schemachange.AddTable)
@@ -26,11 +28,14 @@ func TestNewTableBarrierOrBlock(t *testing.T) {
 		name    string
 		admit   bool
 		created uint32
+		carried bool // the catalog proves the stream carried an earlier-created table whole
 		barrier bool
 	}{
-		{"admitted, created in the same transaction", true, 7, true},
-		{"admitted, created earlier", true, 6, false},
-		{"default policy", false, 7, false},
+		{"admitted, created in the same transaction", true, 7, false, true},
+		{"admitted, created earlier", true, 6, false, false},
+		{"admitted, created earlier, carried whole", true, 6, true, true},
+		{"default policy", false, 7, false, false},
+		{"default policy, carried whole", false, 6, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pins, err := OpenPins(t.TempDir() + "/pins.json")
@@ -47,7 +52,8 @@ func TestNewTableBarrierOrBlock(t *testing.T) {
 					if oid != 16500 || live.Relation != "app.new_t" || len(live.Columns) != 2 {
 						t.Errorf("asked about oid %d, %+v", oid, live)
 					}
-					return NewTableFacts{CreatedXid: tc.created, Definition: `{"Schema":"app","Name":"new_t"}`}, nil
+					return NewTableFacts{CreatedXid: tc.created, EarlierCarried: tc.carried, NotCarried: "condition (x) failed",
+						Definition: `{"Schema":"app","Name":"new_t"}`}, nil
 				}}
 			var c captured
 			a := NewAssembler(opts, c.emit)
@@ -62,6 +68,9 @@ func TestNewTableBarrierOrBlock(t *testing.T) {
 				if !errors.As(err, &d) || d.LSN != 0x30 || d.Xid != 7 || d.Plan == nil || d.Plan.Kinds() != "add_table" ||
 					!strings.Contains(err.Error(), "LSN 0/30") || !strings.Contains(err.Error(), "trellara run --config f.yml --cleanup") {
 					t.Fatalf("want a blocked add_table at 0/30 with the plan, got %v", err)
+				}
+				if why := d.Plan.Changes[0].Classification.Why; tc.admit && !strings.Contains(why, "condition (x) failed") {
+					t.Fatalf("the plan does not name the failed condition: %q", why)
 				}
 				if _, ok := pins.Pinned("app.new_t"); ok {
 					t.Fatal("a blocked table was pinned")

@@ -18,6 +18,9 @@
 //     their plans (schema.go; `trellara schema ddl-plan` shows them).
 //   - snapshot.done: the slot's consistent point, written once the initial
 //     snapshot is whole in the log; without it an owned slot is refused.
+//   - stream-horizon: a whole-schema flow's stream horizon, the xmax
+//     (xid8) of its initial snapshot (schemas.go): a table created at or
+//     after it may join through an add_table barrier.
 //   - acks: the highest position acknowledged to the source with no logged
 //     unit ending there, X/X (capture.FileAcks; it migrates the older
 //     idle-ack and extension-progress files on open).
@@ -423,6 +426,10 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		snapConn, err := f.ConnectSource(ctx)
 		if err != nil {
 			return err
+		}
+		if err := f.recordStreamHorizon(ctx, snapConn, created.SnapshotName); err != nil {
+			snapConn.Close(context.Background())
+			return fmt.Errorf("%w; recover: %s, then run again", err, cleanup)
 		}
 		err = relay.Snapshot(ctx, snapConn, tr, relay.SnapshotOptions{
 			SourceID: src.ID, Tables: f.Tables(), SnapshotName: created.SnapshotName,

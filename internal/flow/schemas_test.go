@@ -68,7 +68,10 @@ func (f *schemaFlow) verifiedTables() (string, []string) {
 // barrier — created in the same target transaction as its first rows (a
 // reader polling the target never sees it without them, and the table's
 // catalog row and its first row carry the same target xid) — and verify
-// covers it and reports CONVERGED.
+// covers it and reports CONVERGED. A table created in a transaction of its
+// own and written by later ones (app.later) joins as well: it was created
+// after the flow's stream horizon, untouched since, in a schema published
+// before.
 func TestSchemasCaptureAddsANewTable(t *testing.T) {
 	pgtest.Require(t)
 	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
@@ -132,6 +135,20 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 					exec(`UPDATE app.new_t SET v = 'updated' WHERE id = $1`, i-3)
 				}
 			}
+			if i == 150 {
+				// The usual migration: the table is created on its own,
+				// and later transactions write it.
+				exec(`CREATE TABLE app.later (id int PRIMARY KEY, v text)`)
+			}
+			if i > 160 {
+				exec(`INSERT INTO app.later VALUES ($1, 'l')`, i)
+				if i%5 == 0 {
+					exec(`UPDATE app.later SET v = 'updated' WHERE id = $1`, i-2)
+				}
+				if i%11 == 0 {
+					exec(`DELETE FROM app.later WHERE id = $1`, i-4)
+				}
+			}
 		}
 	}()
 	for i := 0; i < 3; i++ {
@@ -172,11 +189,15 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 	if rows != firstRows+179 {
 		t.Fatalf("target app.new_t holds %d rows, want %d", rows, firstRows+179)
 	}
-	if v, ts := f.verifiedTables(); v != "CONVERGED" || strings.Join(ts, ",") != "app.a,app.b,app.new_t" {
-		t.Fatalf("verify after the new table: %s over %v, want CONVERGED over app.a, app.b and app.new_t", v, ts)
+	var later int
+	if err := tc.QueryRow(context.Background(), `SELECT count(*) FROM app.later`).Scan(&later); err != nil || later == 0 {
+		t.Fatalf("target app.later holds %d rows (%v): the table created before its first write did not join", later, err)
 	}
-	if out, code := f.run("status"); code != 0 || !strings.Contains(out, "app.new_t") {
-		t.Fatalf("status does not list the new table: exit %d\n%s", code, out)
+	if v, ts := f.verifiedTables(); v != "CONVERGED" || strings.Join(ts, ",") != "app.a,app.b,app.later,app.new_t" {
+		t.Fatalf("verify after the new tables: %s over %v, want CONVERGED over app.a, app.b, app.later and app.new_t", v, ts)
+	}
+	if out, code := f.run("status"); code != 0 || !strings.Contains(out, "app.new_t") || !strings.Contains(out, "app.later") {
+		t.Fatalf("status does not list the new tables: exit %d\n%s", code, out)
 	}
 	t.Logf("%d target observations", observations.Load())
 }
@@ -184,30 +205,67 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 // Under the default policy (block) a table created in a captured schema
 // stops capture at the transaction that first writes it, at its real
 // commit LSN, with the plan; the snapshot's tables keep what came before.
-// A table moved into the schema (its rows predate the stream) and a table
-// without a replica identity block even under allow_compatible.
+// Under allow_compatible a table whose rows may predate the stream blocks
+// too, the plan naming the condition that failed: created before the
+// flow's stream horizon (a), moved into the schema later (b) or by the
+// transaction that created it, in a schema added to the publication after
+// it was created and written (c); and so does a table without a replica
+// identity.
 func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
 	pgtest.Require(t)
 	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
 	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
 	src.Exec(t, `CREATE SCHEMA app`, `CREATE TABLE app.a (id int PRIMARY KEY, v text)`, `INSERT INTO app.a VALUES (1, 'a')`)
 	for _, tc := range []struct {
-		policy, setup, write, table, why string
+		policy string
+		// before runs on the source before the flow's first run; with
+		// addSchema the config then captures that schema too.
+		before            []string
+		addSchema         string
+		setup             []string // each statement its own transaction
+		write, table, why string
 	}{
 		// Created in the transaction that writes it: only the policy blocks it.
-		{"block", `SELECT 1`, `CREATE TABLE app.new_t (id int PRIMARY KEY); INSERT INTO app.new_t VALUES (1)`, "app.new_t", "does not admit it"},
-		{"allow_compatible", `CREATE TABLE public.moved (id int PRIMARY KEY); INSERT INTO public.moved VALUES (-1); ALTER TABLE public.moved SET SCHEMA app`,
-			`INSERT INTO app.moved VALUES (1)`, "app.moved", "may hold rows the stream never carried"},
+		{"block", nil, "", nil, `CREATE TABLE app.new_t (id int PRIMARY KEY); INSERT INTO app.new_t VALUES (1)`, "app.new_t", "does not admit it"},
+		// (b): created, written, then moved in by later transactions.
+		{"allow_compatible", nil, "", []string{`CREATE TABLE public.moved (id int PRIMARY KEY)`, `INSERT INTO public.moved VALUES (-1)`,
+			`ALTER TABLE public.moved SET SCHEMA app`},
+			`INSERT INTO app.moved VALUES (1)`, "app.moved", "(b) its pg_class row was rewritten after its creation"},
+		// Moved in by the transaction that created and wrote it.
+		{"allow_compatible", nil, "", []string{`CREATE TABLE public.moved1 (id int PRIMARY KEY); INSERT INTO public.moved1 VALUES (-1); ALTER TABLE public.moved1 SET SCHEMA app`},
+			`INSERT INTO app.moved1 VALUES (1)`, "app.moved1", "moved into its schema or renamed by the transaction that created it"},
+		// (c): the schema left the publication and came back after the
+		// table was created and written.
+		{"allow_compatible", nil, "", []string{`ALTER PUBLICATION trellara_ddl DROP TABLES IN SCHEMA app`, `CREATE TABLE app.late (id int PRIMARY KEY)`,
+			`INSERT INTO app.late VALUES (-1)`, `ALTER PUBLICATION trellara_ddl ADD TABLES IN SCHEMA app`},
+			`INSERT INTO app.late VALUES (1)`, "app.late", "(c) its schema joined the publication"},
+		// (a): created and written before the flow's snapshot, in a schema
+		// published since but captured only from later on.
+		{"allow_compatible", []string{`CREATE SCHEMA app2`, `CREATE PUBLICATION trellara_ddl FOR TABLES IN SCHEMA app, app2`,
+			`CREATE TABLE app2.old (id int PRIMARY KEY)`, `INSERT INTO app2.old VALUES (-1)`}, "app2", nil,
+			`INSERT INTO app2.old VALUES (1)`, "app2.old", "(a) it was created before the flow's stream horizon"},
 		// Keyless: the identity gate refuses it, as at the snapshot.
-		{"allow_compatible", `SELECT 1`, `CREATE TABLE app.nokey (v text); INSERT INTO app.nokey VALUES ('x')`, "app.nokey",
+		{"allow_compatible", nil, "", nil, `CREATE TABLE app.nokey (v text); INSERT INTO app.nokey VALUES ('x')`, "app.nokey",
 			"has no primary key and no replica identity"},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
 			src.Exec(t, `DELETE FROM app.a WHERE id > 1`)
 			dst.Exec(t, `DROP SCHEMA IF EXISTS app CASCADE`, `DROP SCHEMA IF EXISTS trellara CASCADE`)
 			f := newSchemasFlow(t, src, dst, tc.policy)
+			src.Exec(t, tc.before...)
 			f.mustConverge("first run")
-			src.Exec(t, `INSERT INTO app.a VALUES (2, 'before')`, tc.setup)
+			if tc.addSchema != "" {
+				b, err := os.ReadFile(f.cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := strings.Replace(string(b), "  schemas: [app]\n", "  schemas: [app, "+tc.addSchema+"]\n", 1)
+				if err := os.WriteFile(f.cfg, []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src.Exec(t, `INSERT INTO app.a VALUES (2, 'before')`)
+			src.Exec(t, tc.setup...)
 			before := walLSN(t, src)
 			src.Exec(t, tc.write)
 			after := walLSN(t, src)
@@ -244,6 +302,9 @@ func TestSchemasDefaultPolicyBlocksANewTable(t *testing.T) {
 				t.Fatalf("cleanup: exit %d\n%s", code, out)
 			}
 			src.Exec(t, `DROP TABLE `+tc.table)
+			if tc.addSchema != "" {
+				src.Exec(t, `DROP SCHEMA `+tc.addSchema)
+			}
 		})
 	}
 }
