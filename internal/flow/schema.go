@@ -83,6 +83,12 @@ func (f *Flow) SchemaPolicy(relation string) schemachange.Policy {
 			p.Configured = true
 		}
 	}
+	if a, b := f.semanticsTables(); f.Cfg.Environment != config.Production && (relation == a.String() || relation == b.String()) {
+		// `trellara semantics` adds its two probe tables to the
+		// publication (never in production): they are the flow's while
+		// it runs, not tables new to it.
+		p.Configured = true
+	}
 	for _, r := range f.Cfg.Schema.Renames {
 		if r.Table.String() == relation {
 			p.Renames = append(p.Renames, schemachange.ColumnRename{From: r.From, To: r.To})
