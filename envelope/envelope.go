@@ -54,7 +54,7 @@ func AppendEncode(dst []byte, e *pb.Envelope) ([]byte, error) {
 	}
 	e.Checksum = 0 // proto3 omits a zero scalar: the prefix holds fields 1–12 only
 	start := len(dst)
-	out, err := marshalOpts.MarshalAppend(dst, e)
+	out, err := appendEnvelopeProto(dst, e)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: encode (source %q, commit LSN %s): %w",
 			e.GetSourceId(), FormatLSN(e.GetCommitLsn()), err)
