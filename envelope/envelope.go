@@ -44,7 +44,7 @@ var marshalOpts = proto.MarshalOptions{Deterministic: true}
 // Encode validates e, computes its checksum and returns its wire form. On
 // success e.Checksum holds the checksum that was written.
 func Encode(e *pb.Envelope) ([]byte, error) {
-	return AppendEncode(nil, e)
+	return encodeExact(e)
 }
 
 // AppendEncode is Encode appending to dst, so hot paths can reuse buffers.
