@@ -1109,7 +1109,7 @@ func (t *txnBuf) startSpill(a *Assembler) error {
 
 func (t *txnBuf) writeSpill(subxid uint32, row *pb.Row) error {
 	var err error
-	t.buf, err = proto.MarshalOptions{}.MarshalAppend(t.buf[:0], row)
+	t.buf, err = envelope.AppendRow(t.buf[:0], row)
 	if err != nil {
 		return fmt.Errorf("relay: spill xid %d: %w", t.xid, err)
 	}

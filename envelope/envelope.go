@@ -49,7 +49,7 @@ var marshalOpts = proto.MarshalOptions{Deterministic: true}
 // Encode validates e, computes its checksum and returns its wire form. On
 // success e.Checksum holds the checksum that was written.
 func Encode(e *pb.Envelope) ([]byte, error) {
-	return AppendEncode(nil, e)
+	return encodeExact(e)
 }
 
 // AppendEncode is Encode appending to dst, so hot paths can reuse buffers.
@@ -59,7 +59,7 @@ func AppendEncode(dst []byte, e *pb.Envelope) ([]byte, error) {
 	}
 	e.Checksum = 0 // proto3 omits a zero scalar: the prefix holds fields 1–12 only
 	start := len(dst)
-	out, err := marshalOpts.MarshalAppend(dst, e)
+	out, err := appendEnvelopeProto(dst, e)
 	if err != nil {
 		return nil, fmt.Errorf("envelope: encode (source %q, commit LSN %s): %w",
 			e.GetSourceId(), FormatLSN(e.GetCommitLsn()), err)
