@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -380,37 +379,6 @@ func TestFastEncoderLengthBoundaries(t *testing.T) {
 		}, Relations: []*pb.Relation{{Name: string(data)}, {Columns: []*pb.RelationColumn{{Name: string(data), TypeModifier: -1}}}}}
 		sameAsProto(t, "row of "+strconv.Itoa(n)+" bytes", e)
 	}
-}
-
-// tpcbEnvelope is one transaction of the sidecar and relay benchmarks
-// (internal/pgtest.TPCBSchema): three balance updates and a history
-// insert, with the metadata of all four relations.
-func tpcbEnvelope() *pb.Envelope {
-	col := func(name string, oid uint32, key bool) *pb.RelationColumn {
-		return &pb.RelationColumn{Name: name, TypeOid: oid, TypeModifier: -1, Key: key}
-	}
-	balance := func(name string, oid uint32) *pb.Relation {
-		return &pb.Relation{Oid: oid, Schema: "public", Name: name, ReplicaIdentity: 'd',
-			Columns: []*pb.RelationColumn{col("id", 23, true), col("balance", 20, false), col("filler", 25, false)}}
-	}
-	rels := []*pb.Relation{balance("accounts", 16390), balance("tellers", 16397), balance("branches", 16404),
-		{Oid: 16412, Schema: "public", Name: "history", ReplicaIdentity: 'd', Columns: []*pb.RelationColumn{
-			col("id", 20, true), col("aid", 23, false), col("tid", 23, false), col("bid", 23, false),
-			col("delta", 23, false), col("mtime", 1184, false), col("filler", 25, false)}}}
-	upd := func(seq uint64, rel uint32, id, bal string, filler byte) *pb.Row {
-		return &pb.Row{Seq: seq, Op: pb.Op_OP_UPDATE, RelationIndex: rel,
-			NewTuple: []*pb.Value{text(id), text(bal), text(strings.Repeat(string(filler), 80))}}
-	}
-	e := &pb.Envelope{SourceId: "bench", Xid: 123456, CommitLsn: 0x3A000128, EndLsn: 0x3A000158,
-		CommitTimeUnixMicros: 1_764_547_200_000_000,
-		Boundary:             &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_TRANSACTION, TotalRows: 4},
-		Relations:            rels,
-		Rows: []*pb.Row{upd(0, 0, "48213", "-1523", 'a'), upd(1, 1, "57", "20811", 't'), upd(2, 2, "4", "-90233", 'b'),
-			{Seq: 3, Op: pb.Op_OP_INSERT, RelationIndex: 3, NewTuple: []*pb.Value{text("77131"), text("48213"), text("57"),
-				text("4"), text("-2044"), text("2026-12-01 10:47:27.123456+00"), {Kind: pb.ValueKind_VALUE_KIND_NULL}}}},
-	}
-	envelope.Seal(e)
-	return e
 }
 
 // BenchmarkEncodeTPCB is one TPC-B transaction the way capture publishes
