@@ -30,11 +30,11 @@ import (
 // reaches it before its DDL; after a rename it refuses a row under the old
 // name.
 //
-// Not modelled: add_table (capture never classifies it: whole-schema
-// capture is not built, and a table outside the publication is never
-// sent) and drop_or_rename_table (a table rename is seen only within one
-// replication session, and its recovery is the full re-snapshot, not a
-// reseed of the old name).
+// Not modelled: add_table (whole-schema capture decides it from source
+// catalog facts the simulated source does not have: the flow's stream
+// horizon and the table's creating transaction; covered against real
+// servers in internal/flow) and drop_or_rename_table (its recovery is the
+// full re-snapshot, not a reseed of the old name).
 
 // changeSpec is one schema change of accounts.
 type changeSpec struct {
