@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -108,11 +109,20 @@ func parseArgs(args []string, stdout, stderr io.Writer) (f flags, url string, do
 		}
 		return nil
 	})
-	if err := a.Run(append([]string{a.Name}, interspersed(a.Flags, args)...)); err != nil {
+	parseMu.Lock()
+	err = a.Run(append([]string{a.Name}, interspersed(a.Flags, args)...))
+	parseMu.Unlock()
+	if err != nil {
 		return f, "", false, err
 	}
 	return f, url, !parsed, nil
 }
+
+// parseMu serialises parseArgs: every urfave/cli App applies the
+// package's global help flag (cli.HelpFlag) to its flag set, a write the
+// race detector sees when two parses run at once (the tests run checks in
+// parallel; the command parses once).
+var parseMu sync.Mutex
 
 // interspersed moves positional arguments after the flags (behind "--"), so
 // POSTGRES_URL may stand anywhere: Go's flag package, under urfave/cli,
