@@ -81,6 +81,34 @@ func (f *schemaFlow) mustConverge(what string) {
 	}
 }
 
+// targetReader polls the target in a loop until ctx ends: each check reads
+// one snapshot (ok false: nothing to observe yet, e.g. the table is locked
+// by a barrier) and returns what it saw wrong, "" for nothing. The test
+// reads the observation count and the last violation after wg.Wait.
+type targetReader struct {
+	observations atomic.Int64
+	violation    atomic.Value
+}
+
+func (r *targetReader) start(ctx context.Context, wg *sync.WaitGroup, dst *pgtest.Cluster, check func(*pgx.Conn) (bad string, ok bool)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn := dst.Connect(context.Background())
+		defer conn.Close(context.Background())
+		for ctx.Err() == nil {
+			bad, ok := check(conn)
+			if !ok {
+				continue
+			}
+			r.observations.Add(1)
+			if bad != "" {
+				r.violation.Store(bad)
+			}
+		}
+	}()
+}
+
 func walLSN(t *testing.T, c *pgtest.Cluster) uint64 {
 	t.Helper()
 	ctx := context.Background()
@@ -114,31 +142,24 @@ func TestAddNullableColumnFlowsThroughBarrier(t *testing.T) {
 	defer cancel()
 	const firstNew = 1000 // the first row written under the new shape
 	var (
-		wg           sync.WaitGroup
-		observations atomic.Int64
-		violation    atomic.Value
-		werr         error
+		wg     sync.WaitGroup
+		reader targetReader
+		werr   error
 	)
-	wg.Add(1)
-	go func() { // the target reader
-		defer wg.Done()
-		conn := dst.Connect(context.Background())
-		defer conn.Close(context.Background())
-		for ctx.Err() == nil {
-			var col, newRows int
-			// One statement, one snapshot: the catalog and the rows.
-			err := conn.QueryRow(context.Background(), `SELECT
-				(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('public.orders') AND attname = 'note' AND NOT attisdropped),
-				(SELECT count(*) FROM orders WHERE id >= $1)`, firstNew).Scan(&col, &newRows)
-			if err != nil {
-				continue // the table may be locked by the barrier; try again
-			}
-			observations.Add(1)
-			if (col == 1) != (newRows > 0) {
-				violation.Store(fmt.Sprintf("column present %v with %d rows of the new shape", col == 1, newRows))
-			}
+	reader.start(ctx, &wg, dst, func(conn *pgx.Conn) (string, bool) {
+		var col, newRows int
+		// One statement, one snapshot: the catalog and the rows.
+		err := conn.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('public.orders') AND attname = 'note' AND NOT attisdropped),
+			(SELECT count(*) FROM orders WHERE id >= $1)`, firstNew).Scan(&col, &newRows)
+		if err != nil {
+			return "", false // the table may be locked by the barrier; try again
 		}
-	}()
+		if (col == 1) != (newRows > 0) {
+			return fmt.Sprintf("column present %v with %d rows of the new shape", col == 1, newRows), true
+		}
+		return "", true
+	})
 	wg.Add(1)
 	go func() { // the source workload: before, the change, after
 		defer wg.Done()
@@ -175,10 +196,10 @@ func TestAddNullableColumnFlowsThroughBarrier(t *testing.T) {
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	if v := violation.Load(); v != nil {
+	if v := reader.violation.Load(); v != nil {
 		t.Fatalf("a target reader saw a half-applied DDL barrier: %v", v)
 	}
-	if observations.Load() == 0 {
+	if reader.observations.Load() == 0 {
 		t.Fatal("the target reader made no observation")
 	}
 	tc := dst.Connect(context.Background())
@@ -194,7 +215,7 @@ func TestAddNullableColumnFlowsThroughBarrier(t *testing.T) {
 		t.Fatalf("ddl-plan after a compatible change: exit %d\n%s", code, out)
 	}
 	checkBarrierContract(t, f, dst, "public.orders", "add_nullable_column", "orders", "note", firstNew)
-	t.Logf("%d target observations", observations.Load())
+	t.Logf("%d target observations", reader.observations.Load())
 }
 
 // Widening a varchar, a numeric and an integer flows: the target columns
@@ -385,31 +406,24 @@ func TestRenameNeedsAMapping(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
-		wg, writer   sync.WaitGroup
-		observations atomic.Int64
-		violation    atomic.Value
-		werr         error
+		wg, writer sync.WaitGroup
+		reader     targetReader
+		werr       error
 	)
-	wg.Add(1)
-	go func() { // the target reader
-		defer wg.Done()
-		conn := dst.Connect(context.Background())
-		defer conn.Close(context.Background())
-		for ctx.Err() == nil {
-			var col, newRows int
-			// One statement, one snapshot: the catalog and the rows.
-			err := conn.QueryRow(context.Background(), `SELECT
-				(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('public.orders') AND attname = 'remark' AND NOT attisdropped),
-				(SELECT count(*) FROM orders WHERE id >= $1)`, firstNew).Scan(&col, &newRows)
-			if err != nil {
-				continue // the table may be locked by the barrier; try again
-			}
-			observations.Add(1)
-			if (col == 1) != (newRows > 0) {
-				violation.Store(fmt.Sprintf("column remark present %v with %d rows of the new shape", col == 1, newRows))
-			}
+	reader.start(ctx, &wg, dst, func(conn *pgx.Conn) (string, bool) {
+		var col, newRows int
+		// One statement, one snapshot: the catalog and the rows.
+		err := conn.QueryRow(context.Background(), `SELECT
+			(SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('public.orders') AND attname = 'remark' AND NOT attisdropped),
+			(SELECT count(*) FROM orders WHERE id >= $1)`, firstNew).Scan(&col, &newRows)
+		if err != nil {
+			return "", false // the table may be locked by the barrier; try again
 		}
-	}()
+		if (col == 1) != (newRows > 0) {
+			return fmt.Sprintf("column remark present %v with %d rows of the new shape", col == 1, newRows), true
+		}
+		return "", true
+	})
 	writer.Add(1)
 	go func() { // the source workload, under the new name
 		defer writer.Done()
@@ -437,10 +451,10 @@ func TestRenameNeedsAMapping(t *testing.T) {
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	if v := violation.Load(); v != nil {
+	if v := reader.violation.Load(); v != nil {
 		t.Fatalf("a target reader saw a half-applied rename barrier: %v", v)
 	}
-	if observations.Load() == 0 {
+	if reader.observations.Load() == 0 {
 		t.Fatal("the target reader made no observation")
 	}
 	tc := dst.Connect(context.Background())
@@ -470,5 +484,5 @@ func TestRenameNeedsAMapping(t *testing.T) {
 	if err := tc.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE id = 5000 AND remark = 'again'`).Scan(&renamed); err != nil || renamed != 1 {
 		t.Fatalf("row after the repeated barrier: %d (%v)", renamed, err)
 	}
-	t.Logf("%d target observations", observations.Load())
+	t.Logf("%d target observations", reader.observations.Load())
 }

@@ -7,10 +7,10 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/lsn"
@@ -91,27 +91,20 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
-		wg           sync.WaitGroup
-		observations atomic.Int64
-		violation    atomic.Value
-		werr         error
+		wg     sync.WaitGroup
+		reader targetReader
+		werr   error
 	)
-	wg.Add(1)
-	go func() { // the target reader
-		defer wg.Done()
-		conn := dst.Connect(context.Background())
-		defer conn.Close(context.Background())
-		for ctx.Err() == nil {
-			var n int
-			if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM app.new_t WHERE id <= $1`, firstRows).Scan(&n); err != nil {
-				continue // not there yet (or locked by the barrier)
-			}
-			observations.Add(1)
-			if n != firstRows {
-				violation.Store(fmt.Sprintf("app.new_t exists with %d of the %d rows of the transaction that created it", n, firstRows))
-			}
+	reader.start(ctx, &wg, dst, func(conn *pgx.Conn) (string, bool) {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM app.new_t WHERE id <= $1`, firstRows).Scan(&n); err != nil {
+			return "", false // not there yet (or locked by the barrier)
 		}
-	}()
+		if n != firstRows {
+			return fmt.Sprintf("app.new_t exists with %d of the %d rows of the transaction that created it", n, firstRows), true
+		}
+		return "", true
+	})
 	wg.Add(1)
 	go func() { // the source workload: writes before, the new table, writes after
 		defer wg.Done()
@@ -158,7 +151,7 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 			t.Fatalf("run %d during the workload: exit %d\n%s", i, code, out)
 		}
 	}
-	for extra := 0; observations.Load() == 0 && extra < 5; extra++ {
+	for extra := 0; reader.observations.Load() == 0 && extra < 5; extra++ {
 		// The workload may still be ahead of the runs: one more run.
 		if out, code := f.run("run", "--local"); code != 0 {
 			cancel()
@@ -172,7 +165,7 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 		t.Fatal(werr)
 	}
 	f.mustConverge("run after the workload")
-	if v := violation.Load(); v != nil {
+	if v := reader.violation.Load(); v != nil {
 		t.Fatalf("a target reader saw the new table apart from its first rows: %v", v)
 	}
 	tc := dst.Connect(context.Background())
@@ -199,7 +192,7 @@ func TestSchemasCaptureAddsANewTable(t *testing.T) {
 	if out, code := f.run("status"); code != 0 || !strings.Contains(out, "app.new_t") || !strings.Contains(out, "app.later") {
 		t.Fatalf("status does not list the new tables: exit %d\n%s", code, out)
 	}
-	t.Logf("%d target observations", observations.Load())
+	t.Logf("%d target observations", reader.observations.Load())
 }
 
 // Under the default policy (block) a table created in a captured schema
