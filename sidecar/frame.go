@@ -229,7 +229,10 @@ func (r *frameReader) oldKind() pgoutput.TupleKind {
 // tuple reads a tuple into *cols, grown as needed: the result is (*cols)[:n]
 // with every element written.
 func (r *frameReader) tuple(what string, cols *[]pgoutput.Column) []pgoutput.Column {
-	n := int(r.u16(what + " column count"))
+	// Field names are composed only for an error: not per tuple or column.
+	r.scope = what
+	defer func() { r.scope = "" }()
+	n := int(r.u16("column count"))
 	if !r.failed() && n > r.remaining() {
 		r.fail("%s: %d columns cannot fit in the %d remaining bytes", what, n, r.remaining())
 	}
@@ -240,9 +243,23 @@ func (r *frameReader) tuple(what string, cols *[]pgoutput.Column) []pgoutput.Col
 		*cols = make([]pgoutput.Column, n)
 	}
 	out := (*cols)[:n]
-	// Field names are composed only for an error: not per column.
-	r.scope = what
 	for i := range out {
+		// The common cases, a whole text value or a null, without the
+		// per-field checks; anything else (and every failure) takes the
+		// general path below.
+		b := r.buf[r.off:]
+		if len(b) >= 5 && b[0] == colText {
+			if l := binary.BigEndian.Uint32(b[1:]); uint64(l) <= uint64(len(b)-5) {
+				end := 5 + int(l)
+				out[i] = pgoutput.Column{Kind: pgoutput.ColumnText, Data: b[5:end:end]}
+				r.off += end
+				continue
+			}
+		} else if len(b) >= 1 && b[0] == colNull {
+			out[i] = pgoutput.Column{Kind: pgoutput.ColumnNull}
+			r.off++
+			continue
+		}
 		k := r.u8("value kind")
 		switch k {
 		case colNull:
@@ -257,11 +274,9 @@ func (r *frameReader) tuple(what string, cols *[]pgoutput.Column) []pgoutput.Col
 			}
 		}
 		if r.failed() {
-			r.scope = ""
 			return nil
 		}
 	}
-	r.scope = ""
 	return out
 }
 
