@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -126,6 +127,10 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 
 	// TRELLARA_BENCH_ORDER=sidecar-first swaps the order, so that two runs
 	// give the ABBA sequence (relay, sidecar, sidecar, relay).
+	// Each path runs under a profiler label (path=relay, path=sidecar),
+	// inherited by the goroutines it starts, so that a -cpuprofile splits
+	// by path: go tool pprof -tagfocus path=sidecar.
+	runRelay, runSidecar = labelled("relay", runRelay), labelled("sidecar", runSidecar)
 	order := "relay-first"
 	if os.Getenv("TRELLARA_BENCH_ORDER") == "sidecar-first" {
 		order = "sidecar-first"
@@ -156,6 +161,11 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 }
 
 var walsenderPID atomic.Int64
+
+// labelled runs f under the profiler label path=name.
+func labelled(name string, f func()) func() {
+	return func() { pprof.Do(context.Background(), pprof.Labels("path", name), func(context.Context) { f() }) }
+}
 
 // procCPU is the user+system CPU time of a process, from /proc (0 if gone).
 func procCPU(pid int) float64 {

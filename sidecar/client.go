@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
@@ -32,8 +30,12 @@ const (
 	keepaliveLen   = 17
 	chunkBytesMax  = 64 << 10 // the extension's queue slot size
 	chunkFlagMore  = 0x01
+	chunkHeaderLen = 6       // 'F', flags, u32 length
 	errorBytesMax  = 1 << 16 // u16 length
 	readBufferSize = 1 << 20 // many small frames per read syscall
+	// readBufferRoom is the least free space a read is given: a whole
+	// chunk with its header, so that any message fits after compaction.
+	readBufferRoom = chunkBytesMax + chunkHeaderLen
 	// deadlineSlack is how stale the dead-server deadline may get: the
 	// effective timeout is between DeadServerTimeout minus this and
 	// DeadServerTimeout.
@@ -55,15 +57,23 @@ type Hello struct {
 // client is one connection to the extension's socket. Reads happen on one
 // goroutine; acks may be written from another (the publisher), guarded by
 // wmu.
+//
+// Reads go into one buffer, as much as the socket holds per read syscall
+// (many frames), and a frame that arrives in one chunk is handed out in
+// place: buf[r:w] is received and not yet consumed, and what next returns
+// aliases buf until the next call. Only a frame of several chunks is
+// copied, into frame.
 type client struct {
 	conn net.Conn
-	br   *bufio.Reader
 	wmu  sync.Mutex
+
+	buf  []byte // readBufferSize
+	r, w int
 
 	deadTimeout time.Duration
 	deadlineSet time.Time // when the read deadline was last moved
 	frameMax    int64
-	frame       []byte // frame being reassembled; reused
+	frame       []byte // frame being reassembled from chunks; reused
 }
 
 // dialUnix connects to path. A missing socket or a refused connection is
@@ -108,7 +118,42 @@ func checkPeer(conn net.Conn, path string, want int) error {
 }
 
 func newClient(conn net.Conn, deadTimeout time.Duration, frameMax int64) *client {
-	return &client{conn: conn, br: bufio.NewReaderSize(conn, readBufferSize), deadTimeout: deadTimeout, frameMax: frameMax}
+	return &client{conn: conn, buf: make([]byte, readBufferSize), deadTimeout: deadTimeout, frameMax: frameMax}
+}
+
+// fill makes at least n bytes (at most readBufferRoom) available in
+// buf[r:w], reading as much as the socket holds. It moves the unconsumed
+// bytes to the front of buf when the room after them is short, which
+// invalidates every slice of buf handed out before.
+func (c *client) fill(n int) error {
+	for c.w-c.r < n {
+		if c.r == c.w {
+			c.r, c.w = 0, 0
+		} else if len(c.buf)-c.w < readBufferRoom {
+			c.w = copy(c.buf, c.buf[c.r:c.w])
+			c.r = 0
+		}
+		// Keep the dead-server deadline current before every read that
+		// may block. Moved at most every deadlineSlack: a deadline update
+		// is a timer operation.
+		if now := time.Now(); now.Sub(c.deadlineSet) > deadlineSlack {
+			_ = c.conn.SetReadDeadline(now.Add(c.deadTimeout))
+			c.deadlineSet = now
+		}
+		k, err := c.conn.Read(c.buf[c.w:])
+		c.w += k
+		if err != nil && c.w-c.r < n {
+			return err
+		}
+	}
+	return nil
+}
+
+// take consumes n bytes that fill made available.
+func (c *client) take(n int) []byte {
+	b := c.buf[c.r : c.r+n : c.r+n]
+	c.r += n
+	return b
 }
 
 // handshake sends hello and reads the reply. A refusal arrives as an 'E'
@@ -126,24 +171,23 @@ func (c *client) handshake() (Hello, error) {
 
 	c.deadlineSet = time.Now()
 	_ = c.conn.SetReadDeadline(c.deadlineSet.Add(c.deadTimeout))
-	typ, err := c.br.ReadByte()
-	if err != nil {
+	if err := c.fill(1); err != nil {
 		if werr != nil {
 			return Hello{}, fmt.Errorf("sidecar: send hello: %w", werr)
 		}
 		return Hello{}, fmt.Errorf("sidecar: read hello reply: %w", err)
 	}
-	switch typ {
+	switch typ := c.take(1)[0]; typ {
 	case msgError:
 		return Hello{}, c.readError()
 	case msgHello:
 	default:
 		return Hello{}, &ProtocolError{Reason: fmt.Sprintf("expected a hello reply, got message type %q", rune(typ))}
 	}
-	var b [helloReplyLen - 1]byte
-	if _, err := io.ReadFull(c.br, b[:]); err != nil {
-		return Hello{}, fmt.Errorf("sidecar: read hello reply: %w", err)
+	if err := c.fill(helloReplyLen - 1); err != nil {
+		return Hello{}, fmt.Errorf("sidecar: read hello reply: %w", readErrUnexpected(err))
 	}
+	b := c.take(helloReplyLen - 1)
 	if string(b[0:4]) != protocolMagic {
 		return Hello{}, &ProtocolError{Reason: fmt.Sprintf("hello reply magic %q, want %q: not a trellara socket", b[0:4], protocolMagic)}
 	}
@@ -158,19 +202,27 @@ func (c *client) handshake() (Hello, error) {
 }
 
 func (c *client) readError() error {
-	var l [2]byte
-	if _, err := io.ReadFull(c.br, l[:]); err != nil {
-		return &ServerError{Message: "(error message cut off: " + err.Error() + ")"}
+	if err := c.fill(2); err != nil {
+		return &ServerError{Message: "(error message cut off: " + readErrUnexpected(err).Error() + ")"}
 	}
-	msg := make([]byte, binary.BigEndian.Uint16(l[:]))
-	if _, err := io.ReadFull(c.br, msg); err != nil {
-		return &ServerError{Message: string(msg) + " (cut off)"}
+	n := int(binary.BigEndian.Uint16(c.take(2)))
+	if err := c.fill(n); err != nil {
+		return &ServerError{Message: string(c.take(c.w-c.r)) + " (cut off)"}
 	}
-	return &ServerError{Message: string(msg)}
+	return &ServerError{Message: string(c.take(n))}
+}
+
+// readErrUnexpected is fill's error for a message cut off: an EOF in the
+// middle of a message is io.ErrUnexpectedEOF, as io.ReadFull says it.
+func readErrUnexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // message is one server message after the handshake; frame aliases the
-// client's buffer until the next call.
+// client's buffers until the next call.
 type message struct {
 	typ         byte
 	frame       []byte
@@ -179,30 +231,21 @@ type message struct {
 }
 
 // next reads the next complete frame or keepalive; at names the position
-// in errors.
+// in errors. A frame sent in one chunk (nearly all) is returned in place,
+// without a copy.
 func (c *client) next(at uint64) (message, error) {
 	c.frame = c.frame[:0]
 	for {
-		// Keep the dead-server deadline current before anything that may
-		// block. Moved at most every deadlineSlack, not per read: a deadline
-		// update is a timer operation, and messages are many and small.
-		if now := time.Now(); now.Sub(c.deadlineSet) > deadlineSlack {
-			_ = c.conn.SetReadDeadline(now.Add(c.deadTimeout))
-			c.deadlineSet = now
+		if err := c.fill(1); err != nil {
+			return message{}, c.readErr(err, at)
 		}
-		if c.br.Buffered() == 0 {
-			if _, err := c.br.Peek(1); err != nil {
-				return message{}, c.readErr(err, at)
-			}
-		}
-		typ, _ := c.br.ReadByte()
-		switch typ {
+		switch typ := c.buf[c.r]; typ {
 		case msgFrame:
-			var h [5]byte
-			if _, err := io.ReadFull(c.br, h[:]); err != nil {
-				return message{}, c.readErr(err, at)
+			if err := c.fill(chunkHeaderLen); err != nil {
+				return message{}, c.readErr(readErrUnexpected(err), at)
 			}
-			flags, n := h[0], binary.BigEndian.Uint32(h[1:])
+			h := c.buf[c.r:]
+			flags, n := h[1], binary.BigEndian.Uint32(h[2:])
 			if n > chunkBytesMax {
 				return message{}, &ProtocolError{LSN: at, Reason: fmt.Sprintf("frame chunk of %d bytes, at most %d allowed", n, chunkBytesMax)}
 			}
@@ -212,11 +255,15 @@ func (c *client) next(at uint64) (message, error) {
 			if int64(len(c.frame))+int64(n) > c.frameMax {
 				return message{}, &FrameTooLargeError{LSN: at, Bytes: int64(len(c.frame)) + int64(n), Max: c.frameMax}
 			}
-			start := len(c.frame)
-			c.frame = slices.Grow(c.frame, int(n))[:start+int(n)]
-			if _, err := io.ReadFull(c.br, c.frame[start:]); err != nil {
-				return message{}, c.readErr(err, at)
+			if err := c.fill(chunkHeaderLen + int(n)); err != nil {
+				return message{}, c.readErr(readErrUnexpected(err), at)
 			}
+			c.r += chunkHeaderLen
+			chunk := c.take(int(n))
+			if flags&chunkFlagMore == 0 && len(c.frame) == 0 {
+				return message{typ: msgFrame, frame: chunk}, nil
+			}
+			c.frame = append(c.frame, chunk...)
 			if flags&chunkFlagMore == 0 {
 				return message{typ: msgFrame, frame: c.frame}, nil
 			}
@@ -224,13 +271,14 @@ func (c *client) next(at uint64) (message, error) {
 			if len(c.frame) > 0 {
 				return message{}, &ProtocolError{LSN: at, Reason: "keepalive inside a chunked frame"}
 			}
-			var b [keepaliveLen - 1]byte
-			if _, err := io.ReadFull(c.br, b[:]); err != nil {
-				return message{}, c.readErr(err, at)
+			if err := c.fill(keepaliveLen); err != nil {
+				return message{}, c.readErr(readErrUnexpected(err), at)
 			}
-			return message{typ: msgKeepalive, ackableLSN: binary.BigEndian.Uint64(b[:]),
+			b := c.take(keepaliveLen)[1:]
+			return message{typ: msgKeepalive, ackableLSN: binary.BigEndian.Uint64(b),
 				serverMicro: int64(binary.BigEndian.Uint64(b[8:]))}, nil
 		case msgError:
+			c.r++
 			return message{}, c.readError()
 		default:
 			return message{}, &ProtocolError{LSN: at, Reason: fmt.Sprintf("unknown message type %q (0x%02x)", rune(typ), typ)}

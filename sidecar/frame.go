@@ -55,8 +55,34 @@ func (*Progress) MessageType() pgoutput.MessageType { return frameProgress }
 //
 // at is the LSN named in errors (the open transaction's, where known).
 // Column values alias b; copy them before b is reused. DecodeFrame never
-// panics; every failure is a *FrameError.
+// panics; every failure is a *FrameError. It is a frameDecoder used once:
+// the sidecar keeps one per connection so that its frames cost no
+// allocation.
 func DecodeFrame(b []byte, at uint64) (pgoutput.Message, error) {
+	var d frameDecoder
+	return d.decode(b, at)
+}
+
+// frameDecoder decodes frames into messages and column slices it owns and
+// reuses: the message decode returns, and its column slices, are valid
+// until the next decode, and column values alias the frame. The hot frames
+// (begin, row changes, commit, progress) therefore allocate nothing once
+// the column slices have grown to the widest row. Relation, truncate and
+// message frames are rare and allocate a fresh message: the assembler keeps
+// their strings.
+type frameDecoder struct {
+	begin    pgoutput.Begin
+	insert   pgoutput.Insert
+	update   pgoutput.Update
+	delete   pgoutput.Delete
+	commit   pgoutput.Commit
+	progress Progress
+	oldCols  []pgoutput.Column
+	newCols  []pgoutput.Column
+}
+
+// decode is DecodeFrame into d's messages (see frameDecoder).
+func (d *frameDecoder) decode(b []byte, at uint64) (pgoutput.Message, error) {
 	r := frameReader{buf: b}
 	version := r.u8("version")
 	typ := r.u8("type")
@@ -70,27 +96,31 @@ func DecodeFrame(b []byte, at uint64) (pgoutput.Message, error) {
 	var m pgoutput.Message
 	switch typ {
 	case frameBegin:
-		m = &pgoutput.Begin{Xid: pgoutput.XID(r.u32("xid")), FinalLSN: pgoutput.LSN(r.u64("final_lsn")),
+		d.begin = pgoutput.Begin{Xid: pgoutput.XID(r.u32("xid")), FinalLSN: pgoutput.LSN(r.u64("final_lsn")),
 			CommitTime: r.time("commit_time")}
+		m = &d.begin
 	case frameRelation:
 		m = r.relation()
 	case frameInsert:
-		m = &pgoutput.Insert{RelationID: pgoutput.OID(r.u32("relid")), New: r.tuple("new tuple")}
+		d.insert = pgoutput.Insert{RelationID: pgoutput.OID(r.u32("relid")), New: r.tuple("new tuple", &d.newCols)}
+		m = &d.insert
 	case frameUpdate:
-		u := &pgoutput.Update{RelationID: pgoutput.OID(r.u32("relid"))}
+		u := &d.update
+		*u = pgoutput.Update{RelationID: pgoutput.OID(r.u32("relid"))}
 		u.OldKind = r.oldKind()
 		if u.OldKind != pgoutput.TupleNone {
-			u.Old = r.tuple("old tuple")
+			u.Old = r.tuple("old tuple", &d.oldCols)
 		}
-		u.New = r.tuple("new tuple")
+		u.New = r.tuple("new tuple", &d.newCols)
 		m = u
 	case frameDelete:
-		d := &pgoutput.Delete{RelationID: pgoutput.OID(r.u32("relid"))}
-		d.OldKind = r.oldKind()
-		if d.OldKind != pgoutput.TupleNone {
-			d.Old = r.tuple("old tuple")
+		del := &d.delete
+		*del = pgoutput.Delete{RelationID: pgoutput.OID(r.u32("relid"))}
+		del.OldKind = r.oldKind()
+		if del.OldKind != pgoutput.TupleNone {
+			del.Old = r.tuple("old tuple", &d.oldCols)
 		}
-		m = d
+		m = del
 	case frameTruncate:
 		m = r.truncate()
 	case frameMessage:
@@ -100,10 +130,12 @@ func DecodeFrame(b []byte, at uint64) (pgoutput.Message, error) {
 		if f := r.u8("flags"); f != 0 && !r.failed() {
 			r.failAt(r.off-1, "commit flags %#x, version 1 defines none", f)
 		}
-		m = &pgoutput.Commit{CommitLSN: pgoutput.LSN(r.u64("commit_lsn")), EndLSN: pgoutput.LSN(r.u64("end_lsn")),
+		d.commit = pgoutput.Commit{CommitLSN: pgoutput.LSN(r.u64("commit_lsn")), EndLSN: pgoutput.LSN(r.u64("end_lsn")),
 			CommitTime: r.time("commit_time")}
+		m = &d.commit
 	case frameProgress:
-		m = &Progress{LSN: pgoutput.LSN(r.u64("lsn"))}
+		d.progress = Progress{LSN: pgoutput.LSN(r.u64("lsn"))}
+		m = &d.progress
 	default:
 		r.failAt(1, "unknown frame type %q", rune(typ))
 	}
@@ -113,7 +145,7 @@ func DecodeFrame(b []byte, at uint64) (pgoutput.Message, error) {
 	if r.failed() {
 		return nil, r.err(at, typ)
 	}
-	if c, ok := m.(*pgoutput.Commit); ok && c.EndLSN < c.CommitLSN {
+	if c := &d.commit; typ == frameCommit && c.EndLSN < c.CommitLSN {
 		return nil, &FrameError{LSN: uint64(c.CommitLSN), Type: typ, Offset: 11,
 			Reason: fmt.Sprintf("end LSN %s precedes commit LSN %s", c.EndLSN, c.CommitLSN)}
 	}
@@ -194,27 +226,48 @@ func (r *frameReader) oldKind() pgoutput.TupleKind {
 	return pgoutput.TupleNone
 }
 
-func (r *frameReader) tuple(what string) []pgoutput.Column {
-	n := int(r.u16(what + " column count"))
+// tuple reads a tuple into *cols, grown as needed: the result is (*cols)[:n]
+// with every element written.
+func (r *frameReader) tuple(what string, cols *[]pgoutput.Column) []pgoutput.Column {
+	// Field names are composed only for an error: not per tuple or column.
+	r.scope = what
+	defer func() { r.scope = "" }()
+	n := int(r.u16("column count"))
 	if !r.failed() && n > r.remaining() {
 		r.fail("%s: %d columns cannot fit in the %d remaining bytes", what, n, r.remaining())
 	}
 	if r.failed() {
 		return nil
 	}
-	cols := make([]pgoutput.Column, n)
-	// Field names are composed only for an error: not per column.
-	r.scope = what
-	defer func() { r.scope = "" }()
-	for i := range cols {
+	if *cols == nil || cap(*cols) < n {
+		*cols = make([]pgoutput.Column, n)
+	}
+	out := (*cols)[:n]
+	for i := range out {
+		// The common cases, a whole text value or a null, without the
+		// per-field checks; anything else (and every failure) takes the
+		// general path below.
+		b := r.buf[r.off:]
+		if len(b) >= 5 && b[0] == colText {
+			if l := binary.BigEndian.Uint32(b[1:]); uint64(l) <= uint64(len(b)-5) {
+				end := 5 + int(l)
+				out[i] = pgoutput.Column{Kind: pgoutput.ColumnText, Data: b[5:end:end]}
+				r.off += end
+				continue
+			}
+		} else if len(b) >= 1 && b[0] == colNull {
+			out[i] = pgoutput.Column{Kind: pgoutput.ColumnNull}
+			r.off++
+			continue
+		}
 		k := r.u8("value kind")
 		switch k {
 		case colNull:
-			cols[i].Kind = pgoutput.ColumnNull
+			out[i] = pgoutput.Column{Kind: pgoutput.ColumnNull}
 		case colUnchanged:
-			cols[i].Kind = pgoutput.ColumnUnchangedToast
+			out[i] = pgoutput.Column{Kind: pgoutput.ColumnUnchangedToast}
 		case colText:
-			cols[i] = pgoutput.Column{Kind: pgoutput.ColumnText, Data: r.str("value")}
+			out[i] = pgoutput.Column{Kind: pgoutput.ColumnText, Data: r.str("value")}
 		default:
 			if !r.failed() {
 				r.failAt(r.off-1, "%s column %d: value kind %q is not n, u or t", what, i, rune(k))
@@ -224,7 +277,7 @@ func (r *frameReader) tuple(what string) []pgoutput.Column {
 			return nil
 		}
 	}
-	return cols
+	return out
 }
 
 // frameReader is a bounds-checked cursor over one frame: the first failed

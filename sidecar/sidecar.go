@@ -375,6 +375,7 @@ type reader struct {
 	res capture.Resume
 
 	cur    *capture.Batch
+	dec    frameDecoder // its messages are valid until the next frame
 	rels   map[pgoutput.OID]relFrame
 	at     uint64 // open transaction's commit LSN, else last end LSN
 	frames uint64 // since the last commit, for Stats
@@ -411,7 +412,10 @@ func (r *reader) frame(ctx context.Context, f []byte) error {
 			return nil
 		}
 	}
-	msg, err := DecodeFrame(f, r.at)
+	// The message and its column slices are the decoder's, and its values
+	// alias f, the client's read buffer: both are overwritten by the next
+	// frame. The assembler copies what it keeps (values, the relation).
+	msg, err := r.dec.decode(f, r.at)
 	if err != nil {
 		return err
 	}
@@ -425,17 +429,18 @@ func (r *reader) frame(ctx context.Context, f []byte) error {
 	case *pgoutput.Begin:
 		r.at = uint64(m.FinalLSN)
 	case *pgoutput.Relation:
+		if err := r.asm.Handle(m, pgoutput.LSN(r.at)); err != nil {
+			return err
+		}
+		// Only once the assembler has accepted it may the cache short-cut
+		// it; a rejected one must be rejected every time. A copy: f is
+		// the read buffer.
 		ns := m.Namespace
 		if ns == "" {
 			ns = "pg_catalog"
 		}
-		// Only once the assembler has accepted it (below) may the cache
-		// short-cut it; a rejected one must be rejected every time.
-		defer func() {
-			if err == nil {
-				r.rels[m.RelationID] = relFrame{raw: append([]byte(nil), f...), name: ns + "." + m.Name}
-			}
-		}()
+		r.rels[m.RelationID] = relFrame{raw: append([]byte(nil), f...), name: ns + "." + m.Name}
+		return nil
 	case *pgoutput.Delete:
 		if m.OldKind == pgoutput.TupleNone {
 			return &UnsupportedChangeError{Relation: r.relName(m.RelationID), LSN: r.at,
