@@ -24,14 +24,22 @@
  *
  * This function computes exactly those numbers, bit for bit, without the
  * executor: it scans the heap (a TID range scan over the same page range as
- * verify's ctid condition), deforms each tuple once, hashes each column with
- * the type's cached extended hash function (the typcache entry
- * hash_record_extended itself uses), combines them as hash_record_extended
- * does (h = 31h + hi, a NULL contributing 0), mixes with hashint8extended and
- * adds into per-bucket 128-bit sums.  The caller chooses the modes, so the
- * rule for which type enters how lives in one place (internal/verify); this
- * file only executes it.  ext/sql/verifyhash.sql checks equality against the
- * SQL expressions on every kind of column.
+ * verify's ctid condition), deforms each tuple once (up to the last column
+ * used), hashes each column with the type's cached extended hash function
+ * (the typcache entry hash_record_extended itself uses), combines them as
+ * hash_record_extended does (h = 31h + hi, a NULL contributing 0), mixes
+ * with hashint8extended and adds into per-bucket 128-bit sums.  The caller
+ * chooses the modes, so the rule for which type enters how lives in one
+ * place (internal/verify); this file only executes it.
+ *
+ * For the common types the hash (or the text) is computed here without
+ * fmgr, as the function PostgreSQL would call computes it (VhKind): the
+ * integer, date and time types, oid, bool, "char", uuid, bytea, name,
+ * text, varchar and bpchar under a deterministic collation, bpchar's and
+ * the floats' text.  Numerics still go through numeric_out: their text can
+ * only be derived from the stored digits with numeric.c's private format.
+ * ext/sql/verifyhash.sql checks equality against the SQL expressions on
+ * every kind of column and on each direct kind's edge values.
  *
  * Semantics the SQL path has and this one keeps: the active snapshot (the
  * caller's REPEATABLE READ snapshot), SELECT privilege (on the table, or on
@@ -52,6 +60,7 @@
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "common/shortest_dec.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -60,6 +69,8 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/float.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -67,6 +78,7 @@
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/typcache.h"
+#include "utils/uuid.h"
 
 #include "trellara_compat.h"
 
@@ -78,6 +90,38 @@ PG_FUNCTION_INFO_V1(trellara_verify_buckets);
 /* Bucket counts above this are refused: the sums are held in memory. */
 #define VH_BUCKETS_MAX	(1 << 20)
 
+/*
+ * How an input's value becomes its hash.  VH_FMGR, VH_CAST and VH_OUTPUT
+ * call, through fmgr, the function SQL would: the type's extended hash
+ * function (modes 'v', 'c'), its cast function to text or its output
+ * function (mode 't'); that works for every type.  The others compute the
+ * same number without fmgr, each as the function it replaces does (named
+ * below); they are chosen by that function's OID, not by the type, so a
+ * type whose hash or text comes from elsewhere keeps the fmgr call.
+ */
+typedef enum VhKind
+{
+	VH_FMGR,					/* the type's extended hash function */
+	VH_CAST,					/* hash of the cast function's text */
+	VH_INT2,					/* hashint2extended */
+	VH_INT4,					/* hashint4extended (int4, date) */
+	VH_INT8,					/* hashint8extended, timestamp_hash_extended,
+								 * time_hash_extended */
+	VH_OID,						/* hashoidextended */
+	VH_CHAR,					/* hashcharextended (bool, "char") */
+	VH_NAME,					/* hashnameextended */
+	VH_UUID,					/* uuid_hash_extended */
+	VH_BYTES,					/* the varlena's bytes: hashvarlenaextended,
+								 * hashtextextended under a deterministic
+								 * collation, text relabelled to text */
+	VH_BPCHAR,					/* the bytes without trailing spaces:
+								 * hashbpcharextended under a deterministic
+								 * collation, and bpchar::text (rtrim1) */
+	VH_FLOAT4,					/* float4out's text (extra_float_digits > 0) */
+	VH_FLOAT8,					/* float8out's text (extra_float_digits > 0) */
+	VH_OUTPUT					/* hash of the output function's text */
+} VhKind;
+
 /* One hashed input: a column of the row, or of the key. */
 typedef struct VhInput
 {
@@ -86,11 +130,13 @@ typedef struct VhInput
 	/* resolved per relation (partitions may number columns differently) */
 	AttrNumber	attnum;
 	Oid			typid;
+	int16		typlen;
 	Oid			collation;		/* 'v': the column's; else C */
-	FmgrInfo   *hash;			/* 'v', 'c': the type's extended hash */
-	CoercionPathType path;		/* 't': how the value becomes text */
-	FmgrInfo	cast;			/* 't': cast or output function */
-	int			castargs;		/* 't' with a cast function: its arity */
+	VhKind		kind;
+	FmgrInfo   *hash;			/* VH_FMGR: the type's extended hash */
+	FmgrInfo	cast;			/* VH_CAST, VH_OUTPUT: cast or output
+								 * function */
+	int			castargs;		/* VH_CAST: the cast function's arity */
 	int			same_as;		/* key input equal to row input i, or -1 */
 } VhInput;
 
@@ -108,11 +154,50 @@ typedef struct VhState
 	MemoryContext rowcxt;
 } VhState;
 
-/* Hash of a text's bytes: hashtextextended under a deterministic collation. */
+/* Hash of bytes: hash_any_extended, as every string type's hash uses. */
 static inline uint64
 vh_bytes(const char *p, int len, int64 seed)
 {
 	return DatumGetUInt64(hash_any_extended((const unsigned char *) p, len, (uint64) seed));
+}
+
+/* Hash of a 32-bit value: hash_uint32_extended, as hashint4extended. */
+static inline uint64
+vh_uint32(uint32 k, int64 seed)
+{
+	return DatumGetUInt64(hash_uint32_extended(k, (uint64) seed));
+}
+
+/*
+ * hashint8extended: an int8 folded into 32 bits, so that it hashes like an
+ * int4 or int2 of equal value.  Also the row hash's final mix.
+ */
+static inline uint64
+vh_int8(int64 val, int64 seed)
+{
+	uint32		lohalf = (uint32) val;
+	uint32		hihalf = (uint32) (val >> 32);
+
+	lohalf ^= (val >= 0) ? hihalf : ~hihalf;
+	return vh_uint32(lohalf, seed);
+}
+
+/*
+ * Hash of a bpchar's bytes without its trailing spaces, as hashbpcharextended
+ * (bcTruelen) and the cast to text (rtrim1) strip them.  A byte 0x20 is
+ * always a whole character in a server encoding, so bytes are characters
+ * here.
+ */
+static inline uint64
+vh_bpchar(Datum value, int64 seed)
+{
+	struct varlena *v = PG_DETOAST_DATUM_PACKED(value);
+	const char *p = VARDATA_ANY(v);
+	int			len = VARSIZE_ANY_EXHDR(v);
+
+	while (len > 0 && p[len - 1] == ' ')
+		len--;
+	return vh_bytes(p, len, seed);
 }
 
 /* One input's hash with seed; a NULL enters hash_record_extended as 0. */
@@ -121,18 +206,81 @@ vh_hash(VhInput *in, Datum value, bool isnull, int64 seed)
 {
 	if (isnull)
 		return 0;
-	if (in->mode != 't')
-		return DatumGetUInt64(FunctionCall2Coll(in->hash, in->collation, value,
-												Int64GetDatum(seed)));
-	switch (in->path)
+	switch (in->kind)
 	{
-		case COERCION_PATH_RELABELTYPE:
+		case VH_INT2:
+			return vh_uint32((int32) DatumGetInt16(value), seed);
+		case VH_INT4:
+			return vh_uint32(DatumGetInt32(value), seed);
+		case VH_INT8:
+			return vh_int8(DatumGetInt64(value), seed);
+		case VH_OID:
+			return vh_uint32((uint32) DatumGetObjectId(value), seed);
+		case VH_CHAR:
+			return vh_uint32((int32) DatumGetChar(value), seed);
+		case VH_NAME:
 			{
-				text	   *t = DatumGetTextPP(value);
+				const char *key = NameStr(*DatumGetName(value));
 
-				return vh_bytes(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), seed);
+				return vh_bytes(key, strlen(key), seed);
 			}
-		case COERCION_PATH_FUNC:
+		case VH_UUID:
+			return vh_bytes((const char *) DatumGetUUIDP(value)->data, UUID_LEN, seed);
+		case VH_BYTES:
+			{
+				struct varlena *v = PG_DETOAST_DATUM_PACKED(value);
+
+				return vh_bytes(VARDATA_ANY(v), VARSIZE_ANY_EXHDR(v), seed);
+			}
+		case VH_BPCHAR:
+			return vh_bpchar(value, seed);
+		case VH_FLOAT4:
+		case VH_FLOAT8:
+			/* float4out / float8out, without their palloc and strlen */
+			if (extra_float_digits > 0)
+			{
+				char		buf[DOUBLE_SHORTEST_DECIMAL_LEN];
+				int			n;
+
+				StaticAssertStmt(DOUBLE_SHORTEST_DECIMAL_LEN >= FLOAT_SHORTEST_DECIMAL_LEN,
+								 "float8 text is the longer");
+				if (in->kind == VH_FLOAT4)
+					n = float_to_shortest_decimal_bufn(DatumGetFloat4(value), buf);
+				else
+					n = double_to_shortest_decimal_bufn(DatumGetFloat8(value), buf);
+				return vh_bytes(buf, n, seed);
+			}
+			/* else as any output function */
+			/* FALLTHROUGH */
+		case VH_OUTPUT:
+			{
+				/*
+				 * A short inline varlena (1-byte header, what most small
+				 * values are on disk) is handed over with a 4-byte header in
+				 * a stack buffer: the output function would otherwise
+				 * detoast it into a palloc'd copy first.  (A TOAST pointer
+				 * has a 1-byte header too: VARATT_IS_SHORT holds for it.)
+				 */
+				union
+				{
+					int32		align;
+					char		data[VARHDRSZ + VARATT_SHORT_MAX];
+				}			buf;
+				char	   *s;
+
+				if (in->typlen == -1 && VARATT_IS_SHORT(DatumGetPointer(value)) &&
+					!VARATT_IS_EXTERNAL(DatumGetPointer(value)))
+				{
+					Size		len = VARSIZE_SHORT(DatumGetPointer(value)) - VARHDRSZ_SHORT;
+
+					SET_VARSIZE(buf.data, len + VARHDRSZ);
+					memcpy(VARDATA(buf.data), VARDATA_SHORT(DatumGetPointer(value)), len);
+					value = PointerGetDatum(buf.data);
+				}
+				s = OutputFunctionCall(&in->cast, value);
+				return vh_bytes(s, strlen(s), seed);
+			}
+		case VH_CAST:
 			{
 				Datum		d;
 				text	   *t;
@@ -148,13 +296,51 @@ vh_hash(VhInput *in, Datum value, bool isnull, int64 seed)
 				t = DatumGetTextPP(d);
 				return vh_bytes(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), seed);
 			}
-		default:				/* COERCION_PATH_COERCEVIAIO */
-			{
-				char	   *s = OutputFunctionCall(&in->cast, value);
-
-				return vh_bytes(s, strlen(s), seed);
-			}
+		case VH_FMGR:
+			break;
 	}
+	return DatumGetUInt64(FunctionCall2Coll(in->hash, in->collation, value,
+											Int64GetDatum(seed)));
+}
+
+/*
+ * The direct kind for a type whose extended hash function is fn under
+ * collation coll, or VH_FMGR.  The string hashes hash bytes only under a
+ * deterministic collation (else a sort key).
+ */
+static VhKind
+vh_hash_kind(Oid fn, Oid coll)
+{
+	switch (fn)
+	{
+		case F_HASHINT2EXTENDED:
+			return VH_INT2;
+		case F_HASHINT4EXTENDED:
+			return VH_INT4;
+		case F_HASHINT8EXTENDED:
+		case F_TIMESTAMP_HASH_EXTENDED:
+		case F_TIME_HASH_EXTENDED:
+			return VH_INT8;
+		case F_HASHOIDEXTENDED:
+			return VH_OID;
+		case F_HASHCHAREXTENDED:
+			return VH_CHAR;
+		case F_HASHNAMEEXTENDED:
+			return VH_NAME;
+		case F_UUID_HASH_EXTENDED:
+			return VH_UUID;
+		case F_HASHVARLENAEXTENDED:
+			return VH_BYTES;
+		case F_HASHTEXTEXTENDED:
+			if (OidIsValid(coll) && get_collation_isdeterministic(coll))
+				return VH_BYTES;
+			break;
+		case F_HASHBPCHAREXTENDED:
+			if (OidIsValid(coll) && get_collation_isdeterministic(coll))
+				return VH_BPCHAR;
+			break;
+	}
+	return VH_FMGR;
 }
 
 /* Reads a text[] argument into C strings. */
@@ -224,6 +410,7 @@ vh_resolve(VhInput *in, Relation rel, MemoryContext cxt)
 						in->name, RelationGetRelationName(rel))));
 	att = TupleDescAttr(desc, in->attnum - 1);
 	in->typid = att->atttypid;
+	in->typlen = att->attlen;
 	in->collation = in->mode == 'v' ? att->attcollation : C_COLLATION_OID;
 	if (in->mode != 't')
 	{
@@ -235,17 +422,24 @@ vh_resolve(VhInput *in, Relation rel, MemoryContext cxt)
 					 errmsg("could not identify an extended hash function for type %s",
 							format_type_be(in->typid))));
 		in->hash = &tc->hash_extended_proc_finfo;
+		in->kind = vh_hash_kind(tc->hash_extended_proc_finfo.fn_oid, in->collation);
 		return;
 	}
 	{
 		Oid			func = InvalidOid;
 
-		in->path = find_coercion_pathway(TEXTOID, in->typid, COERCION_EXPLICIT, &func);
-		switch (in->path)
+		switch (find_coercion_pathway(TEXTOID, in->typid, COERCION_EXPLICIT, &func))
 		{
 			case COERCION_PATH_RELABELTYPE:
+				in->kind = VH_BYTES;
 				break;
 			case COERCION_PATH_FUNC:
+				if (func == F_TEXT_BPCHAR)
+				{
+					in->kind = VH_BPCHAR;
+					break;
+				}
+				in->kind = VH_CAST;
 				fmgr_info_cxt(func, &in->cast, cxt);
 				in->castargs = get_func_nargs(func);
 				if (in->castargs < 1 || in->castargs > 3)
@@ -258,6 +452,8 @@ vh_resolve(VhInput *in, Relation rel, MemoryContext cxt)
 					bool		varlena;
 
 					getTypeOutputInfo(in->typid, &out, &varlena);
+					in->kind = out == F_FLOAT4OUT ? VH_FLOAT4
+						: out == F_FLOAT8OUT ? VH_FLOAT8 : VH_OUTPUT;
 					fmgr_info_cxt(out, &in->cast, cxt);
 				}
 				break;
@@ -350,16 +546,13 @@ vh_scan(VhState *st, Relation rel, int64 lo, int64 hi)
 				/* hash_record_extended's combination (as hash_array_extended) */
 				rec = (rec << 5) - rec + colhash[i];
 			}
-			row = DatumGetInt64(DirectFunctionCall2(hashint8extended, Int64GetDatum((int64) rec),
-													Int64GetDatum(0)));
+			row = (int64) vh_int8((int64) rec, 0);
 			if (st->buckets > 1)
 			{
 				int64		key;
 
 				if (st->nkeys == 0)
-					key = DatumGetInt64(DirectFunctionCall2(hashint8extended,
-															Int64GetDatum((int64) rec),
-															Int64GetDatum(st->seed)));
+					key = (int64) vh_int8((int64) rec, st->seed);
 				else
 				{
 					uint64		k = 0;

@@ -112,6 +112,80 @@ SELECT * FROM vh_diff($$SELECT * FROM vh_c('{}', '', 0, 1, 7, -1)$$,
 -- an empty range has no buckets
 SELECT count(*) FROM vh_c('{id}', 'v', 0, 64, 5, 5);
 
+-- Edge values of every type the function hashes without fmgr (and of
+-- numeric, whose text it renders from a stack copy): NULLs, extremes,
+-- negatives, int8 outside int32, a "char" above 127, NaN and infinities,
+-- -0, bpchar with trailing spaces and all spaces, empty strings and bytea,
+-- numerics short, long and compressed, strings under a nondeterministic
+-- collation (hashed through fmgr, by sort key, in mode v).  Each column is
+-- checked alone in every mode that applies, as the row and as a one-column
+-- key with a seed, against hash_record_extended of the same expression.
+CREATE COLLATION vh_nd (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+CREATE TABLE vh_edge (
+	i2 int2, i4 int4, i8 int8, o oid, b bool, ch "char", d date, tm time, ts timestamp, tz timestamptz,
+	u uuid, by bytea, tx text, vc varchar(10), nm name, bp char(6), f4 float4, f8 float8, n numeric,
+	tnd text COLLATE vh_nd, bpnd char(4) COLLATE vh_nd);
+INSERT INTO vh_edge DEFAULT VALUES;
+INSERT INTO vh_edge VALUES
+	(-32768, -2147483648, -9223372036854775808, 0, false, '\200', '-infinity', '00:00', '-infinity', '-infinity',
+	 '00000000-0000-0000-0000-000000000000', '\x', '', '', '', '', 'NaN', 'NaN', 'NaN', '', ''),
+	(32767, 2147483647, 9223372036854775807, 4294967295, true, '\377', 'infinity', '24:00', 'infinity', 'infinity',
+	 'ffffffff-ffff-ffff-ffff-ffffffffffff', '\x00ff', 'ä', 'x y', 'ä', 'ab  ', 'Infinity', 'Infinity', 'Infinity', 'ÄB', 'Ab  '),
+	(-1, -1, -1, 1, NULL, 'a', '4713-01-01 BC', '23:59:59.999999', '1999-12-31 23:59:59.999999', '2000-01-01 00:00+14',
+	 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\x20', ' ', ' ', ' ', '   ', '-Infinity', '-Infinity', '-Infinity', 'äb ', ' '),
+	(0, 0, 4294967296, 2147483648, true, ' ', '2000-01-01', '12:00', '2000-01-01', '2000-01-01 00:00+00',
+	 NULL, '\x0000', 'trailing  ', 'trail  ', 'trail  ', ' lead', '-0', '-0', '-0.00', 'AB', 'AB'),
+	(1, 65536, -4294967297, NULL, false, NULL, NULL, NULL, NULL, NULL,
+	 NULL, NULL, repeat('long text ', 20), NULL, repeat('n', 63), 'x', '1.17549435e-38', '4.9e-324', '0.000', NULL, NULL),
+	(NULL, NULL, 1000000000000, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+	 NULL, NULL, NULL, NULL, NULL, NULL, '3.4028235e38', '1.7976931348623157e308', '12345678901234567890.123456789', NULL, NULL),
+	(NULL, NULL, -1000000000000, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+	 NULL, NULL, NULL, NULL, NULL, NULL, '0.1', '0.1', (repeat('98765', 60) || '.125')::numeric, NULL, NULL),
+	(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+	 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (repeat('1234567', 1000) || '.5')::numeric, NULL, NULL);
+-- a numeric and a jsonb stored out of line (TOAST pointers in the tuple)
+ALTER TABLE vh_edge ADD nx numeric, ADD jx jsonb;
+ALTER TABLE vh_edge ALTER nx SET STORAGE EXTERNAL, ALTER jx SET STORAGE EXTERNAL;
+UPDATE vh_edge SET nx = (repeat('7654321', 1000) || '.25')::numeric,
+	jx = jsonb_build_object('k', repeat('x', 3000)) WHERE i2 = 0;
+UPDATE vh_edge SET nx = 1.5, jx = '{}' WHERE i2 = 1;
+-- the long numerics: one above the short-header limit, one compressed, one out of line
+SELECT count(*) FILTER (WHERE pg_column_size(n) > 127) AS long_numerics,
+	count(*) FILTER (WHERE pg_column_compression(n) IS NOT NULL) AS compressed_numerics,
+	(SELECT pg_relation_size(reltoastrelid) > 0 FROM pg_class WHERE oid = 'vh_edge'::regclass) AS out_of_line FROM vh_edge;
+-- hashes of mode m's expression for column c agree: as the row (seed 0) and as a key (seed 7)
+CREATE FUNCTION vh_edge_ok(c text, m text) RETURNS bool LANGUAGE plpgsql AS $$
+DECLARE
+	e text := CASE m WHEN 'v' THEN format('t.%I', c) WHEN 'c' THEN format('t.%I COLLATE "C"', c)
+		ELSE format('t.%I::text COLLATE "C"', c) END;
+	d record;
+BEGIN
+	SELECT * INTO d FROM vh_diff(
+		format($q$SELECT * FROM trellara_verify_buckets('vh_edge', ARRAY[%L], %L, ARRAY[%L], %L, 7, 13, 0, -1)$q$, c, m, c, m),
+		format($q$SELECT (hash_record_extended(ROW(%s), 7) & 9223372036854775807) %% 13, count(*),
+			sum(hashint8extended(hash_record_extended(ROW(%s), 0), 0))::text FROM vh_edge AS t GROUP BY 1$q$, e, e));
+	RETURN d.c_only = 0 AND d.sql_only = 0 AND d.rows_seen = 9;
+END $$;
+SELECT c, string_agg(m || CASE WHEN vh_edge_ok(c, m) THEN ' ok' ELSE ' DIFFERS' END, ', ' ORDER BY m) AS modes
+FROM unnest(ARRAY['i2', 'i4', 'i8', 'o', 'b', 'ch', 'd', 'tm', 'ts', 'tz', 'u', 'by', 'tx', 'vc', 'nm', 'bp',
+	'f4', 'f8', 'n', 'tnd', 'bpnd', 'nx', 'jx']) WITH ORDINALITY AS x(c, i),
+	unnest(CASE WHEN c IN ('tx', 'vc', 'nm', 'bp', 'tnd', 'bpnd') THEN ARRAY['v', 'c', 't'] WHEN c IN ('f4', 'f8', 'n', 'nx', 'jx') THEN ARRAY['t']
+		ELSE ARRAY['v', 't'] END) AS m
+GROUP BY c, i ORDER BY i;
+-- float text follows extra_float_digits (float4out/float8out's own rule)
+SET extra_float_digits = 0;
+SELECT vh_edge_ok('f4', 't') AS f4_digits_0, vh_edge_ok('f8', 't') AS f8_digits_0;
+SET extra_float_digits = 1;
+-- all at once, as verify's row
+SELECT * FROM vh_diff($$SELECT * FROM trellara_verify_buckets('vh_edge',
+		'{i2,i4,i8,o,b,ch,d,tm,ts,tz,u,by,tx,vc,nm,bp,f4,f8,n,tnd,bpnd,nx,jx}', 'vvvvvvvvvvvvccctttttttt', '{}', '', 3, 5, 0, -1)$$,
+	$$SELECT (hashint8extended(h, 3) & 9223372036854775807) % 5, count(*), sum(hashint8extended(h, 0))::text
+	  FROM (SELECT hash_record_extended(ROW(t.i2, t.i4, t.i8, t.o, t.b, t.ch, t.d, t.tm, t.ts, t.tz, t.u, t.by,
+		t.tx COLLATE "C", t.vc COLLATE "C", t.nm COLLATE "C", t.bp::text COLLATE "C", t.f4::text COLLATE "C",
+		t.f8::text COLLATE "C", t.n::text COLLATE "C", t.tnd::text COLLATE "C", t.bpnd::text COLLATE "C",
+		t.nx::text COLLATE "C", t.jx::text COLLATE "C"), 0) AS h
+	  FROM vh_edge AS t) s GROUP BY 1$$);
+
 -- a partitioned table whose partitions number their columns differently
 CREATE TABLE vhp (id int4, k text, v numeric) PARTITION BY RANGE (id);
 CREATE TABLE vhp1 PARTITION OF vhp FOR VALUES FROM (0) TO (1000);
@@ -167,7 +241,9 @@ ALTER EXTENSION trellara UPDATE TO '0.2';
 SELECT * FROM vh_diff($$SELECT * FROM vh_c('{id}', 'v', 0, 64)$$,
 	$$SELECT (key_id & 9223372036854775807) % 64, count(*), sum(hashint8extended(rec, 0))::text FROM vh_sql GROUP BY 1$$);
 
-DROP TABLE vh, vhp, vhi CASCADE;
+DROP TABLE vh, vhp, vhi, vh_edge CASCADE;
+DROP FUNCTION vh_edge_ok(text, text);
+DROP COLLATION vh_nd;
 DROP FUNCTION vh_diff(text, text);
 DROP TYPE vh_mood, vh_pair;
 DROP DOMAIN vh_pos;

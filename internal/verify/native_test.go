@@ -43,9 +43,13 @@ func startWithExtension(t testing.TB, settings map[string]string) *pgtest.Cluste
 // differently, a dropped column, and keys of each kind: a single int8, a
 // single timestamptz (hashed as text on its own, by value in the row), a
 // numeric, a composite (with a column name that needs quoting), none
-// (whole row), a partitioned table whose
-// partitions number their columns differently, and a table whose
-// row-level security applies to its owner (hashed in SQL).
+// (whole row), a bpchar with trailing spaces; a partitioned table whose
+// partitions number their columns differently; the edge values of every
+// type the C function hashes without fmgr (extremes, int8 outside int32,
+// a "char" above 127, NaN and infinities, -0, empty strings, numerics
+// long, compressed and out of line, text under a nondeterministic
+// collation); and a table whose row-level security applies to its owner
+// (hashed in SQL).
 var nativeSchema = []string{
 	`CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`,
 	`CREATE DOMAIN pos AS int4 CHECK (VALUE > 0)`,
@@ -86,6 +90,42 @@ var nativeSchema = []string{
 	`ALTER TABLE public.parted2 DROP COLUMN dropme`,
 	`ALTER TABLE public.parted ATTACH PARTITION public.parted2 FOR VALUES FROM (1000) TO (4000)`,
 	`INSERT INTO public.parted SELECT g, 'k' || g, g / 3.0 FROM generate_series(1, 3999) g`,
+	// edge values of every type the C function hashes without fmgr
+	`CREATE COLLATION public.nd (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`,
+	`CREATE TABLE public.edge (id int4 PRIMARY KEY, i2 int2, i4 int4, i8 int8, o oid, b bool, ch "char", d date,
+		tm time, ts timestamp, tz timestamptz, u uuid, by bytea, tx text, vc varchar(10), nm name, bp char(6),
+		f4 float4, f8 float8, n numeric, tnd text COLLATE public.nd, bpnd char(4) COLLATE public.nd)`,
+	`INSERT INTO public.edge SELECT g * 10 + v.k, i2, i4, i8, o, b, ch, d, tm, ts, tz, u, by, tx, vc, nm, bp, f4, f8, n, tnd, bpnd
+		FROM generate_series(0, 99) g, (VALUES
+		(0, NULL::int2, NULL::int4, NULL::int8, NULL::oid, NULL::bool, NULL::"char", NULL::date, NULL::time, NULL::timestamp,
+		 NULL::timestamptz, NULL::uuid, NULL::bytea, NULL::text, NULL::varchar, NULL::name, NULL::char(6), NULL::float4,
+		 NULL::float8, NULL::numeric, NULL::text, NULL::char(4)),
+		(1, -32768, -2147483648, -9223372036854775808, 0, false, '\200', '-infinity', '00:00', '-infinity', '-infinity',
+		 '00000000-0000-0000-0000-000000000000', '\x', '', '', '', '', 'NaN', 'NaN', 'NaN', '', ''),
+		(2, 32767, 2147483647, 9223372036854775807, 4294967295, true, '\377', 'infinity', '24:00', 'infinity', 'infinity',
+		 'ffffffff-ffff-ffff-ffff-ffffffffffff', '\x00ff', 'ä', 'x y', 'ä', 'ab  ', 'Infinity', 'Infinity', 'Infinity', 'ÄB', 'Ab  '),
+		(3, -1, -1, -1, 1, NULL, 'a', '4713-01-01 BC', '23:59:59.999999', '1999-12-31 23:59:59.999999', '2000-01-01 00:00+14',
+		 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '\x20', ' ', ' ', ' ', '   ', '-Infinity', '-Infinity', '-Infinity', 'äb ', ' '),
+		(4, 0, 0, 4294967296, 2147483648, true, ' ', '2000-01-01', '12:00', '2000-01-01', '2000-01-01 00:00+00',
+		 NULL, '\x0000', 'trailing  ', 'trail  ', 'trail  ', ' lead', '-0', '-0', '-0.00', 'AB', 'AB'),
+		(5, 1, 65536, -4294967297, NULL, false, NULL, NULL, NULL, NULL, NULL,
+		 NULL, NULL, repeat('long text ', 20), NULL, repeat('n', 63), 'x', '1.17549435e-38', '4.9e-324', '0.000', NULL, NULL),
+		(6, NULL, NULL, 1000000000000, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+		 NULL, NULL, NULL, NULL, NULL, NULL, '3.4028235e38', '1.7976931348623157e308', '12345678901234567890.123456789', NULL, NULL),
+		(7, NULL, NULL, -1000000000000, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+		 NULL, NULL, NULL, NULL, NULL, NULL, '0.1', '0.1', (repeat('98765', 60) || '.125')::numeric, NULL, NULL),
+		(8, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+		 NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (repeat('1234567', 1000) || '.5')::numeric, NULL, NULL))
+		AS v(k, i2, i4, i8, o, b, ch, d, tm, ts, tz, u, by, tx, vc, nm, bp, f4, f8, n, tnd, bpnd)`,
+	// a numeric and a jsonb stored out of line (their text through the output function)
+	`ALTER TABLE public.edge ADD nx numeric, ADD jx jsonb`,
+	`ALTER TABLE public.edge ALTER nx SET STORAGE EXTERNAL, ALTER jx SET STORAGE EXTERNAL`,
+	`UPDATE public.edge SET nx = (repeat('7654321', 1000) || '.' || id)::numeric,
+		jx = jsonb_build_object('k', repeat('x', 3000), 'id', id) WHERE id % 10 = 4`,
+	`UPDATE public.edge SET nx = id / 8.0, jx = jsonb_build_object('id', id) WHERE id % 10 = 5`,
+	// a bpchar key (hashed as its text, trailing spaces stripped, with a seed)
+	`CREATE TABLE public.bpkey (k char(8) PRIMARY KEY, t text COLLATE public.nd, f float8)`,
+	`INSERT INTO public.bpkey SELECT 'k' || g || repeat(' ', g % 3), CASE WHEN g % 2 = 0 THEN 'Ä' || g END, g / 3.0 FROM generate_series(1, 3000) g`,
 	`CREATE TABLE public.guarded (id int4 PRIMARY KEY, v text)`,
 	`INSERT INTO public.guarded SELECT g, 'v' || g FROM generate_series(1, 500) g`,
 	`ALTER TABLE public.guarded ENABLE ROW LEVEL SECURITY`,
@@ -93,7 +133,7 @@ var nativeSchema = []string{
 	`CREATE POLICY everything ON public.guarded USING (true)`,
 }
 
-var nativeTables = []string{"public.typed", "public.tzkey", "public.numkey", "public.comp", "public.nokey", "public.parted", "public.guarded"}
+var nativeTables = []string{"public.typed", "public.tzkey", "public.numkey", "public.comp", "public.nokey", "public.parted", "public.edge", "public.bpkey", "public.guarded"}
 
 // TestNativeRowHash runs verify with the trellara extension's C row hash
 // (trellara_verify_buckets) against the SQL path, on one server that
