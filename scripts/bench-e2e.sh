@@ -19,6 +19,8 @@
 # Method: docs/EVIDENCE.md ("Method"). Needs bin/trellara (make build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 export TRELLARA_BENCH_TXNS="${TRELLARA_BENCH_TXNS:-100000}"
 export TRELLARA_BENCH_SCALE="${TRELLARA_BENCH_SCALE:-10}"
 export TRELLARA_BENCH_ROUNDS="${TRELLARA_BENCH_ROUNDS:-1}"
@@ -34,8 +36,12 @@ run() {
 	echo "== load before: $(uptime)"
 	echo "== $*"
 	go test -run '^$' -count=1 -benchtime 1x -v -timeout 60m "$@" 2>&1 |
-		grep -E '^(Benchmark|ok|FAIL|---|panic|\s+bench_test)' | sed 's/^\s*bench_test.go:[0-9]*: /   /'
+		grep -E '^(Benchmark|ok|FAIL|---|panic|\s+bench_test)' | sed 's/^\s*bench_test.go:[0-9]*: /   /' | tee -a "$out"
 	echo "== load after: $(uptime)"
 }
 run -bench 'ApplyVsNativeReplication$' ./internal/flow
 run -bench 'SteadyLatency$' ./internal/flow
+# The table of issue 16 (scripts/bench-table.awk): the rows this target
+# measures filled in, the others naming the target that does.
+echo "== machine: $machine"
+awk -f scripts/bench-table.awk "$out"

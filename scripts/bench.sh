@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # make bench: every performance claim measured beside its physical or peer
 # baseline in the same run, on throwaway clusters. Prints one table of
-# ratios; copy it, with the machine line, into docs/EVIDENCE.md.
+# ratios, then the table of issue 16 (scripts/bench-table.awk: each
+# measurement as filed, as measured now, and its goal); copy both, with the
+# machine line, into docs/EVIDENCE.md. The end-to-end comparison with native
+# logical replication is `make bench-e2e` (its own table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp)
@@ -17,6 +20,14 @@ run -bench . -benchtime 3s ./segmentlog
 TRELLARA_BENCH_TXNS="${TRELLARA_BENCH_TXNS:-100000}" run -bench RelayVsRecvlogical -benchtime 1x -v -timeout 30m ./internal/flow
 run -bench Verify -benchtime 1x -v ./internal/verify
 run -bench Apply -benchtime 1x ./apply
+# Extension + sidecar vs the external relay, both orders (ABBA over the two
+# runs); needs the server's pg_config to build the extension.
+for order in relay-first sidecar-first; do
+	TRELLARA_BENCH_ORDER=$order TRELLARA_BENCH_TXNS="${TRELLARA_BENCH_TXNS:-100000}" \
+		run -bench SidecarVsRelay -benchtime 1x -v -timeout 30m ./sidecar
+done
+# Peak RSS of run --local for one large transaction, at two sizes.
+./scripts/bench-mem.sh 2>&1 | tee -a "$out"
 
 echo
 echo "== summary ($machine)"
@@ -36,3 +47,4 @@ END {
   if (rlo) printf "%-44s %12s %12s %8s\n", "relay vs pg_recvlogical, ABBA, per-pair range", "", "", rlo "-" rhi
   printf "%-44s %s\n", "apply vs native logical replication", "make bench-e2e"
 }' "$out"
+awk -f scripts/bench-table.awk "$out"
