@@ -817,10 +817,10 @@ func (a *Assembler) add(t *txnBuf, subxid uint32, st *relState, row *pb.Row) err
 	if st != nil {
 		row.RelationIndex = t.relIndex(st)
 	}
-	size := int64(proto.Size(row)) + 32
 	if t.spill != nil {
 		return t.writeSpill(subxid, row)
 	}
+	size := int64(envelope.SizeRow(row)) + 32
 	t.rows = append(t.rows, change{subxid: subxid, row: row})
 	heap := rowHeapBytes(row)
 	t.memBytes += size
@@ -927,7 +927,7 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		if t.dropped(c) {
 			return nil
 		}
-		sz := int64(proto.Size(c.row)) + 8
+		sz := int64(envelope.SizeRow(c.row)) + 8
 		if cur > 0 && curBytes+sz > a.opts.ChunkBytesMax {
 			counts = append(counts, cur)
 			cur, curBytes = 0, 0
@@ -1197,7 +1197,7 @@ var (
 
 // rowHeapBytes is what a decoded row holds in memory: the Row, each Value
 // with its pointer and its data, and the message fields. Its encoded size
-// (proto.Size) is a third to a sixth of this for rows of short values, and
+// (envelope.SizeRow) is a third to a sixth of this for rows of short values, and
 // bounding memory by it let the relay hold several times MemoryBytesMax.
 func rowHeapBytes(r *pb.Row) int64 {
 	n := rowStructBytes + int64(len(r.MessagePrefix)+cap(r.MessageContent))

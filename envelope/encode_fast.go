@@ -59,6 +59,30 @@ func AppendRow(dst []byte, r *pb.Row) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, r)
 }
 
+// SizeRow is the size of r's protobuf encoding: proto.Size(r), without its
+// cost (the assembler sizes every row it buffers).
+func SizeRow(r *pb.Row) int {
+	if r == nil || !rowEncodable(r) {
+		return proto.Size(r)
+	}
+	return sizeRowBody(r)
+}
+
+func sizeRowBody(r *pb.Row) int {
+	n := sizeUint(r.Seq) + sizeUint(uint64(r.Op)) + sizeUint(uint64(r.RelationIndex)) +
+		sizeUint(uint64(r.OldKind)) + sizeUint(uint64(r.TruncateFlags)) +
+		sizeBytes(len(r.MessagePrefix)) + sizeBytes(len(r.MessageContent))
+	for _, v := range r.NewTuple {
+		s := sizeValue(v)
+		n += 1 + sizeLen(s) + s
+	}
+	for _, v := range r.OldTuple {
+		s := sizeValue(v)
+		n += 1 + sizeLen(s) + s
+	}
+	return n
+}
+
 // scratch holds the buffers encodeExact encodes into, so that Encode
 // makes one allocation of the exact size instead of growing a slice from
 // nothing through every power of two (that growing cost as much as the

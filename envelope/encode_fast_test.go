@@ -55,6 +55,9 @@ func sameAsProto(t *testing.T, what string, e *pb.Envelope) {
 		if wantErr == nil && (!bytes.HasPrefix(got, prefix) || !bytes.Equal(got[len(prefix):], want)) {
 			t.Fatalf("%s row %d: AppendRow and proto.Marshal differ\nproto %x\nhand  %x", what, i, want, got[len(prefix):])
 		}
+		if size, want := envelope.SizeRow(r), proto.Size(r); size != want {
+			t.Fatalf("%s row %d: SizeRow says %d bytes, proto.Size %d", what, i, size, want)
+		}
 	}
 }
 
