@@ -45,6 +45,9 @@ func sameAsProto(t *testing.T, what string, e *pb.Envelope) {
 		if hand := envelope.AppendEnvelopeHand(nil, e); !bytes.Equal(hand, want) {
 			t.Fatalf("%s: hand encoder and proto.Marshal differ\nproto %x\nhand  %x\nmessage %v", what, want, hand, e)
 		}
+		if hand := envelope.AppendEnvelopeHandUnsealed(nil, e); !bytes.Equal(hand, want) {
+			t.Fatalf("%s: hand encoder without sealed relations and proto.Marshal differ\nproto %x\nhand  %x\nmessage %v", what, want, hand, e)
+		}
 	}
 	for i, r := range e.GetRows() {
 		want, wantErr := proto.MarshalOptions{}.Marshal(r)
