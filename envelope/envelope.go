@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/zeebo/xxh3"
@@ -210,10 +209,10 @@ type sealedColumn struct {
 // emptied when it reaches sealedRelationsMax entries: producers seal a few
 // relations each, so only a stream of ever new relation messages (a
 // decoder's) would fill it.
-var (
-	sealedRelations     sync.Map // *pb.Relation → *sealedRelation
-	sealedRelationCount atomic.Int64
-)
+var sealedRelations struct {
+	mu sync.RWMutex
+	m  map[*pb.Relation]*sealedRelation
+}
 
 const sealedRelationsMax = 4096
 
@@ -239,11 +238,10 @@ func sealedRelationOf(r *pb.Relation) *sealedRelation {
 	if r == nil {
 		return nil
 	}
-	v, ok := sealedRelations.Load(r)
-	if !ok {
-		return nil
-	}
-	if s := v.(*sealedRelation); s.matches(r) {
+	sealedRelations.mu.RLock()
+	s := sealedRelations.m[r]
+	sealedRelations.mu.RUnlock()
+	if s != nil && s.matches(r) {
 		return s
 	}
 	return nil
@@ -274,11 +272,12 @@ func sealRelation(r *pb.Relation) *sealedRelation {
 	c := &pb.Relation{Oid: r.Oid, Schema: r.Schema, Name: r.Name, ReplicaIdentity: r.ReplicaIdentity,
 		Columns: r.Columns, Fingerprint: s.fingerprint}
 	s.body = appendRelationBody(nil, c)
-	if sealedRelationCount.Add(1) > sealedRelationsMax {
-		sealedRelations.Clear()
-		sealedRelationCount.Store(1)
+	sealedRelations.mu.Lock()
+	if sealedRelations.m == nil || len(sealedRelations.m) >= sealedRelationsMax {
+		sealedRelations.m = make(map[*pb.Relation]*sealedRelation)
 	}
-	sealedRelations.Store(r, s)
+	sealedRelations.m[r] = s
+	sealedRelations.mu.Unlock()
 	return s
 }
 
