@@ -2,6 +2,8 @@ package envelope_test
 
 import (
 	"bytes"
+	"fmt"
+	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -118,4 +120,37 @@ func TestSealedRelationOwnFingerprint(t *testing.T) {
 	envelope.Seal(e)
 	e.Relations[1].Fingerprint ^= 1
 	sameAsProto(t, "relation with a changed fingerprint field", e)
+}
+
+// TestSealedRelationsConcurrent: producers on several goroutines seal and
+// encode their own envelopes at once (run with -race), each encoding as
+// proto.Marshal does.
+func TestSealedRelationsConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				e := goldenTxn()
+				e.Relations[1].Columns[2].Name = fmt.Sprintf("c%d_%d", g, i)
+				envelope.Seal(e)
+				got, err := envelope.Encode(e)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if want, _ := deterministic.Marshal(e); !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("goroutine %d envelope %d: encoding differs from proto.Marshal", g, i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
 }
