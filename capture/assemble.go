@@ -140,6 +140,11 @@ const ReseedKind = "reseed"
 // transaction that produced no rows (nothing to publish, but its end LSN is
 // still acknowledgeable). final is true on the last unit of a transaction:
 // only after publishing it durably may the source be acknowledged at endLSN.
+//
+// e is lent, not given: once Emit returns, the Assembler builds later
+// transactions in the memory of e's rows and values. A consumer encodes e
+// during the call (Batch.Add); one that keeps any part of it must copy it
+// (proto.Clone) before returning.
 type Emit func(e *pb.Envelope, endLSN uint64, final bool) error
 
 // Assembler turns the pgoutput message stream of one replication session
@@ -267,6 +272,7 @@ func (a *Assembler) Handle(m pgoutput.Message, walStart pgoutput.LSN) error {
 		a.cur = nil
 		err := a.finish(t, uint64(m.CommitLSN), uint64(m.EndLSN), m.CommitTime)
 		a.recycle(t)
+		a.settle()
 		return err
 	case *pgoutput.Relation:
 		return a.relation(m, walStart)
@@ -290,7 +296,9 @@ func (a *Assembler) Handle(m pgoutput.Message, walStart pgoutput.LSN) error {
 		}
 		delete(a.streams, m.Xid)
 		t.commitTime = m.CommitTime
-		return a.finish(t, uint64(m.CommitLSN), uint64(m.EndLSN), m.CommitTime)
+		err := a.finish(t, uint64(m.CommitLSN), uint64(m.EndLSN), m.CommitTime)
+		a.settle()
+		return err
 	case *pgoutput.StreamAbort:
 		t := a.streams[m.Xid]
 		if t == nil {
@@ -300,6 +308,7 @@ func (a *Assembler) Handle(m pgoutput.Message, walStart pgoutput.LSN) error {
 			delete(a.streams, m.Xid)
 			t.discard(a)
 			a.stats.AbortedStream++
+			a.settle()
 			return nil
 		}
 		// A rolled-back subtransaction: its rows (and those of its own
@@ -390,18 +399,24 @@ func oldKind(k pgoutput.TupleKind) pb.OldTuple {
 }
 
 // slab allocates the Rows and Values the assembler builds, many to an
-// allocation: one allocation per struct and per value's data was a third
-// of capture's CPU (in malloc and the collector it drives). Nothing is
-// reused: a chunk is collected once no row built from it is referenced.
+// allocation, and hands the same memory out again once every transaction
+// built from it has been emitted (rewind): one allocation per struct and
+// per value's data, and the collector they drove, were a third of
+// capture's CPU.
 type slab struct {
-	rows []pb.Row
-	vals []pb.Value
-	ptrs []*pb.Value
-	data []byte
+	rows  []pb.Row
+	vals  []pb.Value
+	ptrs  []*pb.Value
+	data  []byte
+	nrows int // rows[:nrows] are handed out; likewise for the others
+	nvals int
+	nptrs int
+	ndata int
 }
 
 // Chunk sizes of a slab, in elements; a value longer than slabValueMax
-// bytes gets its own allocation.
+// bytes gets its own allocation. A rewind reuses the current chunks; the
+// earlier ones are left to the collector.
 const (
 	slabRows     = 64
 	slabValues   = 256
@@ -409,12 +424,19 @@ const (
 	slabValueMax = 1 << 10
 )
 
+// rewind makes everything handed out free again. Only when no row built
+// from the slab is referenced: every transaction holding such rows has
+// been emitted or discarded (Emit: the consumer keeps none of it).
+func (s *slab) rewind() { s.nrows, s.nvals, s.nptrs, s.ndata = 0, 0, 0, 0 }
+
+// row is an empty Row.
 func (s *slab) row() *pb.Row {
-	if len(s.rows) == 0 {
-		s.rows = make([]pb.Row, slabRows)
+	if s.nrows == len(s.rows) {
+		s.rows, s.nrows = make([]pb.Row, slabRows), 0
 	}
-	r := &s.rows[0]
-	s.rows = s.rows[1:]
+	r := &s.rows[s.nrows]
+	s.nrows++
+	r.Reset()
 	return r
 }
 
@@ -425,12 +447,12 @@ func (s *slab) bytes(b []byte) []byte {
 	if n > slabValueMax {
 		return append(make([]byte, 0, n), b...)
 	}
-	if len(s.data) < n {
-		s.data = make([]byte, slabData)
+	if len(s.data)-s.ndata < n {
+		s.data, s.ndata = make([]byte, slabData), 0
 	}
-	c := s.data[:n:n]
+	c := s.data[s.ndata : s.ndata+n : s.ndata+n]
 	copy(c, b)
-	s.data = s.data[n:]
+	s.ndata += n
 	return c
 }
 
@@ -441,22 +463,20 @@ func (s *slab) values(cols []pgoutput.Column, rel *pb.Relation, at pgoutput.LSN,
 		return nil, fmt.Errorf("%w: %s.%s change at %s has %d columns, its relation %d",
 			ErrProtocol, rel.Schema, rel.Name, at, len(cols), len(rel.Columns))
 	}
-	if len(s.vals) < n || len(s.ptrs) < n {
-		k := max(slabValues, n)
-		if len(s.vals) < n {
-			s.vals = make([]pb.Value, k)
-		}
-		if len(s.ptrs) < n {
-			s.ptrs = make([]*pb.Value, k)
-		}
+	if len(s.vals)-s.nvals < n {
+		s.vals, s.nvals = make([]pb.Value, max(slabValues, n)), 0
 	}
-	vals, out := s.vals[:n:n], s.ptrs[:n:n]
+	if len(s.ptrs)-s.nptrs < n {
+		s.ptrs, s.nptrs = make([]*pb.Value, max(slabValues, n)), 0
+	}
+	vals, out := s.vals[s.nvals:s.nvals+n:s.nvals+n], s.ptrs[s.nptrs:s.nptrs+n:s.nptrs+n]
 	for i, c := range cols {
 		v := &vals[i]
 		out[i] = v
+		v.Reset()
 		switch c.Kind {
 		case pgoutput.ColumnNull:
-			v.Kind, v.Data = pb.ValueKind_VALUE_KIND_NULL, nil
+			v.Kind = pb.ValueKind_VALUE_KIND_NULL
 		case pgoutput.ColumnText:
 			// Copy: the decoder aliases the connection's receive buffer.
 			v.Kind, v.Data = pb.ValueKind_VALUE_KIND_TEXT, s.bytes(c.Data)
@@ -465,13 +485,14 @@ func (s *slab) values(cols []pgoutput.Column, rel *pb.Relation, at pgoutput.LSN,
 				return nil, fmt.Errorf("%w: %s.%s column %s: unchanged TOAST in an insert at %s",
 					ErrProtocol, rel.Schema, rel.Name, rel.Columns[i].Name, at)
 			}
-			v.Kind, v.Data = pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST, nil
+			v.Kind = pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST
 		default:
 			return nil, fmt.Errorf("%w: %s.%s column %s: value kind %q at %s (binary mode is never requested)",
 				ErrProtocol, rel.Schema, rel.Name, rel.Columns[i].Name, c.Kind, at)
 		}
 	}
-	s.vals, s.ptrs = s.vals[n:], s.ptrs[n:]
+	s.nvals += n
+	s.nptrs += n
 	return out, nil
 }
 
@@ -1143,6 +1164,15 @@ type txnBuf struct {
 	spill  *os.File
 	spillW *bufio.Writer
 	buf    []byte
+}
+
+// settle rewinds the slab once no transaction is open: every row built
+// from it was then emitted (and Emit keeps none) or discarded. While a
+// streamed transaction stays open, its rows hold the slab.
+func (a *Assembler) settle() {
+	if a.Idle() {
+		a.slab.rewind()
+	}
 }
 
 // newTxn is an empty txnBuf for transaction xid: the spare one when there
