@@ -162,7 +162,13 @@ type Assembler struct {
 	inBlock *txnBuf                  // target of changes inside a stream block
 	memUsed int64
 	slab    slab
-	spare   *txnBuf // a finished Begin..Commit transaction's buffer, emptied for the next
+	spare   *txnBuf  // a finished Begin..Commit transaction's buffer, emptied for the next
+	out     struct { // what finish lends Emit for a whole transaction
+		env      pb.Envelope
+		boundary pb.Boundary
+		rows     []*pb.Row
+		rels     []*pb.Relation
+	}
 
 	stats AssemblerStats
 }
@@ -948,14 +954,14 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		}
 		return &d
 	}
-	head := &pb.Envelope{
-		ProtocolVersion:      envelope.ProtocolVersion,
-		SourceId:             a.opts.SourceID,
-		Xid:                  t.xid,
-		CommitLsn:            commitLSN,
-		EndLsn:               endLSN,
-		CommitTimeUnixMicros: commitTime.Time().UnixMicro(),
-	}
+	// The envelope, its boundary and lists are the assembler's, lent to
+	// Emit (as the rows are) and reused for the next transaction.
+	head := &a.out.env
+	head.Reset()
+	head.ProtocolVersion = envelope.ProtocolVersion
+	head.SourceId = a.opts.SourceID
+	head.Xid, head.CommitLsn, head.EndLsn = t.xid, commitLSN, endLSN
+	head.CommitTimeUnixMicros = commitTime.Time().UnixMicro()
 	// Only relations that surviving rows reference: a rolled-back
 	// subtransaction must leave no trace, not even in the schema
 	// fingerprint.
@@ -969,7 +975,9 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	for range t.rels {
 		remap = append(remap, noRelation)
 	}
-	head.Relations = make([]*pb.Relation, 0, len(t.rels))
+	clear(a.out.rels)
+	head.Relations = a.out.rels[:0]
+	defer func() { a.out.rels = head.Relations }()
 	err := t.each(func(c change) error {
 		if t.dropped(c) {
 			return nil
@@ -996,7 +1004,9 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 		}
 	}
 	whole := func() error {
-		rows := make([]*pb.Row, 0, len(t.rows))
+		clear(a.out.rows)
+		rows := a.out.rows[:0]
+		defer func() { a.out.rows = rows }()
 		err := t.each(func(c change) error {
 			if !t.dropped(c) {
 				rows = append(rows, c.row)
@@ -1014,7 +1024,9 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 			fix(r)
 		}
 		head.Rows = rows
-		head.Boundary = &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_TRANSACTION, TotalRows: uint64(len(rows))}
+		head.Boundary = &a.out.boundary
+		head.Boundary.Reset()
+		head.Boundary.Kind, head.Boundary.TotalRows = pb.UnitKind_UNIT_KIND_TRANSACTION, uint64(len(rows))
 		a.barrier(t, head, endLSN)
 		envelope.Seal(head)
 		a.stats.Transactions++
