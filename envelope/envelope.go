@@ -3,8 +3,9 @@ package envelope
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
+	"sync/atomic"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 	"google.golang.org/protobuf/proto"
@@ -190,6 +191,7 @@ func Seal(e *pb.Envelope) {
 // changed in place (a column added, renamed, retyped) no longer matches
 // and is derived afresh, never from the stale entry.
 type sealedRelation struct {
+	rel                  *pb.Relation // the message it was derived from
 	oid, replicaIdentity uint32
 	schema, name         string
 	columns              []sealedColumn
@@ -204,17 +206,21 @@ type sealedColumn struct {
 	key     bool
 }
 
-// sealedRelations maps a relation message to its sealedRelation. It holds
-// the messages it maps (so an address is never reused while mapped) and is
-// emptied when it reaches sealedRelationsMax entries: producers seal a few
-// relations each, so only a stream of ever new relation messages (a
-// decoder's) would fill it.
-var sealedRelations struct {
-	mu sync.RWMutex
-	m  map[*pb.Relation]*sealedRelation
-}
+// sealedRelations holds sealedRelations by their relation message's
+// address, two to a set, without a lock (a read-write lock's atomics showed
+// in profiles). An entry holds its message, so the address is never reused
+// while it is there; a full set drops an entry, and a relation whose entry
+// is gone is derived afresh. Producers seal a few relations each; only a
+// stream of ever new relation messages would cycle the entries.
+var sealedRelations [sealedSets * 2]atomic.Pointer[sealedRelation]
 
-const sealedRelationsMax = 4096
+const sealedSets = 1 << 11
+
+// sealedSet is the index of the first of r's two entries.
+func sealedSet(r *pb.Relation) int {
+	h := uint64(uintptr(unsafe.Pointer(r))>>4) * 0x9e3779b97f4a7c15
+	return int(h>>(64-11)) * 2
+}
 
 // matches reports whether r still holds exactly the metadata s was derived
 // from, with nothing (unknown fields) the hand encoder would not write.
@@ -238,11 +244,11 @@ func sealedRelationOf(r *pb.Relation) *sealedRelation {
 	if r == nil {
 		return nil
 	}
-	sealedRelations.mu.RLock()
-	s := sealedRelations.m[r]
-	sealedRelations.mu.RUnlock()
-	if s != nil && s.matches(r) {
-		return s
+	i := sealedSet(r)
+	for _, s := range [2]*sealedRelation{sealedRelations[i].Load(), sealedRelations[i+1].Load()} {
+		if s != nil && s.rel == r && s.matches(r) {
+			return s
+		}
 	}
 	return nil
 }
@@ -258,7 +264,7 @@ func sealRelation(r *pb.Relation) *sealedRelation {
 	if r == nil || r.HasUnknownFields() || !utf8.ValidString(r.Schema) || !utf8.ValidString(r.Name) {
 		return nil
 	}
-	s := &sealedRelation{oid: r.Oid, replicaIdentity: r.ReplicaIdentity, schema: r.Schema, name: r.Name,
+	s := &sealedRelation{rel: r, oid: r.Oid, replicaIdentity: r.ReplicaIdentity, schema: r.Schema, name: r.Name,
 		columns: make([]sealedColumn, len(r.Columns))}
 	for i, c := range r.Columns {
 		if c == nil || c.HasUnknownFields() || !utf8.ValidString(c.Name) {
@@ -272,12 +278,13 @@ func sealRelation(r *pb.Relation) *sealedRelation {
 	c := &pb.Relation{Oid: r.Oid, Schema: r.Schema, Name: r.Name, ReplicaIdentity: r.ReplicaIdentity,
 		Columns: r.Columns, Fingerprint: s.fingerprint}
 	s.body = appendRelationBody(nil, c)
-	sealedRelations.mu.Lock()
-	if sealedRelations.m == nil || len(sealedRelations.m) >= sealedRelationsMax {
-		sealedRelations.m = make(map[*pb.Relation]*sealedRelation)
+	// Into the first entry of its set when that is empty or r's own, else
+	// over the second.
+	i := sealedSet(r)
+	if e := sealedRelations[i].Load(); e != nil && e.rel != r {
+		i++
 	}
-	sealedRelations.m[r] = s
-	sealedRelations.mu.Unlock()
+	sealedRelations[i].Store(s)
 	return s
 }
 
