@@ -142,7 +142,7 @@ const ReseedKind = "reseed"
 // only after publishing it durably may the source be acknowledged at endLSN.
 //
 // e is lent, not given: once Emit returns, the Assembler builds later
-// transactions in the memory of e's rows and values. A consumer encodes e
+// transactions in the memory of e, its rows and values. A consumer encodes e
 // during the call (Batch.Add); one that keeps any part of it must copy it
 // (proto.Clone) before returning.
 type Emit func(e *pb.Envelope, endLSN uint64, final bool) error
@@ -964,9 +964,8 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	head.CommitTimeUnixMicros = commitTime.Time().UnixMicro()
 	// Only relations that surviving rows reference: a rolled-back
 	// subtransaction must leave no trace, not even in the schema
-	// fingerprint.
-	// remap[i] is the envelope's index of t.rels[i], noRelation until a
-	// surviving row references it.
+	// fingerprint. remap[i] is the envelope's index of t.rels[i],
+	// noRelation until a surviving row references it.
 	var remapBuf [relIndexScanMax]uint32
 	remap := remapBuf[:0]
 	if len(t.rels) > len(remapBuf) {
@@ -1006,7 +1005,13 @@ func (a *Assembler) finish(t *txnBuf, commitLSN, endLSN uint64, commitTime pgout
 	whole := func() error {
 		clear(a.out.rows)
 		rows := a.out.rows[:0]
-		defer func() { a.out.rows = rows }()
+		defer func() {
+			if cap(rows) <= txnRowsKept {
+				a.out.rows = rows
+			} else {
+				a.out.rows = nil
+			}
+		}()
 		err := t.each(func(c change) error {
 			if !t.dropped(c) {
 				rows = append(rows, c.row)
