@@ -1204,7 +1204,8 @@ func (a *Assembler) newTxn(xid uint32) *txnBuf {
 	return t
 }
 
-// txnRowsKept bounds the rows a recycled txnBuf keeps room for.
+// txnRowsKept bounds the rows a recycled txnBuf, and the row list of the
+// envelope finish lends, keep room for.
 const txnRowsKept = 4096
 
 // recycle keeps the finished transaction t, emptied, as the spare for the
