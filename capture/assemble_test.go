@@ -331,11 +331,20 @@ func TestBarrierPinMovesAfterPublish(t *testing.T) {
 // size is several times smaller.
 func TestRowHeapBytesMatchesTheHeap(t *testing.T) {
 	const n = 20000
+	rel := RelationFromPgoutput(&pgoutput.Relation{RelationID: 1, Namespace: "public", Name: "t", Columns: make([]pgoutput.RelationColumn, 4)})
+	// Built as the assembler builds them, from its slab.
+	var sl slab
 	mk := func(i int) *pb.Row {
-		r := &pb.Row{Op: pb.Op_OP_INSERT}
+		var cols []pgoutput.Column
 		for _, s := range []string{fmt.Sprint(i), "status-new", fmt.Sprint(i * 7), "2026-12-01 10:00:00+00"} {
-			r.NewTuple = append(r.NewTuple, &pb.Value{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte(s)})
+			cols = append(cols, txt(s))
 		}
+		vals, err := sl.values(cols, rel, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := sl.row()
+		r.Op, r.NewTuple = pb.Op_OP_INSERT, vals
 		return r
 	}
 	var before, after runtime.MemStats

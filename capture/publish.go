@@ -31,6 +31,39 @@ type Batch struct {
 	Ack    uint64 // highest end of a complete transaction (or other acknowledgeable position) in it
 	Covers uint64 // highest end LSN of a complete transaction whose unit is in it
 	Fences []Fence
+
+	// free is the unused end of the block the last unit was encoded into.
+	// Units are encoded straight into it, many to an allocation; it is
+	// only ever written past every unit handed out, so a unit a transport
+	// still holds is never touched.
+	free []byte
+}
+
+// Encoding blocks: a unit is encoded into the free end of the current
+// block, or into a new block when less than unitBlockMin is left.
+const (
+	unitBlockBytes = 64 << 10
+	unitBlockMin   = 4 << 10
+)
+
+// encode is e's wire form, encoded into b's current block (a large unit
+// that does not fit gets an allocation of its own size).
+func (b *Batch) encode(e *pb.Envelope) ([]byte, error) {
+	if cap(b.free) < unitBlockMin {
+		b.free = make([]byte, 0, unitBlockBytes)
+	}
+	out, err := envelope.AppendEncode(b.free[:0], e)
+	if err != nil {
+		return nil, err
+	}
+	n := len(out)
+	if n > cap(b.free) {
+		// Grown out of the block into a buffer of its own, larger than
+		// the unit: keep a copy of exactly its size.
+		return append(make([]byte, 0, n), out...), nil
+	}
+	b.free = out[n:n]
+	return out[:n:n], nil
 }
 
 // Add takes one of the assembler's units (Emit: e nil for a committed
@@ -51,7 +84,7 @@ func (b *Batch) Add(res Resume, e *pb.Envelope, endLSN uint64, final bool) (skip
 		}
 		return true, nil
 	}
-	u, err := envelope.Encode(e)
+	u, err := b.encode(e)
 	if err != nil {
 		return false, fmt.Errorf("capture: encode transaction xid %d at %s: %w", e.Xid, envelope.FormatLSN(e.CommitLsn), err)
 	}

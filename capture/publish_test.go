@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/trellara/trellara/capture"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/relay/pgoutput"
@@ -98,6 +100,9 @@ func TestBatchAdd(t *testing.T) {
 	rel := &pgoutput.Relation{RelationID: 16400, Namespace: "public", Name: "orders", ReplicaIdentity: 'd',
 		Columns: []pgoutput.RelationColumn{{Key: true, Name: "id", TypeOID: 20, TypeModifier: -1}}}
 	a := capture.NewAssembler(capture.AssemblerOptions{SourceID: "src"}, func(e *pb.Envelope, end uint64, final bool) error {
+		if e != nil {
+			e = proto.Clone(e).(*pb.Envelope) // lent: see Emit
+		}
 		units = append(units, struct {
 			e     *pb.Envelope
 			end   uint64

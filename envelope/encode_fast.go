@@ -59,6 +59,30 @@ func AppendRow(dst []byte, r *pb.Row) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, r)
 }
 
+// SizeRow is the size of r's protobuf encoding: proto.Size(r), without its
+// cost (the assembler sizes every row it buffers).
+func SizeRow(r *pb.Row) int {
+	if r == nil || !rowEncodable(r) {
+		return proto.Size(r)
+	}
+	return sizeRowBody(r)
+}
+
+func sizeRowBody(r *pb.Row) int {
+	n := sizeUint(r.Seq) + sizeUint(uint64(r.Op)) + sizeUint(uint64(r.RelationIndex)) +
+		sizeUint(uint64(r.OldKind)) + sizeUint(uint64(r.TruncateFlags)) +
+		sizeBytes(len(r.MessagePrefix)) + sizeBytes(len(r.MessageContent))
+	for _, v := range r.NewTuple {
+		s := sizeValue(v)
+		n += 1 + sizeLen(s) + s
+	}
+	for _, v := range r.OldTuple {
+		s := sizeValue(v)
+		n += 1 + sizeLen(s) + s
+	}
+	return n
+}
+
 // scratch holds the buffers encodeExact encodes into, so that Encode
 // makes one allocation of the exact size instead of growing a slice from
 // nothing through every power of two (that growing cost as much as the
@@ -85,17 +109,19 @@ func encodeExact(e *pb.Envelope) ([]byte, error) {
 }
 
 // appendEnvelopeProto appends the deterministic protobuf encoding of e to
-// dst, by hand when it can and through proto.Marshal otherwise.
-func appendEnvelopeProto(dst []byte, e *pb.Envelope) ([]byte, error) {
-	if envelopeEncodable(e) {
-		return appendEnvelopeBody(dst, e), nil
+// dst, by hand when it can and through proto.Marshal otherwise. sealed[i],
+// where set, is e.Relations[i] as Seal derived it (sealedRelationsOf).
+func appendEnvelopeProto(dst []byte, e *pb.Envelope, sealed []*sealedRelation) ([]byte, error) {
+	if envelopeEncodable(e, sealed) {
+		return appendEnvelopeBody(dst, e, sealed), nil
 	}
 	return marshalOpts.MarshalAppend(dst, e)
 }
 
 // envelopeEncodable reports whether the hand encoder writes exactly what
-// proto.Marshal would: no unknown fields anywhere, every string valid UTF-8.
-func envelopeEncodable(e *pb.Envelope) bool {
+// proto.Marshal would: no unknown fields anywhere, every string valid UTF-8
+// (which a relation that still matches its sealedRelation has).
+func envelopeEncodable(e *pb.Envelope, sealed []*sealedRelation) bool {
 	if e == nil || e.HasUnknownFields() || !utf8.ValidString(e.SourceId) {
 		return false
 	}
@@ -114,8 +140,8 @@ func envelopeEncodable(e *pb.Envelope) bool {
 	if b := e.Boundary; b != nil && (b.HasUnknownFields() || !utf8.ValidString(b.SnapshotRelation)) {
 		return false
 	}
-	for _, r := range e.Relations {
-		if r == nil {
+	for i, r := range e.Relations {
+		if r == nil || sealedAt(sealed, i) != nil {
 			continue
 		}
 		if r.HasUnknownFields() || !utf8.ValidString(r.Schema) || !utf8.ValidString(r.Name) {
@@ -156,7 +182,7 @@ func rowEncodable(r *pb.Row) bool {
 // values or columns), into two bytes reserved before the body and fixed up
 // after it (fixLen2; measured faster than a size pass).
 
-func appendEnvelopeBody(b []byte, e *pb.Envelope) []byte {
+func appendEnvelopeBody(b []byte, e *pb.Envelope, sealed []*sealedRelation) []byte {
 	b = appendUint(b, 1, uint64(e.ProtocolVersion))
 	b = appendStringField(b, 2, e.SourceId)
 	b = appendUint(b, 3, uint64(e.Xid))
@@ -179,7 +205,13 @@ func appendEnvelopeBody(b []byte, e *pb.Envelope) []byte {
 		b = appendBoundaryBody(b, bd)
 	}
 	b = appendUint(b, 11, e.RowCount)
-	for _, r := range e.Relations {
+	for i, r := range e.Relations {
+		if s := sealedAt(sealed, i); s != nil && r.Fingerprint == s.fingerprint {
+			// Unchanged since Seal encoded it: its bytes are copied.
+			b = appendLen(append(b, key(12, wtBytes)), len(s.body))
+			b = append(b, s.body...)
+			continue
+		}
 		b = append(b, key(12, wtBytes), 0, 0)
 		start := len(b)
 		b = appendRelationBody(b, r)

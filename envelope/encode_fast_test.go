@@ -45,6 +45,9 @@ func sameAsProto(t *testing.T, what string, e *pb.Envelope) {
 		if hand := envelope.AppendEnvelopeHand(nil, e); !bytes.Equal(hand, want) {
 			t.Fatalf("%s: hand encoder and proto.Marshal differ\nproto %x\nhand  %x\nmessage %v", what, want, hand, e)
 		}
+		if hand := envelope.AppendEnvelopeHandUnsealed(nil, e); !bytes.Equal(hand, want) {
+			t.Fatalf("%s: hand encoder without sealed relations and proto.Marshal differ\nproto %x\nhand  %x\nmessage %v", what, want, hand, e)
+		}
 	}
 	for i, r := range e.GetRows() {
 		want, wantErr := proto.MarshalOptions{}.Marshal(r)
@@ -54,6 +57,9 @@ func sameAsProto(t *testing.T, what string, e *pb.Envelope) {
 		}
 		if wantErr == nil && (!bytes.HasPrefix(got, prefix) || !bytes.Equal(got[len(prefix):], want)) {
 			t.Fatalf("%s row %d: AppendRow and proto.Marshal differ\nproto %x\nhand  %x", what, i, want, got[len(prefix):])
+		}
+		if size, want := envelope.SizeRow(r), proto.Size(r); size != want {
+			t.Fatalf("%s row %d: SizeRow says %d bytes, proto.Size %d", what, i, size, want)
 		}
 	}
 }

@@ -12,7 +12,12 @@ const sourceIDBytesMax = 256
 
 // Validate checks every protocol rule. It does not check the checksum: that
 // belongs to the wire form (Decode).
-func Validate(e *pb.Envelope) error {
+func Validate(e *pb.Envelope) error { return validate(e, nil) }
+
+// validate is Validate, taking each relation's fingerprint from sealed[i]
+// where it is set (sealedRelationsOf: its metadata is unchanged since Seal
+// derived it).
+func validate(e *pb.Envelope, sealed []*sealedRelation) error {
 	if e == nil {
 		return &InvalidError{Field: "envelope", Reason: "nil envelope"}
 	}
@@ -61,7 +66,7 @@ func Validate(e *pb.Envelope) error {
 				return bad("relations", "relation %s.%s column %d has no name", r.Schema, r.Name, j)
 			}
 		}
-		if want := RelationFingerprint(r); r.Fingerprint != want {
+		if want := relationFingerprint(r, sealedAt(sealed, i)); r.Fingerprint != want {
 			return bad("relations", "relation %s.%s fingerprint %016x does not match its metadata (%016x)", r.Schema, r.Name, r.Fingerprint, want)
 		}
 	}
