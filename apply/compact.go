@@ -53,6 +53,20 @@ type netTable struct {
 	key   []int
 	order []string
 	rows  map[string]*netRow
+	// slab is where new netRows are taken from, a chunk at a time.
+	slab []netRow
+}
+
+// netRowSlab is how many netRows a table allocates at once.
+const netRowSlab = 64
+
+// newRow returns a new netRow of t.
+func (t *netTable) newRow(r netRow) *netRow {
+	if len(t.slab) == cap(t.slab) {
+		t.slab = make([]netRow, 0, netRowSlab)
+	}
+	t.slab = append(t.slab, r)
+	return &t.slab[len(t.slab)-1]
 }
 
 // netBatch is a whole batch folded, relations in first-seen order.
@@ -68,6 +82,13 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 	byName := map[string]*netTable{}
 	var kb strings.Builder
 	keyOf := func(t *netTable, vals []*pb.Value) (string, bool) {
+		if len(t.key) == 1 {
+			// The common single-column key: the value itself, no copy.
+			if k := t.key[0]; k < len(vals) && vals[k].GetKind() == pb.ValueKind_VALUE_KIND_TEXT {
+				return valueString(vals[k]), true
+			}
+			return "", false
+		}
 		kb.Reset()
 		for i, k := range t.key {
 			if k >= len(vals) {
@@ -125,7 +146,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				switch {
 				case prev == nil:
 					t.order = append(t.order, k)
-					t.rows[k] = &netRow{op: netInsert, vals: r.NewTuple}
+					t.rows[k] = t.newRow(netRow{op: netInsert, vals: r.NewTuple})
 				case prev.op == netDelete:
 					prev.op, prev.vals = netReplace, r.NewTuple
 				default:
@@ -145,7 +166,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				switch {
 				case prev == nil:
 					t.order = append(t.order, k)
-					t.rows[k] = &netRow{op: netUpdate, vals: r.NewTuple, oldKey: keyValues(t, r.NewTuple)}
+					t.rows[k] = t.newRow(netRow{op: netUpdate, vals: r.NewTuple, oldKey: keyValues(t, r.NewTuple)})
 				case prev.op == netDelete:
 					return nil, false
 				default:
@@ -160,7 +181,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				switch {
 				case prev == nil:
 					t.order = append(t.order, k)
-					t.rows[k] = &netRow{op: netDelete, oldKey: keyValues(t, r.OldTuple)}
+					t.rows[k] = t.newRow(netRow{op: netDelete, oldKey: keyValues(t, r.OldTuple)})
 				case prev.op == netUpdate, prev.op == netReplace:
 					prev.op, prev.vals = netDelete, nil
 					if prev.oldKey == nil {
@@ -177,8 +198,13 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 	return b, true
 }
 
-// keyValues copies the key columns of vals into a full-width tuple.
+// keyValues are the key columns of vals, in key order. A single-column
+// key is a subslice of vals (never appended to), not a copy.
 func keyValues(t *netTable, vals []*pb.Value) []*pb.Value {
+	if len(t.key) == 1 {
+		k := t.key[0]
+		return vals[k : k+1 : k+1]
+	}
 	out := make([]*pb.Value, len(t.key))
 	for i, k := range t.key {
 		out[i] = vals[k]
