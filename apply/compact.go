@@ -53,20 +53,20 @@ type netTable struct {
 	key   []int
 	order []string
 	rows  map[string]*netRow
-	// slab is where new netRows are taken from, a chunk at a time.
-	slab []netRow
+	// slab is where new netRows are taken from: the batch's, one
+	// allocation sized for every data row of the batch, shared by its
+	// tables. It never grows, so the pointers into it stay valid.
+	slab *[]netRow
 }
-
-// netRowSlab is how many netRows a table allocates at once.
-const netRowSlab = 64
 
 // newRow returns a new netRow of t.
 func (t *netTable) newRow(r netRow) *netRow {
-	if len(t.slab) == cap(t.slab) {
-		t.slab = make([]netRow, 0, netRowSlab)
+	s := t.slab
+	if len(*s) == cap(*s) {
+		return &r // not reached: the slab has room for every row
 	}
-	t.slab = append(t.slab, r)
-	return &t.slab[len(t.slab)-1]
+	*s = append(*s, r)
+	return &(*s)[len(*s)-1]
 }
 
 // netBatch is a whole batch folded, relations in first-seen order.
@@ -80,6 +80,11 @@ type netBatch struct {
 func compact(envs []*pb.Envelope) (*netBatch, bool) {
 	b := &netBatch{}
 	byName := map[string]*netTable{}
+	n := 0
+	for _, e := range envs {
+		n += len(e.Rows)
+	}
+	slab := make([]netRow, 0, n)
 	var kb strings.Builder
 	keyOf := func(t *netTable, vals []*pb.Value) (string, bool) {
 		if len(t.key) == 1 {
@@ -121,7 +126,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				if rel.ReplicaIdentity == 'f' {
 					return nil, false
 				}
-				t = &netTable{rel: rel, rows: map[string]*netRow{}}
+				t = &netTable{rel: rel, rows: map[string]*netRow{}, slab: &slab}
 				for i, c := range rel.Columns {
 					if c.Key {
 						t.key = append(t.key, i)
