@@ -80,6 +80,7 @@ type netBatch struct {
 func compact(envs []*pb.Envelope) (*netBatch, bool) {
 	b := &netBatch{}
 	byName := map[string]*netTable{}
+	byRel := map[*pb.Relation]*netTable{}
 	n := 0
 	for _, e := range envs {
 		n += len(e.Rows)
@@ -120,9 +121,17 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				return nil, false
 			}
 			rel := e.Relations[r.RelationIndex]
-			name := relationName(rel)
-			t := byName[name]
+			// Envelopes from one decoder share their relations: the
+			// pointer finds the table without building its name.
+			t := byRel[rel]
 			if t == nil {
+				t = byName[relationName(rel)]
+				if t != nil {
+					byRel[rel] = t
+				}
+			}
+			if t == nil {
+				name := relationName(rel)
 				if rel.ReplicaIdentity == 'f' {
 					return nil, false
 				}
@@ -136,6 +145,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 					return nil, false
 				}
 				byName[name] = t
+				byRel[rel] = t
 				b.tables = append(b.tables, t)
 			} else if t.rel.Fingerprint != rel.Fingerprint {
 				return nil, false
