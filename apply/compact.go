@@ -81,9 +81,29 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 	b := &netBatch{}
 	byName := map[string]*netTable{}
 	byRel := map[*pb.Relation]*netTable{}
+	// First the refusals that need no folding, so that a batch that
+	// cannot fold (a keyless table) costs no allocation for its rows.
 	n := 0
+	keyed := map[*pb.Relation]bool{}
 	for _, e := range envs {
 		n += len(e.Rows)
+		for _, r := range e.Rows {
+			if r.Op == pb.Op_OP_MESSAGE {
+				continue
+			}
+			if r.Op == pb.Op_OP_TRUNCATE || int(r.RelationIndex) >= len(e.Relations) {
+				return nil, false
+			}
+			rel := e.Relations[r.RelationIndex]
+			ok, seen := keyed[rel]
+			if !seen {
+				ok = foldable(rel)
+				keyed[rel] = ok
+			}
+			if !ok {
+				return nil, false
+			}
+		}
 	}
 	slab := make([]netRow, 0, n)
 	var kb strings.Builder
@@ -117,9 +137,6 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				b.messages++
 				continue
 			}
-			if r.Op == pb.Op_OP_TRUNCATE || int(r.RelationIndex) >= len(e.Relations) {
-				return nil, false
-			}
 			rel := e.Relations[r.RelationIndex]
 			// Envelopes from one decoder share their relations: the
 			// pointer finds the table without building its name.
@@ -132,17 +149,11 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 			}
 			if t == nil {
 				name := relationName(rel)
-				if rel.ReplicaIdentity == 'f' {
-					return nil, false
-				}
 				t = &netTable{rel: rel, rows: map[string]*netRow{}, slab: &slab}
 				for i, c := range rel.Columns {
 					if c.Key {
 						t.key = append(t.key, i)
 					}
-				}
-				if len(t.key) == 0 {
-					return nil, false
 				}
 				byName[name] = t
 				byRel[rel] = t
@@ -211,6 +222,20 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 		}
 	}
 	return b, true
+}
+
+// foldable reports whether rel's rows can be folded: it has a replica
+// identity key, and not REPLICA IDENTITY FULL.
+func foldable(rel *pb.Relation) bool {
+	if rel.ReplicaIdentity == 'f' {
+		return false
+	}
+	for _, c := range rel.Columns {
+		if c.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // keyValues are the key columns of vals, in key order. A single-column
