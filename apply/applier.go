@@ -268,8 +268,8 @@ func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Che
 	w := a.cw
 	a.cw = nil
 	if cerr := w.close(); cerr != nil {
-		if ctx.Err() == nil && errors.Is(context.Cause(lctx), cerr) {
-			return cerr
+		if ctx.Err() == nil && errors.Is(context.Cause(lctx), cerr) && errors.Is(err, context.Canceled) {
+			return cerr // the loop stopped because the cursor failed
 		}
 		return errors.Join(err, cerr)
 	}
