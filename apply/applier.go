@@ -134,6 +134,9 @@ type Applier struct {
 	// flush holds the commits of an asynchronously committing target
 	// that the cursor waits to see flushed (durable.go).
 	flush flushCursor
+	// cw commits Run's cursor on a goroutine of its own (durable.go);
+	// nil outside Run.
+	cw *cursorWriter
 
 	// Step's source and the unit it read but left for the next Step.
 	stepSrc  PollSource
@@ -252,6 +255,29 @@ func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Che
 	if stop != nil && stop(a.Checkpoint()) {
 		return nil
 	}
+	if cur == nil {
+		return a.run(ctx, src, cur, stop)
+	}
+	// A cursor that cannot be committed stops the flow, as it did when
+	// the applying goroutine committed it: the writer cancels the loop,
+	// which may be waiting for units, and Run returns the cursor's error.
+	lctx, stopLoop := context.WithCancelCause(ctx)
+	defer stopLoop(nil)
+	a.cw = a.startCursorWriter(cur, stopLoop)
+	err := a.run(lctx, src, cur, stop)
+	w := a.cw
+	a.cw = nil
+	if cerr := w.close(); cerr != nil {
+		if ctx.Err() == nil && errors.Is(context.Cause(lctx), cerr) && errors.Is(err, context.Canceled) {
+			return cerr // the loop stopped because the cursor failed
+		}
+		return errors.Join(err, cerr)
+	}
+	return err
+}
+
+// run is Run's loop, with Run's cursor writer started.
+func (a *Applier) run(ctx context.Context, src Source, cur Cursor, stop func(Checkpoint) bool) error {
 	rctx, cancel := context.WithCancel(ctx)
 	rd := a.startReader(rctx, src)
 	defer func() {

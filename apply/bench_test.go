@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,16 +51,43 @@ func BenchmarkApplySyncCommit(b *testing.B) {
 	}
 }
 
+// BenchmarkApplyFolded is BenchmarkApplySyncCommit's backlog (default
+// batches) with a history table that has a primary key, as the end-to-end
+// benchmark's (internal/flow) has: every batch is folded (compact.go),
+// where pgbench's keyless history makes BenchmarkApplySyncCommit apply
+// row by row.
+func BenchmarkApplyFolded(b *testing.B) {
+	const n = 20000
+	conn, payloads := tpcbKeyed(b, n, true)
+	for i, mode := range []string{SyncCommitOn, SyncCommitOff, SyncCommitOff, SyncCommitOn} {
+		b.Run(fmt.Sprintf("%d/txns=%d/synchronous_commit=%s", i+1, n, mode), func(b *testing.B) {
+			benchApply(b, conn, payloads, func(c *Config) { c.SynchronousCommit = mode })
+			// The first batch may be a lone transaction (the read-ahead
+			// not filled yet), which goes row by row.
+			if a := lastBenchStats; a.FoldedTxns < a.TxnsApplied*9/10 {
+				b.Fatalf("only %d of %d transactions folded", a.FoldedTxns, a.TxnsApplied)
+			}
+		})
+	}
+}
+
 // tpcb starts a target holding pgbench's tables (scale 1) and returns n
 // source transactions of pgbench's TPC-B script.
-func tpcb(b *testing.B, n int) (*pgx.Conn, [][]byte) {
+func tpcb(b *testing.B, n int) (*pgx.Conn, [][]byte) { return tpcbKeyed(b, n, false) }
+
+// tpcbKeyed is tpcb, with a primary key on history when keyed.
+func tpcbKeyed(b *testing.B, n int, keyed bool) (*pgx.Conn, [][]byte) {
 	_, conn := target(b, pgtest.Options{})
+	hisDDL := "CREATE TABLE history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))"
+	if keyed {
+		hisDDL = "CREATE TABLE history (hid int PRIMARY KEY, tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))"
+	}
 	const accounts, tellers, branches = 100000, 100, 10
 	exec(b, conn,
 		"CREATE TABLE accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84))",
 		"CREATE TABLE tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84))",
 		"CREATE TABLE branches (bid int PRIMARY KEY, bbalance int, filler char(88))",
-		"CREATE TABLE history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))",
+		hisDDL,
 		fmt.Sprintf("INSERT INTO accounts SELECT g, (g - 1) / %d + 1, 0, '' FROM generate_series(1, %d) g", accounts/branches, accounts),
 		fmt.Sprintf("INSERT INTO tellers SELECT g, (g - 1) / %d + 1, 0, '' FROM generate_series(1, %d) g", tellers/branches, tellers),
 		fmt.Sprintf("INSERT INTO branches SELECT g, 0, '' FROM generate_series(1, %d) g", branches),
@@ -69,6 +99,9 @@ func tpcb(b *testing.B, n int) (*pgx.Conn, [][]byte) {
 	tel := relation("public", "tellers", 'd', "tid*", "bid", "tbalance", "filler")
 	bra := relation("public", "branches", 'd', "bid*", "bbalance", "filler")
 	his := relation("public", "history", 'd', "tid", "bid", "aid", "delta", "mtime", "filler")
+	if keyed {
+		his = relation("public", "history", 'd', "hid*", "tid", "bid", "aid", "delta", "mtime", "filler")
+	}
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	abal, tbal, bbal := map[int]int{}, map[int]int{}, map[int]int{}
@@ -85,38 +118,85 @@ func tpcb(b *testing.B, n int) (*pgx.Conn, [][]byte) {
 			update(acc, none, nil, vals(s(aid), s((aid-1)/(accounts/branches)+1), s(abal[aid]), "")).
 			update(tel, none, nil, vals(s(tid), s((tid-1)/(tellers/branches)+1), s(tbal[tid]), "")).
 			update(bra, none, nil, vals(s(bid), s(bbal[bid]), "")).
-			insert(his, vals(s(tid), s(bid), s(aid), s(delta), "2026-11-30 12:00:00", "")...).encode(b)
+			insert(his, hisVals(keyed, i, vals(s(tid), s(bid), s(aid), s(delta), "2026-11-30 12:00:00", ""))...).encode(b)
 	}
 
 	return conn, payloads
 }
+
+// hisVals is a history row, with its key first when keyed.
+func hisVals(keyed bool, i int, row []*pb.Value) []*pb.Value {
+	if !keyed {
+		return row
+	}
+	return append([]*pb.Value{tv(strconv.Itoa(i + 1))}, row...)
+}
+
+// lastBenchStats are the Stats of benchApply's last applier.
+var lastBenchStats Stats
 
 // benchApply applies payloads from an empty checkpoint b.N times. A run
 // ends once the cursor is at the last unit: with asynchronous commits that
 // includes the flush of the last ones.
 func benchApply(b *testing.B, conn *pgx.Conn, payloads [][]byte, mod func(*Config)) {
 	n := len(payloads)
-	var elapsed time.Duration
+	var elapsed, selfCPU, backendCPU time.Duration
 	var targetTxns int64
+	backend := conn.PgConn().PID()
 	for range b.N {
 		b.StopTimer()
 		exec(b, conn, "DELETE FROM trellara.checkpoints WHERE flow = '"+testFlow+"'", "TRUNCATE history", "CHECKPOINT")
 		a := newApplier(b, conn, mod)
 		cur := &recCursor{}
 		b.StartTimer()
-		start := time.Now()
+		start, self0, back0 := time.Now(), processCPU(), backendCPUTime(backend)
 		if err := drain(b, a, cur, 0, payloads); err != nil {
 			b.Fatal(err)
 		}
 		elapsed += time.Since(start)
+		selfCPU += processCPU() - self0
+		backendCPU += backendCPUTime(backend) - back0
 		if last, ok := cur.last(); !ok || last != uint64(n-1) {
 			b.Fatalf("cursor ended at %d (%v), want %d", last, ok, n-1)
 		}
-		targetTxns += a.Stats().TargetTxns
+		lastBenchStats = a.Stats()
+		targetTxns += lastBenchStats.TargetTxns
 	}
 	secs := elapsed.Seconds()
 	b.ReportMetric(float64(n*b.N)/secs, "txns/s")
 	b.ReportMetric(float64(4*n*b.N)/secs, "rows/s")
 	b.ReportMetric(float64(n*b.N)/float64(targetTxns), "txns/target-txn")
 	b.ReportMetric(0, "ns/op")
+	// CPU, not wall time, compares runs on a loaded machine: this process
+	// (the applier) and the target's backend serving its connection.
+	b.ReportMetric(float64(selfCPU.Milliseconds())/float64(b.N), "applier-cpu-ms/op")
+	if backendCPU >= 0 {
+		b.ReportMetric(float64(backendCPU.Milliseconds())/float64(b.N), "backend-cpu-ms/op")
+	}
+}
+
+// processCPU is this process's user and system CPU time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backendCPUTime is the user and system CPU time of process pid (the
+// target's backend) from /proc; -1 where /proc is not available.
+func backendCPUTime(pid uint32) time.Duration {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+	if err != nil {
+		return -1
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
 }

@@ -150,17 +150,28 @@ func (a *Applier) commitFailure(ctx context.Context, units []*unit, err error) (
 // commitCursor moves the transport cursor to offset. It only moves
 // forward: a redelivered unit below the last committed offset (a
 // transport that replays older entries) is skipped at the target and
-// leaves the cursor where it is.
+// leaves the cursor where it is. Under Run the cursor's own commit runs
+// on the cursor writer's goroutine (cursorWriter), which may lag behind
+// offset but never passes it.
 func (a *Applier) commitCursor(cur Cursor, offset uint64) error {
 	if cur == nil || (a.cursorSet && offset <= a.cursorAt) {
 		return nil
 	}
-	if err := cur.Commit(offset); err != nil {
-		return fmt.Errorf("apply: flow %q: commit transport cursor at offset %d (the target already holds these units; "+
-			"after a restart they are redelivered and skipped): %w", a.cfg.Flow, offset, err)
+	if w := a.cw; w != nil && w.cur == cur {
+		if err := w.post(offset); err != nil {
+			return err
+		}
+	} else if err := cur.Commit(offset); err != nil {
+		return a.cursorErr(offset, err)
 	}
 	a.cursorAt, a.cursorSet = offset, true
 	return nil
+}
+
+// cursorErr is the error of a failed cursor commit at offset.
+func (a *Applier) cursorErr(offset uint64, err error) error {
+	return fmt.Errorf("apply: flow %q: commit transport cursor at offset %d (the target already holds these units; "+
+		"after a restart they are redelivered and skipped): %w", a.cfg.Flow, offset, err)
 }
 
 // apply changes cp as the checkpoint row changes when a target

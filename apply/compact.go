@@ -53,6 +53,20 @@ type netTable struct {
 	key   []int
 	order []string
 	rows  map[string]*netRow
+	// slab is where new netRows are taken from: the batch's, one
+	// allocation sized for every data row of the batch, shared by its
+	// tables. It never grows, so the pointers into it stay valid.
+	slab *[]netRow
+}
+
+// newRow returns a new netRow of t.
+func (t *netTable) newRow(r netRow) *netRow {
+	s := t.slab
+	if len(*s) == cap(*s) {
+		return &r // not reached: the slab has room for every row
+	}
+	*s = append(*s, r)
+	return &(*s)[len(*s)-1]
 }
 
 // netBatch is a whole batch folded, relations in first-seen order.
@@ -66,8 +80,41 @@ type netBatch struct {
 func compact(envs []*pb.Envelope) (*netBatch, bool) {
 	b := &netBatch{}
 	byName := map[string]*netTable{}
+	byRel := map[*pb.Relation]*netTable{}
+	// First the refusals that need no folding, so that a batch that
+	// cannot fold (a keyless table) costs no allocation for its rows.
+	n := 0
+	keyed := map[*pb.Relation]bool{}
+	for _, e := range envs {
+		n += len(e.Rows)
+		for _, r := range e.Rows {
+			if r.Op == pb.Op_OP_MESSAGE {
+				continue
+			}
+			if r.Op == pb.Op_OP_TRUNCATE || int(r.RelationIndex) >= len(e.Relations) {
+				return nil, false
+			}
+			rel := e.Relations[r.RelationIndex]
+			ok, seen := keyed[rel]
+			if !seen {
+				ok = foldable(rel)
+				keyed[rel] = ok
+			}
+			if !ok {
+				return nil, false
+			}
+		}
+	}
+	slab := make([]netRow, 0, n)
 	var kb strings.Builder
 	keyOf := func(t *netTable, vals []*pb.Value) (string, bool) {
+		if len(t.key) == 1 {
+			// The common single-column key: the value itself, no copy.
+			if k := t.key[0]; k < len(vals) && vals[k].GetKind() == pb.ValueKind_VALUE_KIND_TEXT {
+				return valueString(vals[k]), true
+			}
+			return "", false
+		}
 		kb.Reset()
 		for i, k := range t.key {
 			if k >= len(vals) {
@@ -90,26 +137,26 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				b.messages++
 				continue
 			}
-			if r.Op == pb.Op_OP_TRUNCATE || int(r.RelationIndex) >= len(e.Relations) {
-				return nil, false
-			}
 			rel := e.Relations[r.RelationIndex]
-			name := relationName(rel)
-			t := byName[name]
+			// Envelopes from one decoder share their relations: the
+			// pointer finds the table without building its name.
+			t := byRel[rel]
 			if t == nil {
-				if rel.ReplicaIdentity == 'f' {
-					return nil, false
+				t = byName[relationName(rel)]
+				if t != nil {
+					byRel[rel] = t
 				}
-				t = &netTable{rel: rel, rows: map[string]*netRow{}}
+			}
+			if t == nil {
+				name := relationName(rel)
+				t = &netTable{rel: rel, rows: map[string]*netRow{}, slab: &slab}
 				for i, c := range rel.Columns {
 					if c.Key {
 						t.key = append(t.key, i)
 					}
 				}
-				if len(t.key) == 0 {
-					return nil, false
-				}
 				byName[name] = t
+				byRel[rel] = t
 				b.tables = append(b.tables, t)
 			} else if t.rel.Fingerprint != rel.Fingerprint {
 				return nil, false
@@ -125,7 +172,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				switch {
 				case prev == nil:
 					t.order = append(t.order, k)
-					t.rows[k] = &netRow{op: netInsert, vals: r.NewTuple}
+					t.rows[k] = t.newRow(netRow{op: netInsert, vals: r.NewTuple})
 				case prev.op == netDelete:
 					prev.op, prev.vals = netReplace, r.NewTuple
 				default:
@@ -145,7 +192,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				switch {
 				case prev == nil:
 					t.order = append(t.order, k)
-					t.rows[k] = &netRow{op: netUpdate, vals: r.NewTuple, oldKey: keyValues(t, r.NewTuple)}
+					t.rows[k] = t.newRow(netRow{op: netUpdate, vals: r.NewTuple, oldKey: keyValues(t, r.NewTuple)})
 				case prev.op == netDelete:
 					return nil, false
 				default:
@@ -160,7 +207,7 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 				switch {
 				case prev == nil:
 					t.order = append(t.order, k)
-					t.rows[k] = &netRow{op: netDelete, oldKey: keyValues(t, r.OldTuple)}
+					t.rows[k] = t.newRow(netRow{op: netDelete, oldKey: keyValues(t, r.OldTuple)})
 				case prev.op == netUpdate, prev.op == netReplace:
 					prev.op, prev.vals = netDelete, nil
 					if prev.oldKey == nil {
@@ -177,8 +224,27 @@ func compact(envs []*pb.Envelope) (*netBatch, bool) {
 	return b, true
 }
 
-// keyValues copies the key columns of vals into a full-width tuple.
+// foldable reports whether rel's rows can be folded: it has a replica
+// identity key, and not REPLICA IDENTITY FULL.
+func foldable(rel *pb.Relation) bool {
+	if rel.ReplicaIdentity == 'f' {
+		return false
+	}
+	for _, c := range rel.Columns {
+		if c.Key {
+			return true
+		}
+	}
+	return false
+}
+
+// keyValues are the key columns of vals, in key order. A single-column
+// key is a subslice of vals (never appended to), not a copy.
 func keyValues(t *netTable, vals []*pb.Value) []*pb.Value {
+	if len(t.key) == 1 {
+		k := t.key[0]
+		return vals[k : k+1 : k+1]
+	}
 	out := make([]*pb.Value, len(t.key))
 	for i, k := range t.key {
 		out[i] = vals[k]

@@ -73,14 +73,15 @@ func (t *pgTarget) targetTypes(ctx context.Context, p *relPlan) ([]string, error
 	return out, nil
 }
 
-// textArray is one column of a set-based statement: text values, NULL kept.
-// A FlatArray is encoded by pgx directly; a plain slice goes through its
-// reflection-based slice wrapper.
-func textArray(vals []*pb.Value) pgtype.FlatArray[pgtype.Text] {
-	out := make(pgtype.FlatArray[pgtype.Text], len(vals))
-	for i, v := range vals {
-		if v.GetKind() == pb.ValueKind_VALUE_KIND_TEXT {
-			out[i] = pgtype.Text{String: string(v.Data), Valid: true}
+// textArray is one column of a set-based statement: text values, NULL
+// kept; value(r) is r's value in the column. A FlatArray is encoded by pgx
+// directly; a plain slice goes through its reflection-based slice wrapper.
+// The strings alias the values' bytes (valueString).
+func textArray(rows []*netRow, value func(*netRow) *pb.Value) pgtype.FlatArray[pgtype.Text] {
+	out := make(pgtype.FlatArray[pgtype.Text], len(rows))
+	for i, r := range rows {
+		if v := value(r); v.GetKind() == pb.ValueKind_VALUE_KIND_TEXT {
+			out[i] = pgtype.Text{String: valueString(v), Valid: true}
 		}
 	}
 	return out
@@ -182,11 +183,7 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 			sql := fmt.Sprintf("DELETE FROM %s AS t USING %s AS %s WHERE %s", p.target, fn, al, keyWhere())
 			args := make([]any, len(nt.key))
 			for j := range nt.key {
-				col := make([]*pb.Value, len(dels))
-				for i, r := range dels {
-					col[i] = r.oldKey[j]
-				}
-				args[j] = textArray(col)
+				args[j] = textArray(dels, func(r *netRow) *pb.Value { return r.oldKey[j] })
 			}
 			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(dels)), op: "DELETE"}, sql, args...); err != nil {
 				return err
@@ -204,11 +201,7 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 				p.target, strings.Join(p.cols, ", "), strings.Join(sel, ", "), fn, al)
 			args := make([]any, len(p.cols))
 			for c := range p.cols {
-				col := make([]*pb.Value, len(ins))
-				for i, r := range ins {
-					col[i] = r.vals[c]
-				}
-				args[c] = textArray(col)
+				args[c] = textArray(ins, func(r *netRow) *pb.Value { return r.vals[c] })
 			}
 			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(ins)), op: "INSERT"}, sql, args...); err != nil {
 				return err
@@ -233,11 +226,7 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 			}
 			args := make([]any, len(cols))
 			for j, c := range cols {
-				col := make([]*pb.Value, len(rows))
-				for i, r := range rows {
-					col[i] = r.vals[c]
-				}
-				args[j] = textArray(col)
+				args[j] = textArray(rows, func(r *netRow) *pb.Value { return r.vals[c] })
 			}
 			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(rows)), op: "UPDATE"}, sql, args...); err != nil {
 				return err

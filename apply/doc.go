@@ -80,7 +80,9 @@
 // target diverged and the unit is quarantined. Each distinct statement shape
 // is prepared once (so a missing table or column is tied to its relation);
 // the statements of a target transaction are pipelined with pgx.Batch in
-// round trips of at most pipelineStmtsMax. Snapshot batches use COPY in text
+// round trips of at most pipelineStmtsMax, the first headed by the
+// transaction's BEGIN (lazyTx); COMMIT follows once their results are
+// checked. Snapshot batches use COPY in text
 // format (copy.go documents the escaping). A DDL barrier unit (envelope
 // version 2, docs/SCHEMA.md) starts a target transaction of its own: every
 // unit before it commits first, then its target DDL runs (pgTx.applyBarrier,
@@ -107,7 +109,10 @@
 // applier's session commits durably (synchronous_commit off is raised to
 // local); with Config.SynchronousCommit off (the default) each applying
 // transaction commits asynchronously, and the cursor moves only over
-// those the target reports flushed (durable.go).
+// those the target reports flushed (durable.go). Under Run the cursor's
+// own commit (a file and directory fsync for the local log) runs on a
+// goroutine of its own, which lags the applier and never leads it
+// (cursorWriter).
 //
 // # Batching and the Source
 //

@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/trellara/trellara/internal/mutation"
@@ -183,3 +184,106 @@ func (a *Applier) settleExit(ctx context.Context, cur Cursor, err error) error {
 
 // settleExitTimeout bounds settleExit's Sync.
 const settleExitTimeout = 5 * time.Second
+
+// cursorWriter commits Run's transport cursor on a goroutine of its own,
+// so that the applying goroutine does not wait for the cursor to be
+// durable (the local log writes its cursor file with a file and a
+// directory fsync) before it starts the next target transaction.
+//
+// It is handed only offsets the cursor may move to (commitCursor, called
+// once the target holds the units durably: advance), in increasing order,
+// and commits the newest one it holds, one commit at a time. The cursor
+// therefore lags behind the applier, never ahead of it: a crash in
+// between redelivers units the checkpoint recognises and skips, as a
+// crash between COMMIT and the cursor always did. close waits for the
+// last offset handed over, so Run returns with the cursor where it put it.
+type cursorWriter struct {
+	a    *Applier
+	cur  Cursor
+	fail func(error)   // stops Run's loop with the failed commit's error
+	wake chan struct{} // an offset is waiting (capacity 1)
+	quit chan struct{} // closed by close
+	done chan struct{} // closed when the goroutine has returned
+
+	mu   sync.Mutex
+	next uint64 // the newest offset handed over and not yet committed
+	has  bool
+	err  error // the first failed commit; the writer stops there
+}
+
+// startCursorWriter starts Run's cursor writer for cur.
+func (a *Applier) startCursorWriter(cur Cursor, fail func(error)) *cursorWriter {
+	w := &cursorWriter{a: a, cur: cur, fail: fail, wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+func (w *cursorWriter) loop() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.wake:
+		case <-w.quit:
+			w.commitNext()
+			return
+		}
+		if !w.commitNext() {
+			return
+		}
+	}
+}
+
+// commitNext commits the offset waiting, if any; false once a commit
+// failed.
+func (w *cursorWriter) commitNext() bool {
+	w.mu.Lock()
+	offset, has := w.next, w.has
+	w.has = false
+	failed := w.err != nil
+	w.mu.Unlock()
+	if failed {
+		return false
+	}
+	if !has {
+		return true
+	}
+	if err := w.cur.Commit(offset); err != nil {
+		w.mu.Lock()
+		err = w.a.cursorErr(offset, err)
+		w.err = err
+		w.mu.Unlock()
+		w.fail(err)
+		return false
+	}
+	return true
+}
+
+// post hands offset over to be committed. It returns the error of an
+// earlier commit that failed: the flow stops on it, as it would have
+// had the commit run on the applying goroutine.
+func (w *cursorWriter) post(offset uint64) error {
+	w.mu.Lock()
+	err := w.err
+	if err == nil {
+		w.next, w.has = offset, true
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// close commits the last offset handed over, stops the goroutine and
+// returns the error of a failed commit, if any.
+func (w *cursorWriter) close() error {
+	close(w.quit)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}

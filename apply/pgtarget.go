@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
@@ -206,25 +207,121 @@ func (t *pgTarget) CountSkipped(ctx context.Context, n int64) error {
 // Begin implements Target.
 func (t *pgTarget) Begin(ctx context.Context) (TargetTx, error) {
 	t.trimPrepared(ctx)
-	tx, err := t.conn.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
 	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed, sqlAsyncCommit} {
 		if err := t.prepare(ctx, q); err != nil {
-			_ = tx.Rollback(ctx)
 			return nil, err
 		}
 	}
-	x := &pgTx{t: t, tx: tx, rs: t.reseeds}
+	x := &pgTx{t: t, tx: &lazyTx{conn: t.conn}, rs: t.reseeds}
 	if t.cfg.SynchronousCommit == SyncCommitOff {
 		// Sent with the transaction's first round trip.
 		if err := x.queue(ctx, stmtMeta{unit: -1}, sqlAsyncCommit); err != nil {
-			_ = tx.Rollback(ctx)
 			return nil, err
 		}
 	}
 	return x, nil
+}
+
+// lazyTx is the target transaction on the connection. Its BEGIN costs no
+// round trip of its own: it goes at the head of the transaction's first
+// pipeline (runBatch), or, when a statement is sent outside the pipeline
+// first (DDL, COPY, reseed bookkeeping), ahead of that statement. Either
+// way nothing of the transaction reaches the server before its BEGIN, so
+// a refusal rolls back everything of it, data and checkpoint together.
+type lazyTx struct {
+	conn  *pgx.Conn
+	begun bool // BEGIN has been sent
+	ended bool // COMMIT or ROLLBACK has been sent
+}
+
+var _ DB = (*lazyTx)(nil)
+
+// begin sends BEGIN on its own if it has not been sent yet.
+func (l *lazyTx) begin(ctx context.Context) error {
+	if l.begun {
+		return nil
+	}
+	l.begun = true
+	_, err := l.conn.Exec(ctx, "begin")
+	return err
+}
+
+// Exec runs sql in the transaction.
+func (l *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := l.begin(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return l.conn.Exec(ctx, sql, args...)
+}
+
+// Query runs sql in the transaction.
+func (l *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := l.begin(ctx); err != nil {
+		return nil, err
+	}
+	return l.conn.Query(ctx, sql, args...)
+}
+
+// QueryRow runs sql in the transaction.
+func (l *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := l.begin(ctx); err != nil {
+		return errRow{err}
+	}
+	return l.conn.QueryRow(ctx, sql, args...)
+}
+
+// errRow is a pgx.Row that failed before its query was sent.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// sendBatch sends b in the transaction, headed by BEGIN when it has not
+// been sent yet; began reports that it was (its result comes first).
+func (l *lazyTx) sendBatch(ctx context.Context, b *pgx.Batch) (br pgx.BatchResults, began bool) {
+	if !l.begun {
+		l.begun, began = true, true
+		b.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "begin"}}, b.QueuedQueries...)
+	}
+	return l.conn.SendBatch(ctx, b), began
+}
+
+// commit ends the transaction with COMMIT, as pgx.Tx.Commit does: a
+// transaction the server had already failed answers ROLLBACK, which is
+// pgx.ErrTxCommitRollback.
+func (l *lazyTx) commit(ctx context.Context) error {
+	if l.ended {
+		return pgx.ErrTxClosed
+	}
+	if !l.begun {
+		l.ended = true
+		return nil // nothing was sent
+	}
+	l.ended = true
+	tag, err := l.conn.Exec(ctx, "commit")
+	if err != nil {
+		if l.conn.PgConn().TxStatus() != 'I' {
+			_ = l.conn.Close(ctx) // the connection's state is unknown
+		}
+		return err
+	}
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// rollback ends the transaction with ROLLBACK; a no-op after commit or
+// when nothing was sent. As with pgx.Tx.Rollback, a failed ROLLBACK
+// closes the connection: its state is unknown.
+func (l *lazyTx) rollback(ctx context.Context) {
+	if l.ended || !l.begun {
+		l.ended = true
+		return
+	}
+	l.ended = true
+	if _, err := l.conn.Exec(ctx, "rollback"); err != nil {
+		_ = l.conn.Close(ctx)
+	}
 }
 
 // sqlAsyncCommit makes the current target transaction commit
@@ -290,7 +387,7 @@ func (t *pgTarget) refusal(ctx context.Context, unit int, relation string, err e
 // pgTx is one target transaction on the pgTarget's connection.
 type pgTx struct {
 	t     *pgTarget
-	tx    pgx.Tx
+	tx    *lazyTx
 	b     pgx.Batch
 	metas []stmtMeta
 	at    *time.Time // applied_at returned by the checkpoint statement
@@ -543,6 +640,9 @@ func (x *pgTx) Copy(ctx context.Context, ui int, env *pb.Envelope) error {
 	if cap(buf) <= copyBufKeepMax {
 		t.copyBuf = buf
 	}
+	if err := x.tx.begin(ctx); err != nil {
+		return err
+	}
 	if _, err := t.conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf), p.copySQL); err != nil {
 		return t.refusal(ctx, ui, env.Boundary.GetSnapshotRelation(), err)
 	}
@@ -591,7 +691,7 @@ func (x *pgTx) Commit(ctx context.Context) (time.Time, error) {
 	if err := x.commitBarriers(ctx); err != nil {
 		return time.Time{}, err
 	}
-	if err := x.tx.Commit(ctx); err != nil {
+	if err := x.tx.commit(ctx); err != nil {
 		// A deferred constraint is refused data that no single statement
 		// can be blamed for.
 		return time.Time{}, x.t.refusal(ctx, -1, "", err)
@@ -607,7 +707,7 @@ func (x *pgTx) Commit(ctx context.Context) (time.Time, error) {
 }
 
 // Rollback implements TargetTx.
-func (x *pgTx) Rollback(ctx context.Context) { _ = x.tx.Rollback(ctx) }
+func (x *pgTx) Rollback(ctx context.Context) { x.tx.rollback(ctx) }
 
 // pipelineStmtsMax bounds the statements sent in one pipeline round trip.
 // A source transaction larger than this is sent in several round trips
@@ -645,8 +745,13 @@ func (x *pgTx) Flush(ctx context.Context) error {
 
 func (x *pgTx) runBatch(ctx context.Context) error {
 	t := x.t
-	br := x.tx.SendBatch(ctx, &x.b)
+	br, began := x.tx.sendBatch(ctx, &x.b)
 	defer br.Close()
+	if began {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
 	for _, m := range x.metas {
 		if m.returnsAt {
 			var at *time.Time

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 
@@ -364,7 +365,16 @@ func textArg(v *pb.Value) any {
 	if v.GetKind() == pb.ValueKind_VALUE_KIND_NULL {
 		return nil
 	}
-	return string(v.GetData())
+	return valueString(v)
+}
+
+// valueString is v's bytes as a string, without a copy: the string
+// aliases the decoded envelope, whose payload a unit owns and nothing
+// writes after decoding (Applier.decode), so it cannot change under the
+// statement that sends it.
+func valueString(v *pb.Value) string {
+	d := v.GetData()
+	return unsafe.String(unsafe.SliceData(d), len(d))
 }
 
 // describeKey renders the key values of r for a divergence message.

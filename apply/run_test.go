@@ -134,3 +134,66 @@ func readFlow(t *testing.T, db DB, flow string) Checkpoint {
 	}
 	return st.Checkpoint
 }
+
+// TestCursorFailureStopsRun: Run commits the transport cursor on a
+// goroutine of its own (cursorWriter). A cursor that cannot be committed
+// still stops the flow with an error naming the offset, whether more units
+// arrive after the failure (busy) or none does (idle: Run is waiting for
+// the source); the cursor is not asked for any offset after the one that
+// failed, and the target keeps every unit it committed.
+func TestCursorFailureStopsRun(t *testing.T) {
+	_, conn := target(t, pgtest.Options{NoFsync: true})
+	exec(t, conn, "CREATE TABLE t (id int PRIMARY KEY)")
+	r := relation("public", "t", 'd', "id*")
+	const n, failAt = 40, 9
+	for _, busy := range []bool{false, true} {
+		name := map[bool]string{false: "idle", true: "busy"}[busy]
+		t.Run(name, func(t *testing.T) {
+			exec(t, conn, "TRUNCATE t")
+			if err := EnsureSchema(context.Background(), conn, ""); err != nil {
+				t.Fatal(err)
+			}
+			exec(t, conn, "DELETE FROM trellara.checkpoints")
+			payloads := make([][]byte, n)
+			for i := range payloads {
+				payloads[i] = newTxn(uint64(10*(i+1))).insert(r, tv(strconv.Itoa(i))).encode(t)
+			}
+			// The source serves the units through failAt, and the rest
+			// only once the cursor failed (busy) or never (idle).
+			src := &gatedSource{payloads: payloads, more: make(chan struct{}, 1)}
+			src.limit.Store(failAt + 1)
+			var after []uint64 // offsets asked for after the failure
+			failed := false
+			cur := &recCursor{check: func(off uint64) error {
+				if failed {
+					after = append(after, off)
+					return errors.New("cursor committed again after it failed")
+				}
+				if off >= failAt {
+					failed = true
+					if busy {
+						src.limit.Store(n)
+						src.more <- struct{}{}
+					}
+					return errors.New("disk full")
+				}
+				return nil
+			}}
+			a := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns = 1 })
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := a.Run(ctx, src, cur, nil)
+			if err == nil || errors.Is(err, context.DeadlineExceeded) ||
+				!strings.Contains(err.Error(), "commit transport cursor at offset") || !strings.Contains(err.Error(), "disk full") {
+				t.Fatalf("Run = %v, want the cursor's failure", err)
+			}
+			if len(after) > 0 {
+				t.Errorf("cursor asked for offsets %v after its commit failed", after)
+			}
+			got, cp := queryInt(t, conn, "SELECT count(*) FROM t"), a.Checkpoint()
+			if got != cp.TxnsApplied || got < failAt+1 {
+				t.Errorf("target holds %d rows, checkpoint %d transactions; want them equal and at least %d", got, cp.TxnsApplied, failAt+1)
+			}
+		})
+	}
+}

@@ -13,17 +13,18 @@ import (
 // batch's set-based statement (1024 text values) the way pgx sends it:
 // textArray, then the binary text[] parameter.
 func BenchmarkTextArrayEncode(b *testing.B) {
-	vals := make([]*pb.Value, 1024)
-	for i := range vals {
-		vals[i] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte(strconv.Itoa(i * 7919))}
+	rows := make([]*netRow, 1024)
+	for i := range rows {
+		rows[i] = &netRow{vals: []*pb.Value{{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte(strconv.Itoa(i * 7919))}}}
 	}
-	vals[3] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_NULL}
+	rows[3].vals[0] = &pb.Value{Kind: pb.ValueKind_VALUE_KIND_NULL}
+	col0 := func(r *netRow) *pb.Value { return r.vals[0] }
 	m := pgtype.NewMap()
 	b.ReportAllocs()
 	var buf []byte
 	for b.Loop() {
 		var err error
-		if buf, err = m.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, textArray(vals), buf[:0]); err != nil {
+		if buf, err = m.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, textArray(rows, col0), buf[:0]); err != nil {
 			b.Fatal(err)
 		}
 	}
