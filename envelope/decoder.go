@@ -31,6 +31,13 @@ import (
 // for concurrent use.
 type Decoder struct {
 	rels map[string]*pb.Relation
+	// fps holds the fingerprint computed from each interned relation's
+	// metadata, once: validation compares it with the relation's stored
+	// fingerprint for every envelope, as Validate does, without hashing
+	// the same metadata again (a relation is interned by its bytes, the
+	// stored fingerprint included, so its verdict cannot change).
+	fps    map[*pb.Relation]*sealedRelation
+	sealed []*sealedRelation
 }
 
 // relsMax bounds the interned relations; the cache is cleared when full.
@@ -58,10 +65,21 @@ func (d *Decoder) Decode(b []byte) (*pb.Envelope, error) {
 			Reason: "checksum field appears inside the checksummed prefix"}
 	}
 	e.Checksum = want
-	if err := Validate(e); err != nil {
+	if err := validate(e, d.computed(e.Relations)); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// computed returns, for each of rels that the decoder interned, its
+// fingerprint as computed when it was interned (nil for the others,
+// which validate hashes).
+func (d *Decoder) computed(rels []*pb.Relation) []*sealedRelation {
+	d.sealed = d.sealed[:0]
+	for _, r := range rels {
+		d.sealed = append(d.sealed, d.fps[r])
+	}
+	return d.sealed
 }
 
 // field reads one field's key and, for the wire types this schema uses,
@@ -411,8 +429,10 @@ func (d *Decoder) relation(b []byte) (*pb.Relation, bool) {
 	}
 	if d.rels == nil || len(d.rels) >= relsMax {
 		d.rels = map[string]*pb.Relation{}
+		d.fps = map[*pb.Relation]*sealedRelation{}
 	}
 	d.rels[string(b)] = r
+	d.fps[r] = &sealedRelation{rel: r, fingerprint: RelationFingerprint(r)}
 	return r, true
 }
 

@@ -216,3 +216,33 @@ func BenchmarkDecoderTPCB(b *testing.B) {
 		}
 	}
 }
+
+// TestDecoderRefusesAWrongFingerprintEveryTime: the Decoder hashes an
+// interned relation's metadata once, and still refuses a relation whose
+// stored fingerprint does not match it, on every envelope that carries
+// it, while the correct relation keeps decoding.
+func TestDecoderRefusesAWrongFingerprintEveryTime(t *testing.T) {
+	var d envelope.Decoder
+	good, err := envelope.Encode(golden())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := golden()
+	bad.Relations[0].Fingerprint ^= 1
+	prefix, err := proto.MarshalOptions{Deterministic: true}.Marshal(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badData := seal(prefix)
+	for i := range 3 {
+		if sameDecode(t, &d, good) == nil {
+			t.Fatalf("round %d: the correct envelope was refused", i)
+		}
+		_, err := d.Decode(append([]byte(nil), badData...))
+		var inv *envelope.InvalidError
+		if !errors.As(err, &inv) || inv.Field != "relations" {
+			t.Fatalf("round %d: a relation with a wrong fingerprint decoded: %v", i, err)
+		}
+		sameDecode(t, &d, badData)
+	}
+}
