@@ -45,9 +45,9 @@ func tpcbTransaction(tb testing.TB, xid uint32, lsn uint64) []pgoutput.Message {
 			txt("2026-12-01 13:21:48.123456"), null}},
 		&pgoutput.Commit{CommitLSN: pgoutput.LSN(lsn), EndLSN: pgoutput.LSN(lsn + 0x30), CommitTime: 849_000_000_000_000},
 	}
-	var d pgoutput.Decoder
 	for i, m := range msgs {
-		dm, err := d.Decode(pgoutput.Append(nil, m), pgoutput.LSN(lsn))
+		// The package-level Decode: a Decoder's messages last only until its next Decode.
+		dm, err := pgoutput.Decode(pgoutput.Append(nil, m), pgoutput.LSN(lsn), false)
 		if err != nil {
 			tb.Fatal(err)
 		}

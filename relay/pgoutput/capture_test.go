@@ -80,6 +80,7 @@ func decodeSession(t *testing.T, caps []capture) []Message {
 		if c.typ != 'S' && c.typ != 'E' && d.InStream() != c.inStream {
 			t.Fatalf("captured.txt:%d: decoder in stream %v, capture says %v", c.line, d.InStream(), c.inStream)
 		}
+		in := d.InStream()
 		m, err := d.Decode(c.data, c.lsn)
 		if err != nil {
 			t.Fatalf("captured.txt:%d: %v", c.line, err)
@@ -87,7 +88,13 @@ func decodeSession(t *testing.T, caps []capture) []Message {
 		if enc := Append(nil, m); !bytes.Equal(enc, c.data) {
 			t.Fatalf("captured.txt:%d: re-encoded\n got %x\nwant %x", c.line, enc, c.data)
 		}
-		msgs = append(msgs, m)
+		// The Decoder's message lives until its next Decode; keep one of
+		// the package-level Decode, which must be the same.
+		kept, err := Decode(c.data, c.lsn, in)
+		if err != nil || !reflect.DeepEqual(kept, m) {
+			t.Fatalf("captured.txt:%d: Decode gives %#v, %v; the Decoder %#v", c.line, kept, err, m)
+		}
+		msgs = append(msgs, kept)
 	}
 	if d.InStream() {
 		t.Fatal("session ends inside a stream block")

@@ -2,7 +2,7 @@ package pgoutput
 
 import "fmt"
 
-// Decode decodes one pgoutput message.
+// Decode decodes one pgoutput message into a newly allocated Message.
 //
 // walStart is the WAL start of the XLogData that carried the message; it is
 // used only to name the position in errors. inStream must be true between a
@@ -16,17 +16,58 @@ import "fmt"
 // Any input that is not exactly one valid message returns a *DecodeError
 // (matching ErrMalformed) and a nil Message; Decode never panics.
 func Decode(data []byte, walStart LSN, inStream bool) (Message, error) {
+	return decode(data, walStart, inStream, nil)
+}
+
+// reused holds a Decoder's message structs and tuple slices, which
+// Decoder.Decode fills in place of allocating new ones: the row changes and
+// transaction boundaries that make up almost every message of a session.
+// Relation, Type, Origin, Truncate and LogicalMessage are rare and are
+// still allocated per message.
+type reused struct {
+	begin        Begin
+	commit       Commit
+	insert       Insert
+	update       Update
+	delete       Delete
+	streamStart  StreamStart
+	streamStop   StreamStop
+	streamCommit StreamCommit
+	streamAbort  StreamAbort
+	// tuples are the backing arrays of the old and the new tuple; an
+	// Update holds one of each at the same time.
+	tuples [2][]Column
+}
+
+// dst is the struct decode fills: into's own (field picks it), or a new
+// one when into is nil.
+func dst[T any](into *reused, field func(*reused) *T) *T {
+	if into == nil {
+		return new(T)
+	}
+	return field(into)
+}
+
+// decode decodes one message, into into's structs and tuple slices if into
+// is not nil, otherwise into new ones.
+func decode(data []byte, walStart LSN, inStream bool, into *reused) (Message, error) {
 	if len(data) == 0 {
 		return nil, &DecodeError{LSN: walStart, Reason: "empty message"}
+	}
+	var tuples *[2][]Column // old, new
+	if into != nil {
+		tuples = &into.tuples
+	} else {
+		tuples = new([2][]Column)
 	}
 	r := reader{buf: data, off: 1}
 	t := MessageType(data[0])
 	var m Message
 	switch t {
 	case MsgBegin:
-		m = decodeBegin(&r)
+		m = decodeBegin(&r, dst(into, func(u *reused) *Begin { return &u.begin }))
 	case MsgCommit:
-		m = decodeCommit(&r)
+		m = decodeCommit(&r, dst(into, func(u *reused) *Commit { return &u.commit }))
 	case MsgOrigin:
 		m = decodeOrigin(&r)
 	case MsgRelation:
@@ -34,23 +75,23 @@ func Decode(data []byte, walStart LSN, inStream bool) (Message, error) {
 	case MsgType:
 		m = decodeType(&r, inStream)
 	case MsgInsert:
-		m = decodeInsert(&r, inStream)
+		m = decodeInsert(&r, inStream, dst(into, func(u *reused) *Insert { return &u.insert }), tuples)
 	case MsgUpdate:
-		m = decodeUpdate(&r, inStream)
+		m = decodeUpdate(&r, inStream, dst(into, func(u *reused) *Update { return &u.update }), tuples)
 	case MsgDelete:
-		m = decodeDelete(&r, inStream)
+		m = decodeDelete(&r, inStream, dst(into, func(u *reused) *Delete { return &u.delete }), tuples)
 	case MsgTruncate:
 		m = decodeTruncate(&r, inStream)
 	case MsgLogicalMessage:
 		m = decodeLogicalMessage(&r, inStream)
 	case MsgStreamStart:
-		m = decodeStreamStart(&r)
+		m = decodeStreamStart(&r, dst(into, func(u *reused) *StreamStart { return &u.streamStart }))
 	case MsgStreamStop:
-		m = &StreamStop{}
+		m = dst(into, func(u *reused) *StreamStop { return &u.streamStop })
 	case MsgStreamCommit:
-		m = decodeStreamCommit(&r)
+		m = decodeStreamCommit(&r, dst(into, func(u *reused) *StreamCommit { return &u.streamCommit }))
 	case MsgStreamAbort:
-		m = decodeStreamAbort(&r)
+		m = decodeStreamAbort(&r, dst(into, func(u *reused) *StreamAbort { return &u.streamAbort }))
 	default:
 		return nil, &DecodeError{LSN: walStart, Type: byte(t), Reason: "unknown message type " + t.String()}
 	}
@@ -91,20 +132,34 @@ func xidInStream(t MessageType) bool {
 // stream block, a StreamStop outside one): those mean bytes were lost or
 // reordered, and decoding on would misread every following change.
 //
+// Decoder reuses its message structs and tuple slices from one message to
+// the next (see Decode), so that decoding a row change allocates nothing.
+//
 // The zero Decoder is ready to use at the start of a session.
 type Decoder struct {
 	inStream  bool
 	streamXid XID
+	reused    reused
 }
 
 // InStream reports whether a stream block is open.
 func (d *Decoder) InStream() bool { return d.inStream }
 
 // Decode decodes the next message of the session; see the package-level
-// Decode for walStart, aliasing and errors. The stream state changes only
-// when a message is returned.
+// Decode for walStart and errors. The stream state changes only when a
+// message is returned.
+//
+// The returned message is valid only until the next call of Decode on d:
+// a Begin, Commit, Insert, Update, Delete, StreamStart, StreamStop,
+// StreamCommit or StreamAbort is one of d's own structs, and the next
+// message of its type overwrites it, its Column slices included. As with
+// the package-level Decode, Column.Data and LogicalMessage.Content alias
+// data. A caller that keeps anything of a message past the next Decode
+// copies it (capture's Assembler copies every value it keeps); one that
+// keeps whole messages uses the package-level Decode, which allocates each
+// one.
 func (d *Decoder) Decode(data []byte, walStart LSN) (Message, error) {
-	m, err := Decode(data, walStart, d.inStream)
+	m, err := decode(data, walStart, d.inStream, &d.reused)
 	if err != nil {
 		return nil, err
 	}
@@ -167,9 +222,9 @@ func (r *reader) lsn(field string) LSN { return LSN(r.u64(field)) }
 
 func (r *reader) timestamp(field string) Timestamp { return Timestamp(r.u64(field)) }
 
-func decodeBegin(r *reader) *Begin {
+func decodeBegin(r *reader, m *Begin) *Begin {
 	off := r.off
-	m := &Begin{FinalLSN: r.lsn("final LSN")}
+	*m = Begin{FinalLSN: r.lsn("final LSN")}
 	if !r.failed() && m.FinalLSN == 0 {
 		r.failAt(off, "final LSN is 0/0")
 	}
@@ -178,13 +233,14 @@ func decodeBegin(r *reader) *Begin {
 	return m
 }
 
-func decodeCommit(r *reader) *Commit {
+func decodeCommit(r *reader, m *Commit) *Commit {
 	r.flags("commit flags", 0)
-	return &Commit{
+	*m = Commit{
 		CommitLSN:  r.lsn("commit LSN"),
 		EndLSN:     r.lsn("end LSN"),
 		CommitTime: r.timestamp("commit time"),
 	}
+	return m
 }
 
 func decodeOrigin(r *reader) *Origin {
@@ -237,9 +293,11 @@ func decodeType(r *reader, inStream bool) *Type {
 	}
 }
 
-// tuple reads TupleData. what names the tuple in errors ("new tuple"); it
-// is formatted only on failure, keeping the per-column path allocation-free.
-func (r *reader) tuple(what string) []Column {
+// tuple reads TupleData into buf's backing array when it has room,
+// otherwise into a new one; *buf is left holding the larger array for the
+// next tuple. what names the tuple in errors ("new tuple"); it is formatted
+// only on failure, keeping the per-column path allocation-free.
+func (r *reader) tuple(what string, buf *[]Column) []Column {
 	countOff := r.off
 	n := int(r.u16("tuple column count"))
 	if r.failed() {
@@ -252,13 +310,18 @@ func (r *reader) tuple(what string) []Column {
 		r.failAt(countOff, "%s column count %d exceeds remaining bytes (%d)", what, n, r.remaining())
 		return nil
 	}
-	cols := make([]Column, n)
+	if *buf == nil || cap(*buf) < n {
+		*buf = make([]Column, n) // non-nil even when n is 0
+	}
+	// Every element is assigned below, so nothing of the previous tuple
+	// survives in cols.
+	cols := (*buf)[:n:n]
 	for i := range cols {
 		kindOff := r.off
 		kind := r.u8("tuple column kind")
 		switch kind {
 		case ColumnNull, ColumnUnchangedToast:
-			cols[i].Kind = kind
+			cols[i] = Column{Kind: kind}
 		case ColumnText, ColumnBinary:
 			lenOff := r.off
 			l := int32(r.u32("tuple column length"))
@@ -307,34 +370,34 @@ func tupleKindBytes(ks []TupleKind) []byte {
 	return b
 }
 
-func decodeInsert(r *reader, inStream bool) *Insert {
-	m := &Insert{Xid: r.streamXid(inStream), RelationID: OID(r.u32("relation OID"))}
+func decodeInsert(r *reader, inStream bool, m *Insert, tuples *[2][]Column) *Insert {
+	*m = Insert{Xid: r.streamXid(inStream), RelationID: OID(r.u32("relation OID"))}
 	r.tupleKind(TupleNew)
-	m.New = r.tuple("new tuple")
+	m.New = r.tuple("new tuple", &tuples[1])
 	return m
 }
 
-func decodeUpdate(r *reader, inStream bool) *Update {
-	m := &Update{Xid: r.streamXid(inStream), RelationID: OID(r.u32("relation OID"))}
+func decodeUpdate(r *reader, inStream bool, m *Update, tuples *[2][]Column) *Update {
+	*m = Update{Xid: r.streamXid(inStream), RelationID: OID(r.u32("relation OID"))}
 	switch r.tupleKind(TupleKey, TupleOld, TupleNew) {
 	case TupleKey:
-		m.OldKind, m.Old = TupleKey, r.tuple("old key tuple")
+		m.OldKind, m.Old = TupleKey, r.tuple("old key tuple", &tuples[0])
 		r.tupleKind(TupleNew)
 	case TupleOld:
-		m.OldKind, m.Old = TupleOld, r.tuple("old tuple")
+		m.OldKind, m.Old = TupleOld, r.tuple("old tuple", &tuples[0])
 		r.tupleKind(TupleNew)
 	}
-	m.New = r.tuple("new tuple")
+	m.New = r.tuple("new tuple", &tuples[1])
 	return m
 }
 
-func decodeDelete(r *reader, inStream bool) *Delete {
-	m := &Delete{Xid: r.streamXid(inStream), RelationID: OID(r.u32("relation OID"))}
+func decodeDelete(r *reader, inStream bool, m *Delete, tuples *[2][]Column) *Delete {
+	*m = Delete{Xid: r.streamXid(inStream), RelationID: OID(r.u32("relation OID"))}
 	m.OldKind = r.tupleKind(TupleKey, TupleOld)
 	if m.OldKind == TupleKey {
-		m.Old = r.tuple("old key tuple")
+		m.Old = r.tuple("old key tuple", &tuples[0])
 	} else {
-		m.Old = r.tuple("old tuple")
+		m.Old = r.tuple("old tuple", &tuples[0])
 	}
 	return m
 }
@@ -388,14 +451,14 @@ func decodeLogicalMessage(r *reader, inStream bool) *LogicalMessage {
 	return m
 }
 
-func decodeStreamStart(r *reader) *StreamStart {
-	m := &StreamStart{Xid: r.validXid("xid")}
+func decodeStreamStart(r *reader, m *StreamStart) *StreamStart {
+	*m = StreamStart{Xid: r.validXid("xid")}
 	m.FirstSegment = r.flags("first segment flag", 1) == 1
 	return m
 }
 
-func decodeStreamCommit(r *reader) *StreamCommit {
-	m := &StreamCommit{Xid: r.validXid("xid")}
+func decodeStreamCommit(r *reader, m *StreamCommit) *StreamCommit {
+	*m = StreamCommit{Xid: r.validXid("xid")}
 	r.flags("commit flags", 0)
 	m.CommitLSN = r.lsn("commit LSN")
 	m.EndLSN = r.lsn("end LSN")
@@ -403,6 +466,7 @@ func decodeStreamCommit(r *reader) *StreamCommit {
 	return m
 }
 
-func decodeStreamAbort(r *reader) *StreamAbort {
-	return &StreamAbort{Xid: r.validXid("xid"), SubXid: r.validXid("subtransaction xid")}
+func decodeStreamAbort(r *reader, m *StreamAbort) *StreamAbort {
+	*m = StreamAbort{Xid: r.validXid("xid"), SubXid: r.validXid("subtransaction xid")}
+	return m
 }

@@ -333,3 +333,103 @@ func TestTimestamp(t *testing.T) {
 		t.Fatal("the largest timestamp wrapped around")
 	}
 }
+
+// reuseSession is a session of decodeCases in which every reused struct
+// and tuple slice is decoded into again with fewer fields set: an Update
+// without old values after one with, a column turning from text to NULL or
+// unchanged TOAST, a later stream segment after a first one.
+var reuseSession = []string{
+	"begin", "update old key", "update new only", "insert every column kind", "insert zero columns",
+	"delete old key", "commit",
+	"stream start first", "insert in stream", "update old tuple in stream", "delete old tuple in stream", "stream stop",
+	"stream start later", "stream stop", "stream commit", "stream abort subtransaction", "stream abort whole transaction",
+}
+
+func decodeCaseNamed(t testing.TB, name string) decodeCase {
+	t.Helper()
+	for _, tc := range decodeCases {
+		if tc.name == name {
+			return tc
+		}
+	}
+	t.Fatalf("no decode case %q", name)
+	return decodeCase{}
+}
+
+// TestDecoderReuse decodes a session twice with one Decoder: every message
+// must equal what the package-level Decode gives (nothing of an earlier
+// message of its type survives in the reused struct), the second pass must
+// return the first pass's structs (the reuse is real), and the values of a
+// message, which alias its own bytes, must not change when the next one is
+// decoded.
+func TestDecoderReuse(t *testing.T) {
+	var d Decoder
+	first := map[string]Message{}
+	var prevName string
+	var prevVals, prevCopies [][]byte
+	for pass := 0; pass < 2; pass++ {
+		for _, name := range reuseSession {
+			tc := decodeCaseNamed(t, name)
+			if d.InStream() != tc.inStream {
+				t.Fatalf("%s: decoder in stream %v, the case %v", name, d.InStream(), tc.inStream)
+			}
+			data := append([]byte(nil), tc.data...)
+			m, err := d.Decode(data, testLSN)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !reflect.DeepEqual(m, tc.want) {
+				t.Fatalf("pass %d, %s:\n got %#v\nwant %#v", pass, name, m, tc.want)
+			}
+			for i, v := range prevVals {
+				if !bytes.Equal(v, prevCopies[i]) {
+					t.Fatalf("decoding %s changed value %d of %s from %q to %q", name, i, prevName, prevCopies[i], v)
+				}
+			}
+			prevName, prevVals, prevCopies = name, nil, nil
+			for _, c := range tupleColumns(m) {
+				prevVals = append(prevVals, c.Data)
+				prevCopies = append(prevCopies, bytes.Clone(c.Data))
+			}
+			if pass == 0 {
+				first[name] = m
+			} else if reused := first[name]; m != reused && m.MessageType() != MsgStreamStop {
+				t.Errorf("%s: the second pass returned a new %T, not the reused one", name, m)
+			}
+		}
+	}
+}
+
+// tupleColumns is every column of m's tuples.
+func tupleColumns(m Message) []Column {
+	switch m := m.(type) {
+	case *Insert:
+		return m.New
+	case *Update:
+		return append(append([]Column(nil), m.Old...), m.New...)
+	case *Delete:
+		return m.Old
+	}
+	return nil
+}
+
+// TestDecoderAllocations pins the point of the reuse: once a Decoder has
+// seen each kind of row change and boundary, decoding them allocates
+// nothing.
+func TestDecoderAllocations(t *testing.T) {
+	var msgs [][]byte
+	for _, name := range reuseSession {
+		msgs = append(msgs, decodeCaseNamed(t, name).data)
+	}
+	var d Decoder
+	allocs := testing.AllocsPerRun(20, func() {
+		for _, data := range msgs {
+			if _, err := d.Decode(data, testLSN); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a session of %d row changes and boundaries allocates %.1f times per pass", len(msgs), allocs)
+	}
+}

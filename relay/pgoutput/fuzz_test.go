@@ -2,6 +2,7 @@ package pgoutput
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -122,4 +123,63 @@ func parseSeed(s string) ([]byte, bool, error) {
 	}
 	inStream, err := strconv.ParseBool(strings.TrimSuffix(strings.TrimPrefix(lines[2], "bool("), ")"))
 	return []byte(data), inStream, err
+}
+
+// FuzzDecoder feeds a session of messages to one Decoder: session is a
+// sequence of messages, each prefixed by its length as a big-endian uint16
+// (a cut-off last one is dropped). The Decoder must never panic, and every
+// message it returns must equal what the package-level Decode gives for
+// the same bytes and stream state: decoding into the structs of earlier
+// messages leaves nothing of them behind. An error must be the same as
+// Decode's, or, where Decode succeeds, an out-of-sequence one.
+//
+// Seeds: the reuse session of decode_test.go and the captured sessions.
+func FuzzDecoder(f *testing.F) {
+	var seed []byte
+	add := func(data []byte) {
+		seed = binary.BigEndian.AppendUint16(seed, uint16(len(data)))
+		seed = append(seed, data...)
+	}
+	for _, name := range reuseSession {
+		add(decodeCaseNamed(f, name).data)
+	}
+	f.Add(seed)
+	for _, caps := range loadCaptures(f) {
+		seed = nil
+		for _, c := range caps {
+			if len(c.data) <= 0xffff {
+				add(c.data)
+			}
+		}
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, session []byte) {
+		var d Decoder
+		for len(session) >= 2 {
+			n := int(binary.BigEndian.Uint16(session))
+			if n > len(session)-2 {
+				return
+			}
+			data := session[2 : 2+n]
+			session = session[2+n:]
+			in := d.InStream()
+			got, err := d.Decode(data, testLSN)
+			want, wantErr := Decode(bytes.Clone(data), testLSN, in)
+			switch {
+			case wantErr != nil:
+				if err == nil || err.Error() != wantErr.Error() || got != nil {
+					t.Fatalf("Decoder gave %#v, %v; Decode's error is %v", got, err, wantErr)
+				}
+				return
+			case err != nil:
+				var de *DecodeError
+				if !errors.As(err, &de) || !strings.HasPrefix(de.Reason, "out of sequence: ") || got != nil {
+					t.Fatalf("Decoder gave %#v, %v where Decode succeeds", got, err)
+				}
+				return
+			case !reflect.DeepEqual(got, want):
+				t.Fatalf("Decoder:\n got %#v\nwant %#v", got, want)
+			}
+		}
+	})
 }
