@@ -8,6 +8,13 @@
 // the exact bytes PostgreSQL would send, so tests and the deterministic
 // simulator can generate pgoutput streams without a server.
 //
+// A session's Decoder decodes row changes and transaction boundaries into
+// its own structs and tuple slices, reused from one message to the next,
+// with values aliasing the input: decoding allocates nothing on the relay's
+// hot path, and a message is valid until the next Decode (Decoder.Decode
+// states the contract; FuzzDecoder holds the reused decode equal to the
+// package-level Decode, which allocates every message).
+//
 // # Why our own decoder
 //
 // The relay consumes untrusted bytes at the edge of the system and must never
