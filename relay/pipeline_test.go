@@ -114,7 +114,7 @@ func TestAcknowledgedNeverPassesAPublishInFlight(t *testing.T) {
 	}
 }
 
-func currentLSN(t *testing.T, conn *pgx.Conn) uint64 {
+func currentLSN(t testing.TB, conn *pgx.Conn) uint64 {
 	t.Helper()
 	var s string
 	if err := conn.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
