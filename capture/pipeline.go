@@ -35,6 +35,10 @@ type PipelineOptions struct {
 	// reports true (with ErrStopped), so that an owner blocked elsewhere (in
 	// a read) learns of it at once.
 	OnEnd func(cause error)
+	// OnIdle, when set, is called after a batch is published when nothing
+	// is pending: an owner that holds its batch while one is in flight (so
+	// that it grows during the fsync) submits it now.
+	OnIdle func()
 }
 
 // Pipeline publishes batches on its own goroutine, in stream order and one
@@ -274,6 +278,7 @@ func (p *Pipeline) publishPending(ctx context.Context, closing bool) {
 		if err != nil {
 			p.err = err
 		}
+		idle := p.pending == nil
 		p.mu.Unlock()
 		p.poke(p.progress)
 		if err != nil {
@@ -281,6 +286,9 @@ func (p *Pipeline) publishPending(ctx context.Context, closing bool) {
 			return
 		}
 		p.pollStop()
+		if idle && p.o.OnIdle != nil {
+			p.o.OnIdle()
+		}
 	}
 }
 

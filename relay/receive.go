@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -43,9 +44,9 @@ func newReadDeadline(ctx context.Context, conn *pgconn.PgConn) *readDeadline {
 	return r
 }
 
-// receive returns the next message, or a pgconn timeout error
-// (pgconn.Timeout) when none arrives by deadline, or errWoken after wake,
-// or ctx's error once ctx is done.
+// receive returns the next message, or a timeout error (wrapping
+// os.ErrDeadlineExceeded) when none arrives by deadline, or errWoken after
+// wake, or ctx's error once ctx is done.
 func (r *readDeadline) receive(ctx context.Context, deadline time.Time) (pgproto3.BackendMessage, error) {
 	if !deadline.Equal(r.set) {
 		if err := r.nc.SetReadDeadline(deadline); err != nil {
@@ -66,7 +67,7 @@ func (r *readDeadline) receive(ctx context.Context, deadline time.Time) (pgproto
 	if err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	if err != nil && pgconn.Timeout(err) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		// The socket's deadline may be a wake's, not r.set: set it again
 		// on the next receive.
 		r.set = time.Time{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -152,13 +153,11 @@ func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Options) (*Se
 		// Publish, then move: a barrier's pin moves only once the unit
 		// that carries it is durable (or was already, and skipped).
 		After: func() error { return s.asm.MovePins(s.pub.Acked()) },
-		// A failure or a stop ends the session: a read in progress must
+		// A failure or a stop ends the session, and a finished publish
+		// lets the batch that grew meanwhile go: a read in progress must
 		// not wait for the next message to notice.
-		OnEnd: func(error) {
-			if s.rd != nil {
-				s.rd.wake()
-			}
-		}})
+		OnEnd:  func(error) { s.wake() },
+		OnIdle: s.wake})
 	s.stats.StartedFrom = res.DurableEnd
 	return s, nil
 }
@@ -174,6 +173,20 @@ func (s *Session) Stats() Stats {
 }
 
 func (s *Session) ackable() uint64 { return s.pub.Acked() }
+
+// wake ends Run's read in progress (called by the pipeline).
+func (s *Session) wake() {
+	if s.rd != nil {
+		s.rd.wake()
+	}
+}
+
+// due reports whether the assembled batch should be submitted once the
+// connection has nothing more buffered: units or a position wait and no
+// publish is in flight. While one is, the batch grows: the fsync in flight
+// is the group-commit window, and the pipeline wakes the session when it
+// ends (OnIdle).
+func (s *Session) due() bool { return s.waiting() && !s.pl.Busy() }
 
 // waiting reports whether units or a position wait to be submitted.
 func (s *Session) waiting() bool { return len(s.cur.Units) > 0 || s.cur.Ack > s.ackable() }
@@ -327,9 +340,10 @@ func (s *Session) Run(ctx context.Context) error {
 			next = time.Now().Add(s.cfg.StatusInterval)
 		}
 		deadline := next
-		if s.waiting() {
-			// Units wait: take only what the connection has already
-			// buffered, and submit them once a receive would block.
+		if s.due() {
+			// Units wait and nothing is in flight: take only what the
+			// connection has already buffered, and submit them once a
+			// receive would block.
 			deadline = bufferedOnly
 		}
 		raw, err := s.rd.receive(ctx, deadline)
@@ -341,8 +355,10 @@ func (s *Session) Run(ctx context.Context) error {
 				_ = s.sendStatus(context.Background(), false)
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) || errors.Is(err, errWoken) {
-				if s.waiting() {
+			// errors.Is, not pgconn.Timeout: it allocates, and this is the
+			// path of every submit.
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, errWoken) {
+				if s.due() {
 					if err := s.submit(ctx); err != nil {
 						return err
 					}
