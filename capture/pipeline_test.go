@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/trellara/trellara/capture"
@@ -200,5 +201,34 @@ func TestPipelineStop(t *testing.T) {
 	pl.Close()
 	if a := pub.Acked(); a != 300 || len(g.entered) != 0 {
 		t.Fatalf("Close published after the stop (acknowledged %d)", a)
+	}
+}
+
+// OnIdle is called when a publish ends with nothing pending (the owner may
+// submit the batch it held back meanwhile), not when a pending batch goes
+// next.
+func TestPipelineOnIdle(t *testing.T) {
+	ctx := context.Background()
+	var idle atomic.Int32
+	pl, pub, g := newPipeline(t, capture.PipelineOptions{OnIdle: func() { idle.Add(1) }}, capture.PublisherOptions{}, 0)
+	if err := pl.Submit(ctx, unitBatch(200, 1)); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	if err := pl.Submit(ctx, unitBatch(300, 2)); err != nil {
+		t.Fatal(err)
+	}
+	g.release <- nil
+	<-g.entered // the pending batch went next
+	if n := idle.Load(); n != 0 {
+		t.Fatalf("OnIdle called %d times with a batch pending", n)
+	}
+	g.release <- nil
+	if err := pl.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pl.Close()
+	if n := idle.Load(); n != 1 || pub.Acked() != 300 {
+		t.Fatalf("OnIdle called %d times (want 1), acknowledged %d (want 300)", n, pub.Acked())
 	}
 }
