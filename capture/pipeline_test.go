@@ -198,6 +198,7 @@ func TestPipelineStop(t *testing.T) {
 	if err := pl.Submit(ctx, unitBatch(400, 3)); err != nil {
 		t.Fatal(err)
 	}
+	g.release <- errors.New("published after the stop") // fails it, should it start
 	pl.Close()
 	if a := pub.Acked(); a != 300 || len(g.entered) != 0 {
 		t.Fatalf("Close published after the stop (acknowledged %d)", a)
