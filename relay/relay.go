@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -59,8 +60,10 @@ type Options struct {
 	OnFence func(token string, commitLSN uint64)
 	// OnDurable is called after every acknowledgeable position advance.
 	OnDurable func(endLSN uint64)
-	// Stop, when non-nil, is polled after each durable advance; Run
-	// returns nil once it reports true.
+	// Stop, when non-nil, is polled after each durable advance and every
+	// 100 ms; Run publishes what it assembled and returns nil once it
+	// reports true. OnFence, OnDurable and Stop are called from one
+	// goroutine (the session's publisher), never concurrently.
 	Stop func() bool
 	// Acks, when set, durably records a position the session is about to
 	// acknowledge although no unit in the transport ends there (an idle
@@ -90,14 +93,17 @@ type Session struct {
 	res      Resume
 	log      *slog.Logger
 	pub      *capture.Publisher
-	sent     uint64    // last position sent to the server
-	statusAt time.Time // when the last standby status update was sent (keepAlive)
+	pl       *capture.Pipeline // publishes pub's batches while the session receives
+	rd       *readDeadline     // Run's; the publisher wakes a read in progress through it
+	sent     uint64            // last position sent to the server
+	statusAt time.Time         // when the last standby status update was sent (keepAlive)
 
 	pending bool // a multi-unit transaction is partly assembled
-	// Units assembled but not yet durable. They are published together
-	// (one fsync for many transactions) when the connection has nothing
-	// more buffered, or a bound is reached; only then does their
-	// position become acknowledgeable.
+	// Units assembled but not yet submitted. They are handed to the
+	// pipeline when the connection has nothing more buffered, or a bound
+	// is reached, and published together (one fsync for many
+	// transactions); only once they are durable does their position
+	// become acknowledgeable.
 	cur capture.Batch
 
 	mu    sync.Mutex // guards stats for Stats callers on other goroutines
@@ -143,6 +149,15 @@ func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Options) (*Se
 	s.pub = capture.NewPublisher(capture.PublisherOptions{Transport: tr, Name: "relay", Acks: cfg.Acks,
 		OnDurable: cfg.OnDurable, OnFence: cfg.OnFence}, res.DurableEnd, res.DurableEnd)
 	s.asm = capture.NewAssembler(cfg.Assembler, s.emit)
+	s.pl = capture.NewPipeline(capture.PipelineOptions{Publisher: s.pub, Stop: cfg.Stop,
+		// Publish, then move: a barrier's pin moves only once the unit
+		// that carries it is durable (or was already, and skipped).
+		After: func() error { return s.asm.MovePins(s.pub.Acked()) },
+		// A failure or a stop ends the session, and a finished publish
+		// lets the batch that grew meanwhile go: a read in progress must
+		// not wait for the next message to notice.
+		OnEnd:  func(error) { s.wake() },
+		OnIdle: s.wake})
 	s.stats.StartedFrom = res.DurableEnd
 	return s, nil
 }
@@ -159,7 +174,21 @@ func (s *Session) Stats() Stats {
 
 func (s *Session) ackable() uint64 { return s.pub.Acked() }
 
-// waiting reports whether units or a position wait to be made durable.
+// wake ends Run's read in progress (called by the pipeline).
+func (s *Session) wake() {
+	if s.rd != nil {
+		s.rd.wake()
+	}
+}
+
+// due reports whether the assembled batch should be submitted once the
+// connection has nothing more buffered: units or a position wait and no
+// publish is in flight. While one is, the batch grows: the fsync in flight
+// is the group-commit window, and the pipeline wakes the session when it
+// ends (OnIdle).
+func (s *Session) due() bool { return s.waiting() && !s.pl.Busy() }
+
+// waiting reports whether units or a position wait to be submitted.
 func (s *Session) waiting() bool { return len(s.cur.Units) > 0 || s.cur.Ack > s.ackable() }
 
 func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
@@ -187,7 +216,7 @@ func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 	if s.cur.Full() || (len(s.cur.Units) == 0 && final) {
 		// Full, or nothing to publish (an empty transaction): its end is
 		// acknowledgeable as soon as everything before it is durable.
-		return s.flush(context.Background())
+		return s.submit(context.Background())
 	}
 	return nil
 }
@@ -205,25 +234,24 @@ func (s *Session) keepAlive(ctx context.Context) error {
 	return s.sendStatus(ctx, false)
 }
 
-// flush makes the batch durable, then — only then — advances the
-// acknowledgeable position.
-func (s *Session) flush(ctx context.Context) error {
+// submit hands the assembled batch to the pipeline, which makes it durable
+// after everything submitted before, and only then advances the
+// acknowledgeable position (Acked); on a publish failure nothing is
+// acknowledged and the source resends all of it. A session without a
+// connection (driven through sim_seams.go) waits for the publish, so its
+// driver decides the order of everything, as with a synchronous publish.
+func (s *Session) submit(ctx context.Context) error {
 	if err := s.keepAlive(ctx); err != nil {
 		return err
 	}
 	published := len(s.cur.Units) > 0
-	if err := s.pub.Publish(ctx, &s.cur); err != nil {
-		// Not acknowledged: the source will resend all of it.
+	if err := s.pl.Submit(ctx, &s.cur); err != nil {
 		return err
 	}
-	s.cur.Reset()
-	// Publish, then move: a barrier's pin moves only once the unit that
-	// carries it is durable (or was already, and skipped).
-	if err := s.asm.MovePins(s.pub.Acked()); err != nil {
-		return err
-	}
-	if err := s.keepAlive(ctx); err != nil {
-		return err
+	if s.conn == nil {
+		if err := s.pl.Drain(ctx); err != nil {
+			return err
+		}
 	}
 	if published {
 		s.mu.Lock()
@@ -231,6 +259,18 @@ func (s *Session) flush(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// flush submits the assembled batch and waits until everything submitted
+// is durable and acknowledgeable.
+func (s *Session) flush(ctx context.Context) error {
+	if err := s.submit(ctx); err != nil {
+		return err
+	}
+	if err := s.pl.Drain(ctx); err != nil {
+		return err
+	}
+	return s.keepAlive(ctx)
 }
 
 // PluginArgs are the pgoutput options for cfg.
@@ -251,12 +291,18 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // Run streams from the slot until ctx ends, Stop reports true, or an error.
 // The invariant it keeps: the flush position sent to the server never
 // passes a transaction that is not durable in the transport.
+//
+// Receiving, decoding and assembling go on while a batch is published: the
+// session hands what it assembled to its pipeline (capture.Pipeline) as
+// soon as the connection has nothing more buffered, and the pipeline
+// publishes it once the batch in flight is durable. The fsync in flight is
+// the group-commit window; no timer delays a publish.
 func (s *Session) Run(ctx context.Context) error {
 	defer func() {
 		s.mu.Lock()
 		s.stats.Assembler = s.asm.Stats()
 		s.mu.Unlock()
-		s.asm.Close()
+		s.Close()
 	}()
 	start := pglogrepl.LSN(s.res.DurableEnd)
 	if err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, start, pglogrepl.StartReplicationOptions{
@@ -265,17 +311,25 @@ func (s *Session) Run(ctx context.Context) error {
 	}
 	s.log.Info("relay streaming", "slot", s.cfg.Slot, "from", start.String(), "proto_version", s.cfg.ProtocolVersion, "streaming", s.cfg.Streaming)
 	next := time.Now().Add(s.cfg.StatusInterval)
-	rd := newReadDeadline(ctx, s.conn)
-	defer rd.close()
+	s.rd = newReadDeadline(ctx, s.conn)
+	// The pipeline ends (waiting for the publish in flight) before the
+	// connection's read deadline is cleared: its OnEnd moves the deadline.
+	defer s.rd.close()
+	defer s.pl.Close()
+	s.pl.Start(ctx)
 	for {
-		if s.cfg.Stop != nil && s.cfg.Stop() {
+		if s.pl.Stopped() {
 			if err := s.flush(ctx); err != nil {
 				return err
 			}
 			return s.sendStatus(ctx, false)
 		}
+		if err := s.pl.Err(); err != nil {
+			// Not acknowledged: the source will resend all of it.
+			return err
+		}
 		if time.Now().After(next) {
-			if err := s.flush(ctx); err != nil {
+			if err := s.submit(ctx); err != nil {
 				return err
 			}
 			// Ask for a reply: the server answers with a keepalive carrying
@@ -286,20 +340,26 @@ func (s *Session) Run(ctx context.Context) error {
 			next = time.Now().Add(s.cfg.StatusInterval)
 		}
 		deadline := next
-		if s.waiting() {
-			// Units are waiting to be made durable: if the server has
-			// nothing more for us right now, publish them.
-			deadline = time.Now().Add(time.Millisecond)
+		if s.due() {
+			// Units wait and nothing is in flight: take only what the
+			// connection has already buffered, and submit them once a
+			// receive would block.
+			deadline = bufferedOnly
 		}
-		raw, err := rd.receive(ctx, deadline)
+		raw, err := s.rd.receive(ctx, deadline)
 		if err != nil {
 			if ctx.Err() != nil {
+				// Wait for the publish in flight, so that the status sent
+				// carries what it made durable.
+				s.pl.Close()
 				_ = s.sendStatus(context.Background(), false)
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) {
-				if s.waiting() {
-					if err := s.flush(ctx); err != nil {
+			// errors.Is, not pgconn.Timeout: it allocates, and this is the
+			// path of every submit.
+			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, errWoken) {
+				if s.due() {
+					if err := s.submit(ctx); err != nil {
 						return err
 					}
 				}
@@ -343,17 +403,18 @@ func (s *Session) handleCopyData(ctx context.Context, data []byte) error {
 		s.mu.Lock()
 		s.stats.ServerEnd = uint64(k.ServerWALEnd)
 		s.mu.Unlock()
-		// Nothing open and nothing half-published: every change the server
-		// decoded up to its WAL end has been made durable, so confirming
-		// that position loses nothing and keeps an idle slot from holding
-		// WAL (the server resends anything not yet decoded).
+		// Nothing open, nothing waiting and nothing in flight: every change
+		// the server decoded up to its WAL end has been made durable, so
+		// confirming that position loses nothing and keeps an idle slot
+		// from holding WAL (the server resends anything not yet decoded).
 		if k.ReplyRequested {
-			if err := s.flush(ctx); err != nil {
+			if err := s.submit(ctx); err != nil {
 				return err
 			}
 		}
-		if s.asm.Idle() && !s.pending && !s.waiting() {
-			if err := s.pub.Publish(ctx, &capture.Batch{Ack: uint64(k.ServerWALEnd)}); err != nil {
+		if s.asm.Idle() && !s.pending && !s.waiting() && !s.pl.Busy() {
+			s.cur.Ack = max(s.cur.Ack, uint64(k.ServerWALEnd))
+			if err := s.submit(ctx); err != nil {
 				return err
 			}
 		}

@@ -19,9 +19,15 @@ func (s *Session) HandleCopyData(ctx context.Context, data []byte) error {
 
 // Flush publishes the assembled units durably and only then advances the
 // acknowledgeable position, as Run does when the server has nothing more
-// buffered.
+// buffered. A session without a connection waits for every publish it
+// starts (here and where HandleCopyData fills a batch), so the driver sees
+// each one finished, or failed, when the call returns.
 func (s *Session) Flush(ctx context.Context) error { return s.flush(ctx) }
 
-// Close discards open transactions and their spill files, as Run does when
-// it returns.
-func (s *Session) Close() { s.asm.Close() }
+// Close waits for the publish in flight, ends the publishing goroutine and
+// discards open transactions and their spill files, as Run does when it
+// returns.
+func (s *Session) Close() {
+	s.pl.Close()
+	s.asm.Close()
+}

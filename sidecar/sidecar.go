@@ -71,7 +71,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Stop is polled after every durable advance and every 100 ms; Run
 	// returns nil once it reports true. OnDurable, OnFence and Stop are
-	// called from one goroutine (the publisher), never concurrently.
+	// called from one goroutine (the session's capture.Pipeline), never
+	// concurrently.
 	Stop      func() bool
 	OnDurable func(endLSN uint64)
 	OnFence   func(token string, commitLSN uint64)
@@ -91,9 +92,6 @@ const (
 	deadServerTimeoutMin       = 11 * time.Second // above the 10 s keepalive interval
 	reconnectBackoffMaxDefault = 5 * time.Second
 	reconnectBackoffStart      = 100 * time.Millisecond
-
-	// stopPoll bounds how long Stop may go unpolled when nothing arrives.
-	stopPoll = 100 * time.Millisecond
 )
 
 // OptionsError names the option New refused and what is allowed.
@@ -323,18 +321,31 @@ func (s *Sidecar) session(ctx context.Context) (progressed bool, err error) {
 	// lags the transport moves as replays are skipped.
 	s.c = c
 	s.pub.Restart(res.DurableEnd, 0)
-	p := &publisher{s: s, rctx: rctx, cancel: rcancel,
-		notify: make(chan struct{}, 1), space: make(chan struct{}, 1), closed: make(chan struct{}), done: make(chan struct{})}
-	r := &reader{s: s, c: c, p: p, res: res, cur: &capture.Batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
+	r := &reader{s: s, c: c, rctx: rctx, res: res, cur: &capture.Batch{}, rels: map[pgoutput.OID]relFrame{}, at: res.DurableEnd}
 	ao := s.o.Assembler
 	ao.SourceID = s.o.SourceID
 	r.asm = capture.NewAssembler(ao, r.emit)
-	p.asm = r.asm
-	go p.run(ctx)
+	// The pipeline publishes on its own goroutine, so reading and
+	// assembling go on during an fsync. A stop or a publish failure ends
+	// the session: closing the connection ends the reader's read.
+	r.pl = capture.NewPipeline(capture.PipelineOptions{Publisher: s.pub, Stop: s.o.Stop,
+		// Publish, then move: a barrier's pin moves only once the unit
+		// that carries it is durable (as the relay does).
+		After: func() error { return r.asm.MovePins(s.pub.Acked()) },
+		OnEnd: func(cause error) {
+			if errors.Is(cause, capture.ErrStopped) {
+				cause = errStopped
+			}
+			rcancel(cause)
+		}})
+	r.pl.Start(ctx)
 	err = r.loop(rctx)
+	// The reader is gone: what it handed over is complete transactions,
+	// worth making durable unless publishing stopped or failed;
+	// acknowledging will usually fail with the connection, which is
+	// harmless.
+	r.pl.Close()
 	r.asm.Close()
-	close(p.closed)
-	<-p.done
 	s.count(func(st *Stats) { st.Assembler = r.asm.Stats() })
 	// Whichever side ended the session first names the reason: the
 	// publisher's cause (stop, publish failure) wins over the reader's
@@ -368,11 +379,12 @@ type relFrame struct {
 
 // reader turns frames into units on the connection's goroutine.
 type reader struct {
-	s   *Sidecar
-	c   *client
-	p   *publisher
-	asm *capture.Assembler
-	res capture.Resume
+	s    *Sidecar
+	c    *client
+	rctx context.Context // the session's: ends when the pipeline stops or fails
+	pl   *capture.Pipeline
+	asm  *capture.Assembler
+	res  capture.Resume
 
 	cur    *capture.Batch
 	dec    frameDecoder // its messages are valid until the next frame
@@ -478,121 +490,16 @@ func (r *reader) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 	if r.cur.Full() {
 		// Mid-transaction for a CHUNK sequence: its units become durable
 		// now, its end only becomes acknowledgeable with its last unit.
-		return r.submit(context.Background())
+		return r.submit(r.rctx)
 	}
 	return nil
 }
 
-// submit moves what the reader has assembled into the publisher's pending
-// group, waiting only while that group is full. The publisher takes the
-// whole pending group whenever it finishes the previous one, so groups grow
-// to what arrives during one publish: group commit without a timer, and a
-// quiet stream is published at once.
+// submit hands what the reader has assembled to the pipeline, which
+// publishes it once the group in flight is durable; it waits only while the
+// pipeline's pending group is full. Groups grow to what arrives during one
+// publish: group commit without a timer, and a quiet stream is published
+// at once.
 func (r *reader) submit(ctx context.Context) error {
-	if r.cur.Empty() {
-		return nil
-	}
-	p := r.p
-	for {
-		p.mu.Lock()
-		if p.pending == nil || !p.pending.Full() {
-			if p.pending == nil {
-				p.pending, r.cur = r.cur, &capture.Batch{}
-			} else {
-				p.pending.Merge(r.cur)
-				r.cur.Reset()
-			}
-			p.mu.Unlock()
-			select {
-			case p.notify <- struct{}{}:
-			default:
-			}
-			return nil
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.space:
-		case <-p.rctx.Done():
-			return context.Cause(p.rctx)
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-	}
-}
-
-// publisher hands groups to the Sidecar's capture.Publisher, in order, on
-// its own goroutine, so reading and assembling continue during an fsync.
-type publisher struct {
-	s      *Sidecar
-	asm    *capture.Assembler // the session's: its pins move once their barrier is durable
-	rctx   context.Context
-	cancel context.CancelCauseFunc
-
-	mu      sync.Mutex
-	pending *capture.Batch // the group the reader fills; nil when empty
-	notify  chan struct{}  // pending has something (capacity 1)
-	space   chan struct{}  // pending was taken (capacity 1)
-	closed  chan struct{}  // the reader is done
-	done    chan struct{}
-
-	failed bool
-}
-
-func (p *publisher) take() *capture.Batch {
-	p.mu.Lock()
-	b := p.pending
-	p.pending = nil
-	p.mu.Unlock()
-	select {
-	case p.space <- struct{}{}:
-	default:
-	}
-	return b
-}
-
-func (p *publisher) run(ctx context.Context) {
-	defer close(p.done)
-	tick := time.NewTicker(stopPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-p.notify:
-		case <-tick.C:
-			if !p.failed && p.s.o.Stop != nil && p.s.o.Stop() {
-				p.failed = true
-				p.cancel(errStopped)
-			}
-			continue
-		case <-p.closed:
-			// The reader is gone: what it handed over is complete
-			// transactions, worth making durable; acknowledging will
-			// usually fail with the connection, which is harmless.
-			if b := p.take(); b != nil && !p.failed {
-				_ = p.publish(ctx, b)
-			}
-			return
-		}
-		if b := p.take(); b != nil && !p.failed {
-			if err := p.publish(ctx, b); err != nil {
-				p.failed = true
-				p.cancel(err)
-			}
-		}
-	}
-}
-
-func (p *publisher) publish(ctx context.Context, b *capture.Batch) error {
-	if err := p.s.pub.Publish(ctx, b); err != nil {
-		// Not acknowledged: the server replays all of it.
-		return err
-	}
-	// Publish, then move: a barrier's pin moves only once the unit that
-	// carries it is durable (as the relay does after each flush).
-	if err := p.asm.MovePins(p.s.pub.Acked()); err != nil {
-		return err
-	}
-	if p.s.o.Stop != nil && p.s.o.Stop() {
-		return errStopped
-	}
-	return nil
+	return r.pl.Submit(ctx, r.cur)
 }
