@@ -135,6 +135,12 @@ func (x *pgTx) reseedPasses(ctx context.Context, units []deferredUnit) error {
 // names the row.
 func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 	t := x.t
+	if !x.genericPlans {
+		x.genericPlans = true
+		if err := x.queue(ctx, stmtMeta{unit: -1}, sqlGenericPlans); err != nil {
+			return err
+		}
+	}
 	for _, nt := range b.tables {
 		p := t.plan(nt.rel)
 		types, err := t.targetTypes(ctx, p)
