@@ -169,13 +169,15 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 			}
 		}
 		alias := func(i int) string { return pgx.Identifier{fmt.Sprintf("c%d", i)}.Sanitize() }
+		// The arrays are unnested in a select list, in lockstep (they
+		// have one element per row each): an unnest in FROM is a
+		// function scan, which stores every row in a tuplestore first.
 		unnest := func(cols []int) (string, string) {
-			parts, names := make([]string, len(cols)), make([]string, len(cols))
+			parts := make([]string, len(cols))
 			for j, c := range cols {
-				parts[j] = fmt.Sprintf("$%d::text[]", j+1)
-				names[j] = alias(c)
+				parts[j] = fmt.Sprintf("unnest($%d::text[]) AS %s", j+1, alias(c))
 			}
-			return "unnest(" + strings.Join(parts, ", ") + ")", "v(" + strings.Join(names, ", ") + ")"
+			return "(SELECT " + strings.Join(parts, ", ") + ")", "v"
 		}
 		keyWhere := func() string {
 			w := make([]string, len(nt.key))
