@@ -73,10 +73,10 @@ func BenchmarkApplyFolded(b *testing.B) {
 
 // tpcb starts a target holding pgbench's tables (scale 1) and returns n
 // source transactions of pgbench's TPC-B script.
-func tpcb(b *testing.B, n int) (*pgx.Conn, [][]byte) { return tpcbKeyed(b, n, false) }
+func tpcb(b testing.TB, n int) (*pgx.Conn, [][]byte) { return tpcbKeyed(b, n, false) }
 
 // tpcbKeyed is tpcb, with a primary key on history when keyed.
-func tpcbKeyed(b *testing.B, n int, keyed bool) (*pgx.Conn, [][]byte) {
+func tpcbKeyed(b testing.TB, n int, keyed bool) (*pgx.Conn, [][]byte) {
 	_, conn := target(b, pgtest.Options{})
 	hisDDL := "CREATE TABLE history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22))"
 	if keyed {

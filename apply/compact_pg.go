@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -87,6 +88,51 @@ func textArray(rows []*netRow, value func(*netRow) *pb.Value) pgtype.FlatArray[p
 	return out
 }
 
+// arrayArg is one column of a set-based statement, for a target column of
+// type ty (targetTypes): the argument and its SQL array type. Integer
+// columns get their values as binary integers, converted here once,
+// saving the target a text array and a text-to-integer conversion per
+// value; any other column, or a value the conversion does not take
+// exactly as the target would, goes as text (textArray), which the target
+// converts, reporting what it refuses as the row-by-row path does.
+func arrayArg(rows []*netRow, value func(*netRow) *pb.Value, ty string) (string, any) {
+	var a any
+	ok := false
+	switch ty {
+	case "pg_catalog.int2":
+		a, ok = intArray(rows, value, 16, func(n int64, valid bool) pgtype.Int2 { return pgtype.Int2{Int16: int16(n), Valid: valid} })
+	case "pg_catalog.int4":
+		a, ok = intArray(rows, value, 32, func(n int64, valid bool) pgtype.Int4 { return pgtype.Int4{Int32: int32(n), Valid: valid} })
+	case "pg_catalog.int8":
+		a, ok = intArray(rows, value, 64, func(n int64, valid bool) pgtype.Int8 { return pgtype.Int8{Int64: n, Valid: valid} })
+	}
+	if ok {
+		return ty + "[]", a
+	}
+	return "text[]", textArray(rows, value)
+}
+
+// intArray is textArray for an integer column of the given bits: false
+// when a value is not a plain decimal integer in range (signed digits,
+// what the source's integer output gives), which the text path then
+// leaves to the target.
+func intArray[T any](rows []*netRow, value func(*netRow) *pb.Value, bits int, mk func(int64, bool) T) (pgtype.FlatArray[T], bool) {
+	out := make(pgtype.FlatArray[T], len(rows))
+	for i, r := range rows {
+		v := value(r)
+		if v.GetKind() != pb.ValueKind_VALUE_KIND_TEXT {
+			out[i] = mk(0, false)
+			continue
+		}
+		n, err := strconv.ParseInt(valueString(v), 10, bits)
+		if err != nil {
+			return nil, false
+		}
+		out[i] = mk(n, true)
+	}
+	return out, true
+}
+
 // applyDeferred writes the deferred units: folded into set-based statements
 // when compact allows it, row by row otherwise.
 func (x *pgTx) applyDeferred(ctx context.Context) error {
@@ -135,6 +181,12 @@ func (x *pgTx) reseedPasses(ctx context.Context, units []deferredUnit) error {
 // names the row.
 func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 	t := x.t
+	if !x.genericPlans {
+		x.genericPlans = true
+		if err := x.queue(ctx, stmtMeta{unit: -1}, sqlGenericPlans); err != nil {
+			return err
+		}
+	}
 	for _, nt := range b.tables {
 		p := t.plan(nt.rel)
 		types, err := t.targetTypes(ctx, p)
@@ -163,13 +215,18 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 			}
 		}
 		alias := func(i int) string { return pgx.Identifier{fmt.Sprintf("c%d", i)}.Sanitize() }
-		unnest := func(cols []int) (string, string) {
-			parts, names := make([]string, len(cols)), make([]string, len(cols))
+		// The arrays are unnested in a select list, in lockstep (they
+		// have one element per row each): an unnest in FROM is a
+		// function scan, which stores every row in a tuplestore first.
+		// value(r, j, c) is row r's value in column c, cols[j].
+		unnest := func(rows []*netRow, cols []int, value func(r *netRow, j, c int) *pb.Value) (string, string, []any) {
+			parts, args := make([]string, len(cols)), make([]any, len(cols))
 			for j, c := range cols {
-				parts[j] = fmt.Sprintf("$%d::text[]", j+1)
-				names[j] = alias(c)
+				var arrayType string
+				arrayType, args[j] = arrayArg(rows, func(r *netRow) *pb.Value { return value(r, j, c) }, types[c])
+				parts[j] = fmt.Sprintf("unnest($%d::%s) AS %s", j+1, arrayType, alias(c))
 			}
-			return "unnest(" + strings.Join(parts, ", ") + ")", "v(" + strings.Join(names, ", ") + ")"
+			return "(SELECT " + strings.Join(parts, ", ") + ")", "v", args
 		}
 		keyWhere := func() string {
 			w := make([]string, len(nt.key))
@@ -179,12 +236,8 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 			return strings.Join(w, " AND ")
 		}
 		if len(dels) > 0 {
-			fn, al := unnest(nt.key)
+			fn, al, args := unnest(dels, nt.key, func(r *netRow, j, _ int) *pb.Value { return r.oldKey[j] })
 			sql := fmt.Sprintf("DELETE FROM %s AS t USING %s AS %s WHERE %s", p.target, fn, al, keyWhere())
-			args := make([]any, len(nt.key))
-			for j := range nt.key {
-				args[j] = textArray(dels, func(r *netRow) *pb.Value { return r.oldKey[j] })
-			}
 			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(dels)), op: "DELETE"}, sql, args...); err != nil {
 				return err
 			}
@@ -196,13 +249,9 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 				all[i] = i
 				sel[i] = fmt.Sprintf("v.%s::%s", alias(i), types[i])
 			}
-			fn, al := unnest(all)
+			fn, al, args := unnest(ins, all, func(r *netRow, _, c int) *pb.Value { return r.vals[c] })
 			sql := fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM %s AS %s",
 				p.target, strings.Join(p.cols, ", "), strings.Join(sel, ", "), fn, al)
-			args := make([]any, len(p.cols))
-			for c := range p.cols {
-				args[c] = textArray(ins, func(r *netRow) *pb.Value { return r.vals[c] })
-			}
 			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(ins)), op: "INSERT"}, sql, args...); err != nil {
 				return err
 			}
@@ -217,16 +266,12 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 					cols = append(cols, c)
 				}
 			}
-			fn, al := unnest(cols)
+			fn, al, args := unnest(rows, cols, func(r *netRow, _, c int) *pb.Value { return r.vals[c] })
 			// Only the key and unchanged TOAST: nothing to write, but the
 			// rows must exist, as row by row checks with SELECT 1.
 			sql := fmt.Sprintf("SELECT 1 FROM %s AS t, %s AS %s WHERE %s", p.target, fn, al, keyWhere())
 			if len(set) > 0 {
 				sql = fmt.Sprintf("UPDATE %s AS t SET %s FROM %s AS %s WHERE %s", p.target, strings.Join(set, ", "), fn, al, keyWhere())
-			}
-			args := make([]any, len(cols))
-			for j, c := range cols {
-				args[j] = textArray(rows, func(r *netRow) *pb.Value { return r.vals[c] })
 			}
 			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(rows)), op: "UPDATE"}, sql, args...); err != nil {
 				return err

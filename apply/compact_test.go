@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/trellara/trellara/internal/pgtest"
 	"strings"
 	"testing"
@@ -167,5 +168,122 @@ func TestCompactKeepsModifierChecks(t *testing.T) {
 	}
 	if c6 != "abc|101|1.01" {
 		t.Fatalf("folded values stored as %q", c6)
+	}
+}
+
+// A folded batch's UPDATE finds its rows through the key's index: a plan
+// that knows a thousand keys are coming prefers a hash join over a
+// sequential scan of the whole table (100,000 accounts here, millions in
+// production), which costs the target more than all the lookups.
+func TestFoldedUpdatesLookKeysUpThroughTheIndex(t *testing.T) {
+	conn, payloads := tpcbKeyed(t, 2500, true)
+	seqScans := func() int64 {
+		t.Helper()
+		// This session's counters reach the statistics views once flushed.
+		exec(t, conn, "SELECT pg_catalog.pg_stat_force_next_flush()")
+		var n int64
+		if err := conn.QueryRow(context.Background(), "SELECT seq_scan FROM pg_catalog.pg_stat_user_tables WHERE relid = 'public.accounts'::regclass").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := seqScans()
+	a := newApplier(t, conn, nil)
+	if err := drain(t, a, nil, 0, payloads); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Stats(); st.FoldedTxns < st.TxnsApplied/2 {
+		t.Fatalf("only %d of %d transactions folded", st.FoldedTxns, st.TxnsApplied)
+	}
+	if n := seqScans() - before; n != 0 {
+		t.Errorf("the folded batches scanned accounts sequentially %d times, want 0 (index lookups)", n)
+	}
+}
+
+// Folded statements send integer columns as binary integer arrays
+// (arrayArg); the target must end up with exactly what the text path
+// (row by row) writes: NULLs, each type's minimum and maximum, signs,
+// leading zeros, and values the binary conversion leaves to the target as
+// text (surrounding spaces), in keys (DELETE, UPDATE) and in values.
+func TestFoldedIntegersWriteWhatTextWrites(t *testing.T) {
+	c, rowsConn := target(t, pgtest.Options{NoFsync: true})
+	foldConn := connect(t, c.CreateDB(t, "folded"))
+	ddl := `CREATE TABLE ints (id int8 PRIMARY KEY, a int2, b int4, c int8)`
+	for _, conn := range []*pgx.Conn{rowsConn, foldConn} {
+		exec(t, conn, ddl)
+		if err := EnsureSchema(context.Background(), conn, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rel := relation("public", "ints", 'd', "id*", "a", "b", "c")
+	v := func(ss ...string) []*pb.Value {
+		out := vals(ss...)
+		for i, s := range ss {
+			if s == "NULL" {
+				out[i] = null()
+			}
+		}
+		return out
+	}
+	none, key := pb.OldTuple_OLD_TUPLE_NONE, pb.OldTuple_OLD_TUPLE_KEY
+	const minInt8, maxInt8 = "-9223372036854775808", "9223372036854775807"
+	inserts := [][]*pb.Value{
+		v(minInt8, "-32768", "-2147483648", minInt8),
+		v(maxInt8, "32767", "2147483647", maxInt8),
+		v("0", "NULL", "NULL", "NULL"),
+		v("3", "+7", "007", "-0"),
+		v("4", " 42", "42 ", "1"),
+		v("5", "-1", "-1", "-1"),
+		v("6", "1", "2", "3"),
+		v("7", "0", "0", "4294967296"),
+	}
+	var payloads [][]byte
+	lsn := uint64(0x1000)
+	next := func() *txn { lsn += 0x100; return newTxn(lsn) }
+	for _, row := range inserts {
+		payloads = append(payloads, next().insert(rel, row...).encode(t))
+	}
+	payloads = append(payloads,
+		next().update(rel, none, nil, v(maxInt8, "NULL", "2147483647", "-4294967297")).encode(t),
+		next().update(rel, none, nil, v(minInt8, "-32768", "5", minInt8)).encode(t),
+		next().update(rel, none, nil, v("0", "12", "-12", "9223372036854775806")).encode(t),
+		next().delete(rel, key, v("6", "NULL", "NULL", "NULL")).encode(t),
+		next().update(rel, none, nil, v("7", "0", "0", "NULL")).encode(t),
+		next().update(rel, none, nil, v("4", "-5", " 9", "1")).encode(t),
+		next().delete(rel, key, v("5", "NULL", "NULL", "NULL")).insert(rel, v("-5", "-1", "-1", "5")...).encode(t),
+		next().delete(rel, key, v(minInt8, "NULL", "NULL", "NULL")).
+			delete(rel, key, v("3", "NULL", "NULL", "NULL")).insert(rel, v("3", "-8", "08", "-0")...).encode(t),
+	)
+	apply := func(conn *pgx.Conn, maxBatch int) (folded int64) {
+		ctx := context.Background()
+		a := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns = maxBatch })
+		if err := a.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close(ctx)
+		src := &sliceSource{payloads: payloads}
+		for {
+			ok, err := a.Step(ctx, src, &recCursor{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return a.Stats().FoldedTxns
+			}
+		}
+	}
+	if n := apply(rowsConn, 1); n != 0 {
+		t.Fatalf("%d transactions folded with one transaction per batch", n)
+	}
+	if n := apply(foldConn, len(inserts)); n != int64(len(payloads)) {
+		t.Fatalf("%d of %d transactions folded", n, len(payloads))
+	}
+	const q = `SELECT string_agg(format('%s:%s:%s:%s', id, coalesce(a::text, 'NULL'), coalesce(b::text, 'NULL'), coalesce(c::text, 'NULL')), ' ' ORDER BY id) FROM ints`
+	want := "-5:-1:-1:5 0:12:-12:9223372036854775806 3:-8:8:0 4:-5:9:1 7:0:0:NULL 9223372036854775807:NULL:2147483647:-4294967297"
+	if got := queryString(t, rowsConn, q); got != want {
+		t.Fatalf("row by row wrote\n%s\nwant\n%s", got, want)
+	}
+	if got := queryString(t, foldConn, q); got != want {
+		t.Errorf("folded wrote\n%s\nrow by row\n%s", got, want)
 	}
 }

@@ -207,7 +207,7 @@ func (t *pgTarget) CountSkipped(ctx context.Context, n int64) error {
 // Begin implements Target.
 func (t *pgTarget) Begin(ctx context.Context) (TargetTx, error) {
 	t.trimPrepared(ctx)
-	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed, sqlAsyncCommit} {
+	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed, sqlAsyncCommit, sqlGenericPlans} {
 		if err := t.prepare(ctx, q); err != nil {
 			return nil, err
 		}
@@ -329,6 +329,18 @@ func (l *lazyTx) rollback(ctx context.Context) {
 // that can be prepared and pipelined).
 const sqlAsyncCommit = `SELECT pg_catalog.set_config('synchronous_commit', 'off', true)`
 
+// sqlGenericPlans makes the current target transaction plan its prepared
+// statements generically (SET LOCAL plan_cache_mode = force_generic_plan).
+// A folded batch's set-based statements need it: a custom plan sees the
+// array parameters' length, and for a thousand keys against a large table
+// it costs a hash join over a sequential scan of the whole table above a
+// thousand index lookups, and picks it (on the first five executions of
+// each statement, before the plan cache settles on the generic plan, and
+// on every execution after the statements are re-prepared). The generic
+// plan, not knowing the length, looks the keys up through the index, and
+// is planned once, not at every execution.
+const sqlGenericPlans = `SELECT pg_catalog.set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // sqlWALPositions reads the target's WAL insert and flush positions.
 const sqlWALPositions = `SELECT (pg_catalog.pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8,
 	(pg_catalog.pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::int8`
@@ -402,6 +414,8 @@ type pgTx struct {
 	// barrierIDs are the DDL barriers this transaction recorded
 	// (barriers.go); their commit_at is stamped just before COMMIT.
 	barrierIDs []string
+	// genericPlans once sqlGenericPlans is queued in this transaction.
+	genericPlans bool
 }
 
 // stmtMeta describes one queued statement, to attribute its result.
