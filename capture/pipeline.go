@@ -39,6 +39,14 @@ type PipelineOptions struct {
 	// is pending: an owner that holds its batch while one is in flight (so
 	// that it grows during the fsync) submits it now.
 	OnIdle func()
+	// Heartbeat, when set, runs on the owner's goroutine every
+	// HeartbeatEvery (default 100 ms) while Submit or Drain waits for a
+	// publish: an owner that must keep talking to its source meanwhile
+	// (the relay's standby status updates, without which the server drops
+	// a client silent for wal_sender_timeout) does it here. Its error ends
+	// the wait.
+	Heartbeat      func(ctx context.Context) error
+	HeartbeatEvery time.Duration
 }
 
 // Pipeline publishes batches on its own goroutine, in stream order and one
@@ -85,6 +93,9 @@ type Pipeline struct {
 func NewPipeline(o PipelineOptions) *Pipeline {
 	if o.StopPoll <= 0 {
 		o.StopPoll = stopPollDefault
+	}
+	if o.HeartbeatEvery <= 0 {
+		o.HeartbeatEvery = stopPollDefault
 	}
 	return &Pipeline{o: o, work: make(chan struct{}, 1), progress: make(chan struct{}, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
@@ -217,11 +228,27 @@ func (p *Pipeline) poke(c chan struct{}) {
 }
 
 func (p *Pipeline) wait(ctx context.Context) error {
-	select {
-	case <-p.progress:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	if p.o.Heartbeat == nil {
+		select {
+		case <-p.progress:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	t := time.NewTicker(p.o.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.progress:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+			if err := p.o.Heartbeat(ctx); err != nil {
+				return err
+			}
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/trellara/trellara/capture"
 )
@@ -232,4 +233,56 @@ func TestPipelineOnIdle(t *testing.T) {
 	if n := idle.Load(); n != 1 || pub.Acked() != 300 {
 		t.Fatalf("OnIdle called %d times (want 1), acknowledged %d (want 300)", n, pub.Acked())
 	}
+}
+
+// TestPipelineHeartbeatWhileWaiting: while the owner waits in Drain (or in
+// Submit behind a full pending batch) for a publish that takes long, the
+// owner's Heartbeat keeps running (the relay's standby status updates: a
+// walsender drops a client silent for wal_sender_timeout), and its error
+// ends the wait.
+func TestPipelineHeartbeatWhileWaiting(t *testing.T) {
+	ctx := context.Background()
+	var beats atomic.Int64
+	fail := errors.New("source connection gone")
+	var failNow atomic.Bool
+	pl, _, g := newPipeline(t, capture.PipelineOptions{HeartbeatEvery: time.Millisecond,
+		Heartbeat: func(context.Context) error {
+			beats.Add(1)
+			if failNow.Load() {
+				return fail
+			}
+			return nil
+		}}, capture.PublisherOptions{Acks: &capture.MemoryAcks{}}, 100)
+
+	if err := pl.Submit(ctx, unitBatch(200, 1)); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	done := make(chan error, 1)
+	go func() { done <- pl.Drain(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); beats.Load() < 3; {
+		select {
+		case err := <-done:
+			t.Fatalf("Drain returned %v while the publish was held", err)
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d heartbeats in 10 s while Drain waited for a held publish", beats.Load())
+		}
+	}
+	g.release <- nil
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	// A failing heartbeat ends the wait with its error.
+	if err := pl.Submit(ctx, unitBatch(300, 2)); err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	failNow.Store(true)
+	if err := pl.Drain(ctx); !errors.Is(err, fail) {
+		t.Fatalf("Drain = %v, want the heartbeat's error", err)
+	}
+	g.release <- nil
 }

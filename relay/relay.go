@@ -157,7 +157,10 @@ func NewSession(conn *pgconn.PgConn, tr Transport, res Resume, cfg Options) (*Se
 		// lets the batch that grew meanwhile go: a read in progress must
 		// not wait for the next message to notice.
 		OnEnd:  func(error) { s.wake() },
-		OnIdle: s.wake})
+		OnIdle: s.wake,
+		// Waiting for a publish (a full pending batch, a drain) must not
+		// silence the session: keepAlive sends a status when one is due.
+		Heartbeat: s.keepAlive, HeartbeatEvery: cfg.StatusInterval / 2})
 	s.stats.StartedFrom = res.DurableEnd
 	return s, nil
 }
