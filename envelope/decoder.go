@@ -40,6 +40,7 @@ type Decoder struct {
 	fps    map[*pb.Relation]*sealedRelation
 	sealed []*sealedRelation
 	slab   slab
+	source string // the last source id decoded
 }
 
 // slab hands out the messages of many consecutive envelopes from shared
@@ -218,7 +219,7 @@ func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
 			e.ProtocolVersion = uint32(v)
 		case 2:
 			ok = typ == protowire.BytesType
-			e.SourceId, ok = strOK(ok, p)
+			e.SourceId, ok = d.sourceID(ok, p)
 		case 3:
 			ok = typ == protowire.VarintType
 			e.Xid = uint32(v)
@@ -276,6 +277,19 @@ func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
 		}
 	}
 	return true
+}
+
+// sourceID is strOK for the source id, which every envelope of a stream
+// repeats: the previous one is returned instead of a new copy when equal.
+func (d *Decoder) sourceID(ok bool, p []byte) (string, bool) {
+	if ok && string(p) == d.source {
+		return d.source, true
+	}
+	s, ok := strOK(ok, p)
+	if ok {
+		d.source = s
+	}
+	return s, ok
 }
 
 func strOK(ok bool, p []byte) (string, bool) {
