@@ -18,7 +18,8 @@ import (
 // does and returns an equal message, with far fewer allocations:
 //
 //   - the parser is written for this schema (protowire, no reflection):
-//     the rows and values of an envelope are allocated in one slice each;
+//     the rows, values and pointer slices of many envelopes are carved
+//     from shared slabs that are never reused (see slab);
 //   - the bytes fields (Value.data, Row.message_content) alias b instead of
 //     being copied, so b must not be modified while the envelope is in use;
 //   - relations are interned by their wire bytes: consecutive envelopes
