@@ -504,7 +504,7 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 	r := &reader{cfg: a.cfg, ch: make(chan item, a.cfg.MaxBatchTxns), done: make(chan struct{}), space: make(chan struct{}, 1)}
 	go func() {
 		defer close(r.done)
-		var dec envelope.Decoder
+		var dec decoder
 		for {
 			offset, payload, err := src.Next(ctx)
 			var it item
@@ -675,7 +675,7 @@ type pollFeed struct {
 	a    *Applier
 	src  PollSource
 	held *item
-	dec  envelope.Decoder
+	dec  decoder
 }
 
 func (f *pollFeed) one(ctx context.Context) item {
@@ -707,13 +707,42 @@ func (f *pollFeed) ready() (item, bool) {
 
 func (f *pollFeed) unread(it item) { f.held = &it }
 
+// decoder is a decoding goroutine's state: its envelope.Decoder and the
+// block that the units' payload copies are carved from.
+type decoder struct {
+	envelope.Decoder
+	block []byte
+}
+
+// payloadBlockBytes is the size of one payload block.
+const payloadBlockBytes = 64 << 10
+
+// copyPayload returns a copy of p that nothing else will write: small
+// payloads are copied into a shared block (one allocation for many
+// units), a larger one gets its own. A block is never reused — it is
+// dropped when full and the collector frees it once no unit referencing
+// it is live — so a unit's payload, which its values alias, stays
+// unchanged however many units are read after it, and a retained unit
+// pins at most one block.
+func (d *decoder) copyPayload(p []byte) []byte {
+	if len(p) > payloadBlockBytes/4 {
+		return bytes.Clone(p)
+	}
+	if len(p) > cap(d.block)-len(d.block) {
+		d.block = make([]byte, 0, payloadBlockBytes)
+	}
+	start := len(d.block)
+	d.block = append(d.block, p...)
+	return d.block[start:len(d.block):len(d.block)]
+}
+
 // decode verifies and decodes one transport entry with dec, the decoding
-// goroutine's own Decoder. The unit owns its copy of the payload: the
+// goroutine's own decoder. The unit owns its copy of the payload: the
 // envelope's values alias it, and its relations are shared with the
 // envelopes dec decoded before (read-only, as everything in apply treats
 // a decoded envelope).
-func (a *Applier) decode(dec *envelope.Decoder, offset uint64, payload []byte) (*unit, error) {
-	payload = bytes.Clone(payload)
+func (a *Applier) decode(dec *decoder, offset uint64, payload []byte) (*unit, error) {
+	payload = dec.copyPayload(payload)
 	env, err := dec.Decode(payload)
 	if err != nil {
 		return nil, fmt.Errorf("apply: flow %q (source %q): entry at log offset %d is not a valid envelope; "+

@@ -336,7 +336,7 @@ func TestPartitionedRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.decode(new(envelope.Decoder), 7, b); !errors.Is(err, ErrPartitioned) || !strings.Contains(err.Error(), "log offset 7") {
+	if _, err := a.decode(new(decoder), 7, b); !errors.Is(err, ErrPartitioned) || !strings.Contains(err.Error(), "log offset 7") {
 		t.Errorf("decode(partition 3) = %v, want ErrPartitioned naming the offset", err)
 	}
 }

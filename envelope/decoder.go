@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -17,7 +18,8 @@ import (
 // does and returns an equal message, with far fewer allocations:
 //
 //   - the parser is written for this schema (protowire, no reflection):
-//     the rows and values of an envelope are allocated in one slice each;
+//     the rows, values and pointer slices of many envelopes are carved
+//     from shared slabs that are never reused (see slab);
 //   - the bytes fields (Value.data, Row.message_content) alias b instead of
 //     being copied, so b must not be modified while the envelope is in use;
 //   - relations are interned by their wire bytes: consecutive envelopes
@@ -38,6 +40,45 @@ type Decoder struct {
 	// stored fingerprint included, so its verdict cannot change).
 	fps    map[*pb.Relation]*sealedRelation
 	sealed []*sealedRelation
+	slab   slab
+	source string // the last source id decoded
+}
+
+// slab hands out the messages of many consecutive envelopes from shared
+// allocations of about slabBytes each (the rows, values and pointer
+// slices of one envelope no longer cost an allocation each). Nothing is
+// ever handed out twice: a slab is dropped when exhausted and a new one
+// allocated, so an envelope stays valid however many follow it, and the
+// collector frees a slab once no envelope carved from it is referenced.
+// A slab is kept alive by its last live envelope, so the memory a
+// retained envelope pins is bounded by slabBytes per kind.
+type slab struct {
+	bounds  []pb.Boundary
+	rows    []pb.Row
+	rowPtrs []*pb.Row
+	relPtrs []*pb.Relation
+	vals    []pb.Value
+	valPtrs []*pb.Value
+}
+
+// slabBytes is the size of one slab allocation.
+const slabBytes = 64 << 10
+
+// carve returns n zero elements from *s with capacity n, refilling *s
+// with a new slab when it has fewer left. A request larger than a
+// quarter of a slab gets its own allocation.
+func carve[T any](s *[]T, n int) []T {
+	if n > len(*s) {
+		var zero T
+		per := max(slabBytes/int(unsafe.Sizeof(zero)), 1)
+		if n > per/4 {
+			return make([]T, n)
+		}
+		*s = make([]T, per)
+	}
+	t := (*s)[:n:n]
+	*s = (*s)[n:]
+	return t
 }
 
 // relsMax bounds the interned relations; the cache is cleared when full.
@@ -53,6 +94,9 @@ func (d *Decoder) Decode(b []byte) (*pb.Envelope, error) {
 	if got := xxh3.Hash(prefix); got != want {
 		return nil, fmt.Errorf("%w: stored %016x, computed %016x over %d bytes", ErrChecksum, want, got, len(prefix))
 	}
+	// The envelope itself is its own allocation: whoever holds one can
+	// tell when it is gone (apply's TestChunkMemory does), and the slabs
+	// below pin at most slabBytes each whatever envelopes are retained.
 	e := new(pb.Envelope)
 	if !d.parse(prefix, e) {
 		e.Reset()
@@ -86,6 +130,20 @@ func (d *Decoder) computed(rels []*pb.Relation) []*sealedRelation {
 // its value: v for varint and fixed64, p for bytes. n is the bytes
 // consumed, or 0 when b is malformed or the wire type is another.
 func field(b []byte) (num protowire.Number, typ protowire.Type, v uint64, p []byte, n int) {
+	// Fast path: a one-byte key (field numbers 1 to 15) followed by a
+	// one-byte varint or length, which covers nearly every field.
+	if len(b) >= 2 && b[0] < 0x80 && b[1] < 0x80 && b[0] >= 8 {
+		num, typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
+		switch typ {
+		case protowire.VarintType:
+			return num, typ, uint64(b[1]), nil, 2
+		case protowire.BytesType:
+			if l := int(b[1]); l <= len(b)-2 {
+				return num, typ, 0, b[2 : 2+l], 2 + l
+			}
+			return 0, 0, 0, nil, 0
+		}
+	}
 	num, typ, kn := protowire.ConsumeTag(b)
 	if kn < 0 {
 		return 0, 0, 0, nil, 0
@@ -129,21 +187,17 @@ func bytesField(p []byte) []byte {
 // parse fills e from the fields of b; false when b holds anything the
 // hand parser leaves to proto.Unmarshal.
 func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
-	// First pass: count the repeated messages so each is one allocation.
-	var nrows, nrels, nvals int
+	// First pass over the envelope's own fields: count the rows and
+	// relations so each list is carved at its exact length.
+	var nrows, nrels int
 	for rest := b; len(rest) > 0; {
-		num, _, _, p, n := field(rest)
+		num, _, _, _, n := field(rest)
 		if n == 0 {
 			return false
 		}
 		switch num {
 		case 8:
 			nrows++
-			nnew, nold, ok := countValues(p)
-			if !ok {
-				return false
-			}
-			nvals += nnew + nold
 		case 12:
 			nrels++
 		}
@@ -151,13 +205,12 @@ func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
 	}
 	var rows []pb.Row
 	if nrows > 0 {
-		rows = make([]pb.Row, nrows)
-		e.Rows = make([]*pb.Row, 0, nrows)
+		rows = carve(&d.slab.rows, nrows)
+		e.Rows = carve(&d.slab.rowPtrs, nrows)[:0]
 	}
 	if nrels > 0 {
-		e.Relations = make([]*pb.Relation, 0, nrels)
+		e.Relations = carve(&d.slab.relPtrs, nrels)[:0]
 	}
-	vals := valueSlab{vals: make([]pb.Value, nvals), ptrs: make([]*pb.Value, nvals)}
 	seenBoundary := false
 	for len(b) > 0 {
 		num, typ, v, p, n := field(b)
@@ -169,7 +222,7 @@ func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
 			e.ProtocolVersion = uint32(v)
 		case 2:
 			ok = typ == protowire.BytesType
-			e.SourceId, ok = strOK(ok, p)
+			e.SourceId, ok = d.sourceID(ok, p)
 		case 3:
 			ok = typ == protowire.VarintType
 			e.Xid = uint32(v)
@@ -191,7 +244,7 @@ func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
 			}
 			r := &rows[len(e.Rows)]
 			e.Rows = append(e.Rows, r)
-			ok = parseRow(p, r, &vals)
+			ok = d.parseRow(p, r)
 		case 9:
 			if typ != protowire.BytesType {
 				return false
@@ -204,7 +257,7 @@ func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
 				return false // a second boundary merges into the first
 			}
 			seenBoundary = true
-			e.Boundary = new(pb.Boundary)
+			e.Boundary = &carve(&d.slab.bounds, 1)[0]
 			ok = parseBoundary(p, e.Boundary)
 		case 11:
 			ok = typ == protowire.VarintType
@@ -229,31 +282,24 @@ func (d *Decoder) parse(b []byte, e *pb.Envelope) bool {
 	return true
 }
 
+// sourceID is strOK for the source id, which every envelope of a stream
+// repeats: the previous one is returned instead of a new copy when equal.
+func (d *Decoder) sourceID(ok bool, p []byte) (string, bool) {
+	if ok && string(p) == d.source {
+		return d.source, true
+	}
+	s, ok := strOK(ok, p)
+	if ok {
+		d.source = s
+	}
+	return s, ok
+}
+
 func strOK(ok bool, p []byte) (string, bool) {
 	if !ok {
 		return "", false
 	}
 	return str(p)
-}
-
-// valueSlab hands out the Values of one envelope and their pointer
-// slices from two allocations sized by a first pass (countValues).
-type valueSlab struct {
-	vals []pb.Value
-	ptrs []*pb.Value
-}
-
-func (s *valueSlab) value() *pb.Value {
-	v := &s.vals[0]
-	s.vals = s.vals[1:]
-	return v
-}
-
-// tuple returns an empty slice with room for exactly n Value pointers.
-func (s *valueSlab) tuple(n int) []*pb.Value {
-	t := s.ptrs[:0:n]
-	s.ptrs = s.ptrs[n:]
-	return t
 }
 
 // countValues counts the new and old tuple values of the row in b.
@@ -274,13 +320,17 @@ func countValues(b []byte) (nnew, nold int, ok bool) {
 	return nnew, nold, true
 }
 
-func parseRow(b []byte, r *pb.Row, vals *valueSlab) bool {
-	nnew, nold, _ := countValues(b) // parse counted them all already
+func (d *Decoder) parseRow(b []byte, r *pb.Row) bool {
+	nnew, nold, ok := countValues(b)
+	if !ok {
+		return false
+	}
+	vals := carve(&d.slab.vals, nnew+nold)
 	if nnew > 0 {
-		r.NewTuple = vals.tuple(nnew)
+		r.NewTuple = carve(&d.slab.valPtrs, nnew)[:0]
 	}
 	if nold > 0 {
-		r.OldTuple = vals.tuple(nold)
+		r.OldTuple = carve(&d.slab.valPtrs, nold)[:0]
 	}
 	for len(b) > 0 {
 		num, typ, v, p, n := field(b)
@@ -300,7 +350,8 @@ func parseRow(b []byte, r *pb.Row, vals *valueSlab) bool {
 			if typ != protowire.BytesType {
 				return false
 			}
-			val := vals.value()
+			val := &vals[0]
+			vals = vals[1:]
 			ok = parseValue(p, val)
 			if num == 4 {
 				r.NewTuple = append(r.NewTuple, val)

@@ -246,3 +246,46 @@ func TestDecoderRefusesAWrongFingerprintEveryTime(t *testing.T) {
 		sameDecode(t, &d, badData)
 	}
 }
+
+// TestDecoderEnvelopesSurviveLaterDecodes: the Decoder carves the
+// messages of many envelopes from shared slabs; an envelope decoded
+// earlier must be unchanged however many envelopes are decoded after it
+// (a slab is never handed out twice).
+func TestDecoderEnvelopesSurviveLaterDecodes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seed(t), 5))
+	var d envelope.Decoder
+	encode := func(e *pb.Envelope) []byte {
+		b, err := envelope.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var kept, want []*pb.Envelope
+	for i := range 20 {
+		e := tpcbEnvelope()
+		if i%2 == 1 {
+			e = envelopetest.Random(rng, "store_001", 0x1000+uint64(i))
+		}
+		got, err := d.Decode(encode(e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, want = append(kept, got), append(want, proto.Clone(got).(*pb.Envelope))
+	}
+	tpcb := encode(tpcbEnvelope())
+	for i := range 5000 {
+		b := append([]byte(nil), tpcb...)
+		if i%10 == 0 {
+			b = encode(envelopetest.Random(rng, "store_001", 0x2000+uint64(i)))
+		}
+		if _, err := d.Decode(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range kept {
+		if !proto.Equal(kept[i], want[i]) {
+			t.Fatalf("envelope %d changed after later decodes:\n got %v\nwant %v", i, kept[i], want[i])
+		}
+	}
+}
