@@ -110,7 +110,7 @@ func BenchmarkApplyVsNativeExtension(b *testing.B) {
 	b.Logf("backlog: %d TPC-B transactions at scale %d (%d accounts), source WAL end %s, %d ABBA round(s); "+
 		"trellara with capture: extension, run as the server's OS user; the source is restarted before every run "+
 		"(untimed, both sides: the decoder's slot is a restart setting); the decoder may decode up to its queue "+
-		"(16 × 64 KiB of frames) before the sidecar connects and the clock starts",
+		"(16 × 64 KiB of frames) before the sidecar connects and the clock and CPU count start",
 		txns/4*4, scale, 100000*scale, pglogrepl.LSN(end), rounds)
 	txns = txns / 4 * 4
 
