@@ -367,29 +367,36 @@ func newTrellaraTarget(b *testing.B, bin string, src *pgtest.Cluster, flow strin
 	b.Helper()
 	t := pgtest.Start(b, e2eTargetSettings)
 	t.Exec(b, e2eTargetSchema)
-	dir := b.TempDir()
+	cfg := writeTrellaraConfig(b, b.TempDir(), flow, src, t, "  owns_slot: true\n")
+	if out, err := exec.Command(bin, "run", "--config", cfg, "--local").CombinedOutput(); err != nil {
+		b.Fatalf("trellara first run (slot and snapshot) for %s: %v\n%s", flow, err, out)
+	}
+	return trellaraTarget{c: t, cfg: cfg}
+}
+
+// writeTrellaraConfig writes the config of an end-to-end flow from src to
+// target into dir (its log in dir/data) and returns its path; captureLines
+// are the source lines that choose the capture path.
+func writeTrellaraConfig(b *testing.B, dir, flow string, src, target *pgtest.Cluster, captureLines string) string {
+	b.Helper()
 	cfg := filepath.Join(dir, "trellara.yml")
 	body := fmt.Sprintf(`version: 2
 flow: %s
 source:
   id: bench
   database_url: %q
-  owns_slot: true
-  tables: [public.accounts, public.tellers, public.branches, public.history, public.bench_marker]
+%s  tables: [public.accounts, public.tellers, public.branches, public.history, public.bench_marker]
 transport:
   local: {dir: %s, fsync: always}
 target:
   database_url: %q
 run:
   listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, flow, src.URL("postgres"), filepath.Join(dir, "data"), t.URL("postgres"), freePort(b), freePort(b))
+`, flow, src.URL("postgres"), captureLines, filepath.Join(dir, "data"), target.URL("postgres"), freePort(b), freePort(b))
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	if out, err := exec.Command(bin, "run", "--config", cfg, "--local").CombinedOutput(); err != nil {
-		b.Fatalf("trellara first run (slot and snapshot) for %s: %v\n%s", flow, err, out)
-	}
-	return trellaraTarget{c: t, cfg: cfg}
+	return cfg
 }
 
 func waitFor(b *testing.B, what string, cond func() bool) {
@@ -461,7 +468,6 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 	scale := benchEnv("TRELLARA_BENCH_SCALE", 10)
 	rounds := benchEnv("TRELLARA_BENCH_ROUNDS", 1)
 	order := abbaOrder(rounds)
-	ctx := context.Background()
 	src := pgtest.Start(b, pgtest.Options{})
 	src.Exec(b, e2eSourceSchema(scale))
 
@@ -491,7 +497,6 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 		if isTrellara {
 			name = "trellara"
 			tt := trels[i]
-			conn := tt.c.Connect(ctx)
 			cmd := exec.Command(bin, "run", "--config", tt.cfg, "--local")
 			if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
 				// A CPU profile of the trellara process (perf record with
@@ -499,49 +504,74 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 				cmd = exec.Command("perf", "record", "-g", "-q", "-o", filepath.Join(dir, fmt.Sprintf("trellara-run%d.data", i+1)),
 					"--", bin, "run", "--config", tt.cfg, "--local")
 			}
-			src0, tgt0 := clusterCPU(b, src), clusterCPU(b, tt.c)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			t0 := time.Now()
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			waitMarker(b, conn, 1, "trellara target")
-			secs = time.Since(t0).Seconds()
-			if err := <-exited; err != nil {
-				b.Fatalf("trellara run --local: %v\n%s", err, out.String())
-			}
-			if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
-				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("trellara-run%d.log", i+1)), out.Bytes(), 0o644)
-			}
-			detail = fmt.Sprintf("process exited after %.2fs", time.Since(t0).Seconds())
-			ps := cmd.ProcessState
-			cpu = cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, tt.c) - tgt0,
-				trellara: (ps.UserTime() + ps.SystemTime()).Seconds()}
-			sameBalances(b, src, tt.c, "trellara run "+strconv.Itoa(i+1))
+			secs, detail, cpu = timeTrellaraRun(b, src, tt.c, cmd, i+1)
 		} else {
 			name = "native"
-			nt := natives[i]
-			conn := nt.c.Connect(ctx)
-			src0, tgt0 := clusterCPU(b, src), clusterCPU(b, nt.c)
-			t0 := time.Now()
-			nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s ENABLE`, nt.sub))
-			waitMarker(b, conn, 1, "native target")
-			secs = time.Since(t0).Seconds()
-			cpu = cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, nt.c) - tgt0}
-			nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s DISABLE`, nt.sub))
-			detail = "subscription synchronous_commit off (default)"
-			sameBalances(b, src, nt.c, "native run "+strconv.Itoa(i+1))
+			secs, detail, cpu = timeNativeRun(b, src, natives[i], i+1)
 		}
 		res.add(isTrellara, secs)
 		cpus.add(isTrellara, cpu)
-		b.Logf("run %d %-8s %6.2fs %8.0f txn/s (%s; %s)", i+1, name, secs, float64(txns)/secs, detail, cpu.format(txns))
+		logE2ERun(b, i+1, name, secs, txns, detail, cpu)
 	}
 	b.StopTimer()
 	res.report(b, "native", "trellara", txns)
 	cpus.report(b, "native", "trellara", txns)
+}
+
+// timeTrellaraRun starts cmd (a `trellara run --local` of a flow into
+// target) and times it from the start to marker row 1 being visible on
+// target; then it waits for the process to exit and checks the target's
+// history and balances against src. CPU is the source's, the target's and
+// the process's (wait4) over the run.
+func timeTrellaraRun(b *testing.B, src, target *pgtest.Cluster, cmd *exec.Cmd, run int) (float64, string, cpuRun) {
+	b.Helper()
+	conn := target.Connect(context.Background())
+	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, target)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	waitMarker(b, conn, 1, "trellara target")
+	secs := time.Since(t0).Seconds()
+	if err := <-exited; err != nil {
+		b.Fatalf("trellara run --local: %v\n%s", err, out.String())
+	}
+	if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("trellara-run%d.log", run)), out.Bytes(), 0o644)
+	}
+	detail := fmt.Sprintf("process exited after %.2fs", time.Since(t0).Seconds())
+	ps := cmd.ProcessState
+	cpu := cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, target) - tgt0,
+		trellara: (ps.UserTime() + ps.SystemTime()).Seconds()}
+	sameBalances(b, src, target, "trellara run "+strconv.Itoa(run))
+	return secs, detail, cpu
+}
+
+// logE2ERun prints one end-to-end run's line (scripts read it).
+func logE2ERun(b *testing.B, run int, name string, secs float64, txns int, detail string, cpu cpuRun) {
+	b.Helper()
+	b.Logf("run %d %-8s %6.2fs %8.0f txn/s (%s; %s)", run, name, secs, float64(txns)/secs, detail, cpu.format(txns))
+}
+
+// timeNativeRun enables nt's subscription and times it to marker row 1
+// being visible on its target, disables it and checks the target's
+// history and balances against src.
+func timeNativeRun(b *testing.B, src *pgtest.Cluster, nt nativeTarget, run int) (float64, string, cpuRun) {
+	b.Helper()
+	conn := nt.c.Connect(context.Background())
+	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, nt.c)
+	t0 := time.Now()
+	nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s ENABLE`, nt.sub))
+	waitMarker(b, conn, 1, "native target")
+	secs := time.Since(t0).Seconds()
+	cpu := cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, nt.c) - tgt0}
+	nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s DISABLE`, nt.sub))
+	sameBalances(b, src, nt.c, "native run "+strconv.Itoa(run))
+	return secs, "subscription synchronous_commit off (default)", cpu
 }
 
 // BenchmarkSteadyLatency measures commit-to-apply latency under a steady
