@@ -3,7 +3,8 @@
 # throwaway clusters, in ABBA order (native, trellara, trellara, native per
 # round), every run printed with the range and the per-pair ratio:
 #   1. catch-up of a pgbench TPC-B backlog (BenchmarkApplyVsNativeReplication)
-#   2. commit-to-apply p50/p99 under a steady source rate (BenchmarkSteadyLatency)
+#   2. the same with source.capture: extension (BenchmarkApplyVsNativeExtension)
+#   3. commit-to-apply p50/p99 under a steady source rate (BenchmarkSteadyLatency)
 # Every catch-up run also reports the CPU seconds it cost per 100k
 # transactions (source cluster, target cluster, trellara process), which a
 # loaded machine distorts far less than the wall-clock rate.
@@ -40,6 +41,10 @@ run() {
 	echo "== load after: $(uptime)"
 }
 run -bench 'ApplyVsNativeReplication$' ./internal/flow
+# The same catch-up with source.capture: extension (the trellara extension's
+# in-server decoder and the sidecar instead of the walsender and the relay);
+# needs the server's pg_config to build the extension.
+run -bench 'ApplyVsNativeExtension$' ./internal/flow
 run -bench 'SteadyLatency$' ./internal/flow
 # The table of issue 16 (scripts/bench-table.awk): the rows this target
 # measures filled in, the others naming the target that does.
