@@ -76,7 +76,11 @@ func startLive(t testing.TB, database string, extra map[string]string) *live {
 	if database != "" {
 		l.waitFor(t, "socket and slot", 30*time.Second, func() bool {
 			_, err := os.Stat(l.sock)
-			return err == nil && l.query(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'trellara'`) == "1"
+			// A slot being created is listed before it has a
+			// confirmed_flush_lsn: a test reading its start position
+			// then would read none.
+			return err == nil && l.query(t, `SELECT count(*) FROM pg_replication_slots
+				WHERE slot_name = 'trellara' AND confirmed_flush_lsn IS NOT NULL`) == "1"
 		})
 	}
 	return l
