@@ -37,7 +37,7 @@ run() {
 	echo "== load before: $(uptime)"
 	echo "== $*"
 	go test -run '^$' -count=1 -benchtime 1x -v -timeout 60m "$@" 2>&1 |
-		grep -E '^(Benchmark|ok|FAIL|---|panic|\s+bench_test)' | sed 's/^\s*bench_test.go:[0-9]*: /   /' | tee -a "$out"
+		grep -E '^(Benchmark|ok|FAIL|---|panic|\s+bench_(ext_)?test)' | sed -E 's/^\s*bench_(ext_)?test\.go:[0-9]*: /   /' | tee -a "$out"
 	echo "== load after: $(uptime)"
 }
 run -bench 'ApplyVsNativeReplication$' ./internal/flow

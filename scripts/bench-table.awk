@@ -10,8 +10,10 @@ function metric(line, name,    i, n, f) {
 	for (i = 2; i <= n; i++) if (f[i] == name) return f[i-1]
 	return ""
 }
-function lo(cur, v) { return (cur == "" || v + 0 < cur + 0) ? v : cur }
-function hi(cur, v) { return (cur == "" || v + 0 > cur + 0) ? v : cur }
+# lo and hi keep the range of the values seen; an empty value (a line
+# without the metric, such as a benchmark's name line) changes nothing.
+function lo(cur, v) { return (v != "" && (cur == "" || v + 0 < cur + 0)) ? v : cur }
+function hi(cur, v) { return (v != "" && (cur == "" || v + 0 > cur + 0)) ? v : cur }
 function span(a, b, unit) { return spanf(a, b, unit, "%.2f") }
 function spanf(a, b, unit, f) {
 	if (a == "") return ""
