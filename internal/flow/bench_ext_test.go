@@ -114,31 +114,16 @@ func BenchmarkApplyVsNativeExtension(b *testing.B) {
 		txns/4*4, scale, 100000*scale, pglogrepl.LSN(end), rounds)
 	txns = txns / 4 * 4
 
-	var res abbaResult
-	var cpus cpuResult
-	b.ResetTimer()
-	for i, isTrellara := range order {
-		var secs float64
-		var name, detail string
-		var cpu cpuRun
-		if isTrellara {
-			name = "extension"
-			et := exts[i]
-			decoderOn(b, src, et.slot, sock)
-			secs, detail, cpu = timeTrellaraRun(b, src, et.c, as.command(bin, "run", "--config", et.cfg, "--local"), i+1)
-			decoderConfirmed(b, src, et.slot, end)
-		} else {
-			name = "native"
-			setSource(b, src, map[string]string{"trellara.database": ""})
-			secs, detail, cpu = timeNativeRun(b, src, natives[i], i+1)
-		}
-		res.add(isTrellara, secs)
-		cpus.add(isTrellara, cpu)
-		logE2ERun(b, i+1, name, secs, txns, detail, cpu)
-	}
-	b.StopTimer()
-	res.report(b, "native", "extension", txns)
-	cpus.report(b, "native", "extension", txns)
+	runE2E(b, order, "extension", txns, func(i int) (float64, string, cpuRun) {
+		et := exts[i]
+		decoderOn(b, src, et.slot, sock)
+		secs, detail, cpu := timeTrellaraRun(b, src, et.c, as.command(bin, "run", "--config", et.cfg, "--local"), i+1)
+		decoderConfirmed(b, src, et.slot, end)
+		return secs, detail, cpu
+	}, func(i int) (float64, string, cpuRun) {
+		setSource(b, src, map[string]string{"trellara.database": ""})
+		return timeNativeRun(b, src, natives[i], i+1)
+	})
 }
 
 // extTarget is a fresh target cluster with a Trellara flow configured for

@@ -487,35 +487,42 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 		txns/4*4, scale, 100000*scale, pglogrepl.LSN(end), rounds)
 	txns = txns / 4 * 4
 
+	runE2E(b, order, "trellara", txns, func(i int) (float64, string, cpuRun) {
+		tt := trels[i]
+		cmd := exec.Command(bin, "run", "--config", tt.cfg, "--local")
+		if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
+			// A CPU profile of the trellara process (perf record with
+			// call graphs; its CPU then includes perf's own).
+			cmd = exec.Command("perf", "record", "-g", "-q", "-o", filepath.Join(dir, fmt.Sprintf("trellara-run%d.data", i+1)),
+				"--", bin, "run", "--config", tt.cfg, "--local")
+		}
+		return timeTrellaraRun(b, src, tt.c, cmd, i+1)
+	}, func(i int) (float64, string, cpuRun) {
+		return timeNativeRun(b, src, natives[i], i+1)
+	})
+}
+
+// runE2E times the runs of an end-to-end benchmark in order (true: the
+// Trellara side, named name; false: native), each through its function
+// given the run's index, then logs every run and reports both ranges.
+func runE2E(b *testing.B, order []bool, name string, txns int, trellara, native func(i int) (float64, string, cpuRun)) {
+	b.Helper()
 	var res abbaResult
 	var cpus cpuResult
 	b.ResetTimer()
 	for i, isTrellara := range order {
-		var secs float64
-		var name, detail string
-		var cpu cpuRun
+		run, side := native, "native"
 		if isTrellara {
-			name = "trellara"
-			tt := trels[i]
-			cmd := exec.Command(bin, "run", "--config", tt.cfg, "--local")
-			if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
-				// A CPU profile of the trellara process (perf record with
-				// call graphs; its CPU then includes perf's own).
-				cmd = exec.Command("perf", "record", "-g", "-q", "-o", filepath.Join(dir, fmt.Sprintf("trellara-run%d.data", i+1)),
-					"--", bin, "run", "--config", tt.cfg, "--local")
-			}
-			secs, detail, cpu = timeTrellaraRun(b, src, tt.c, cmd, i+1)
-		} else {
-			name = "native"
-			secs, detail, cpu = timeNativeRun(b, src, natives[i], i+1)
+			run, side = trellara, name
 		}
+		secs, detail, cpu := run(i)
 		res.add(isTrellara, secs)
 		cpus.add(isTrellara, cpu)
-		logE2ERun(b, i+1, name, secs, txns, detail, cpu)
+		logE2ERun(b, i+1, side, secs, txns, detail, cpu)
 	}
 	b.StopTimer()
-	res.report(b, "native", "trellara", txns)
-	cpus.report(b, "native", "trellara", txns)
+	res.report(b, "native", name, txns)
+	cpus.report(b, "native", name, txns)
 }
 
 // timeTrellaraRun starts cmd (a `trellara run --local` of a flow into
