@@ -286,7 +286,7 @@ func (a *Applier) run(ctx context.Context, src Source, cur Cursor, stop func(Che
 	}()
 	for {
 		if err := a.settleIdle(ctx, rd, cur); err != nil {
-			return err
+			return a.settleExit(ctx, cur, err)
 		}
 		batch, err := nextBatch(ctx, rd, a.cfg)
 		if err != nil {

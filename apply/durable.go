@@ -101,7 +101,9 @@ func (a *Applier) advance(ctx context.Context, cur Cursor, offset uint64) error 
 // already reached its insert position (nothing unflushed at all).
 func (a *Applier) pollFlushed(ctx context.Context, cur Cursor) error {
 	fc := &a.flush
-	insert, flushed, err := fc.fr.WALPositions(ctx)
+	fctx, cancel := flushContext(ctx)
+	insert, flushed, err := fc.fr.WALPositions(fctx)
+	cancel()
 	if err != nil {
 		return a.targetErr(ctx, 0, fmt.Errorf("read the target's WAL flush position: %w", err))
 	}
@@ -126,7 +128,10 @@ func (a *Applier) syncFlushed(ctx context.Context, cur Cursor) error {
 	if len(fc.pending) == 0 {
 		return nil
 	}
-	if err := fc.fr.Sync(ctx); err != nil {
+	fctx, cancel := flushContext(ctx)
+	err := fc.fr.Sync(fctx)
+	cancel()
+	if err != nil {
 		return a.targetErr(ctx, 0, fmt.Errorf("flush the target's WAL for %d asynchronous commits: %w", len(fc.pending), err))
 	}
 	fc.polled, fc.sincePol = time.Now(), 0
@@ -164,14 +169,13 @@ func (a *Applier) settleIdle(ctx context.Context, rd *reader, cur Cursor) error 
 // transient error the target is gone or unusable and nothing is tried;
 // the pending units are then redelivered and skipped, or, if the target
 // lost them, applied again (resume). A cancelled ctx still gets a short
-// attempt: the connection is usually idle then.
+// attempt: no flush poll is ever interrupted (flushContext), so the
+// connection is idle then unless a target transaction was.
 func (a *Applier) settleExit(ctx context.Context, cur Cursor, err error) error {
 	if a.flush.fr == nil || len(a.flush.pending) == 0 || IsTransient(err) {
 		return err
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleExitTimeout)
-	defer cancel()
-	serr := a.syncFlushed(sctx, cur)
+	serr := a.syncFlushed(context.WithoutCancel(ctx), cur)
 	if err == nil {
 		return serr
 	}
@@ -182,8 +186,17 @@ func (a *Applier) settleExit(ctx context.Context, cur Cursor, err error) error {
 	return err
 }
 
-// settleExitTimeout bounds settleExit's Sync.
+// settleExitTimeout bounds settleExit's Sync, and every flush poll.
 const settleExitTimeout = 5 * time.Second
+
+// flushContext is the context of a flush poll or Sync: ctx without its
+// cancellation, bounded by settleExitTimeout. A stop that lands while the
+// query runs must not interrupt it: pgx closes a connection whose query's
+// context ends, and settleExit, which runs next, could then not make the
+// pending commits durable, leaving the cursor behind the target.
+func flushContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), settleExitTimeout)
+}
 
 // cursorWriter commits Run's transport cursor on a goroutine of its own,
 // so that the applying goroutine does not wait for the cursor to be
