@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -140,7 +137,8 @@ var lastBenchStats Stats
 // includes the flush of the last ones.
 func benchApply(b *testing.B, conn *pgx.Conn, payloads [][]byte, mod func(*Config)) {
 	n := len(payloads)
-	var elapsed, selfCPU, backendCPU time.Duration
+	var elapsed, selfCPU time.Duration
+	var backendCPU float64
 	var targetTxns int64
 	backend := conn.PgConn().PID()
 	for range b.N {
@@ -149,13 +147,13 @@ func benchApply(b *testing.B, conn *pgx.Conn, payloads [][]byte, mod func(*Confi
 		a := newApplier(b, conn, mod)
 		cur := &recCursor{}
 		b.StartTimer()
-		start, self0, back0 := time.Now(), processCPU(), backendCPUTime(backend)
+		start, self0, back0 := time.Now(), pgtest.SelfCPU(), pgtest.ProcCPU(int(backend))
 		if err := drain(b, a, cur, 0, payloads); err != nil {
 			b.Fatal(err)
 		}
 		elapsed += time.Since(start)
-		selfCPU += processCPU() - self0
-		backendCPU += backendCPUTime(backend) - back0
+		selfCPU += pgtest.SelfCPU() - self0
+		backendCPU += pgtest.ProcCPU(int(backend)) - back0
 		if last, ok := cur.last(); !ok || last != uint64(n-1) {
 			b.Fatalf("cursor ended at %d (%v), want %d", last, ok, n-1)
 		}
@@ -170,33 +168,5 @@ func benchApply(b *testing.B, conn *pgx.Conn, payloads [][]byte, mod func(*Confi
 	// CPU, not wall time, compares runs on a loaded machine: this process
 	// (the applier) and the target's backend serving its connection.
 	b.ReportMetric(float64(selfCPU.Milliseconds())/float64(b.N), "applier-cpu-ms/op")
-	if backendCPU >= 0 {
-		b.ReportMetric(float64(backendCPU.Milliseconds())/float64(b.N), "backend-cpu-ms/op")
-	}
-}
-
-// processCPU is this process's user and system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// backendCPUTime is the user and system CPU time of process pid (the
-// target's backend) from /proc; -1 where /proc is not available.
-func backendCPUTime(pid uint32) time.Duration {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
-	if err != nil {
-		return -1
-	}
-	// The fields after the command name, which is in parentheses.
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	if len(f) < 13 {
-		return -1
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+	b.ReportMetric(backendCPU*1000/float64(b.N), "backend-cpu-ms/op")
 }

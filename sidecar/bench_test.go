@@ -1,19 +1,13 @@
 package sidecar
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/pgtest"
@@ -53,7 +47,7 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer relayLog.Close()
-		rc, err := pgconn.Connect(ctx, l.c.ReplicationURL("postgres"))
+		rc, err := relay.Connect(ctx, l.c.ReplicationURL("postgres"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -77,14 +71,14 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 				}
 			}
 		}()
-		self0 := selfCPU()
+		self0 := pgtest.SelfCPU().Seconds()
 		t0 := time.Now()
 		if err := rs.Run(ctx); err != nil {
 			b.Fatal(err)
 		}
 		relaySecs = time.Since(t0).Seconds()
-		relayGo = selfCPU() - self0
-		walsenderCPU = procCPU(int(walsenderPID.Load()))
+		relayGo = pgtest.SelfCPU().Seconds() - self0
+		walsenderCPU = pgtest.ProcCPU(int(walsenderPID.Load()))
 	}
 
 	var sideSecs, sideGo, decCPU, sockCPU float64
@@ -99,8 +93,8 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 		// sidecar disconnects the decoder restarts (by design) and its
 		// process is gone.
 		decPID, _ := strconv.Atoi(l.query(b, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'trellara decoder'`))
-		sockPID := procByTitle("trellara socket server")
-		dec0, sock0 := procCPU(decPID), procCPU(sockPID)
+		sockPID := pgtest.ProcByTitle("trellara socket server")
+		dec0, sock0 := pgtest.ProcCPU(decPID), pgtest.ProcCPU(sockPID)
 		var acked atomic.Uint64
 		s, err = New(Options{Dial: l.dialer(b), ServerUID: l.uid, SocketPath: l.sock, Transport: transport.Local{Log: sideLog}, SourceID: "bench",
 			Assembler: capture.AssemblerOptions{SpillDir: b.TempDir()}, OnDurable: func(e uint64) { acked.Store(e) },
@@ -109,20 +103,20 @@ func BenchmarkSidecarVsRelay(b *testing.B) {
 					return false
 				}
 				if decCPU == 0 {
-					decCPU, sockCPU = procCPU(decPID)-dec0, procCPU(sockPID)-sock0
+					decCPU, sockCPU = pgtest.ProcCPU(decPID)-dec0, pgtest.ProcCPU(sockPID)-sock0
 				}
 				return true
 			}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		self0 := selfCPU()
+		self0 := pgtest.SelfCPU().Seconds()
 		t1 := time.Now()
 		if err := s.Run(ctx); err != nil {
 			b.Fatal(err)
 		}
 		sideSecs = time.Since(t1).Seconds()
-		sideGo = selfCPU() - self0
+		sideGo = pgtest.SelfCPU().Seconds() - self0
 	}
 
 	// TRELLARA_BENCH_ORDER=sidecar-first swaps the order, so that two runs
@@ -165,43 +159,4 @@ var walsenderPID atomic.Int64
 // labelled runs f under the profiler label path=name.
 func labelled(name string, f func()) func() {
 	return func() { pprof.Do(context.Background(), pprof.Labels("path", name), func(context.Context) { f() }) }
-}
-
-// procCPU is the user+system CPU time of a process, from /proc (0 if gone).
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if pid == 0 || err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
-
-// procByTitle finds a process by its title (the socket worker holds no
-// database connection, so pg_stat_activity does not list it).
-func procByTitle(title string) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), title) {
-			return pid
-		}
-	}
-	return 0
-}
-
-// selfCPU is this process's user+system CPU time.
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

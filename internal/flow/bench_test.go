@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/pgtest"
@@ -230,7 +229,7 @@ func runRelayOnce(b *testing.B, c *pgtest.Cluster, cfg relay.Options, slot, dir 
 		b.Fatal(err)
 	}
 	defer log.Close()
-	rc, err := pgconn.Connect(ctx, c.ReplicationURL("postgres"))
+	rc, err := relay.Connect(ctx, c.ReplicationURL("postgres"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -325,6 +325,7 @@ func (f *Flow) replicationConnect(ctx context.Context) (*pgconn.PgConn, error) {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
 	pgsession.Pin(cfg) // the walsender renders pgoutput's column text under this session's settings
+	relay.PaceReads(cfg)
 	c, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("replication connection to source %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database,
