@@ -37,17 +37,21 @@ func PaceReads(cfg *pgconn.Config) {
 	}
 }
 
-// The pacing: a read that returned at once (the data was already there,
-// the reader did not wait) with less than paceFull bytes means the stream
-// is arriving in pieces faster than it is read; the next read waits
-// paceWait first. A read that had to wait for data (a quiet or steady
-// stream, where each transaction is read as it commits) sets no wait, so
-// pacing adds nothing to the latency of a stream that keeps up.
+// The pacing. A read that returns at once (the data was already there:
+// the reader did not wait) is quick. A run of paceAfter quick reads in a
+// row means the reader is behind a stream that arrives in pieces faster
+// than it is read: from then on, a quick read of less than paceFull bytes
+// makes the next read wait paceWait first. A read that had to wait for
+// data ends the run. A stream that keeps up (each transaction read as it
+// commits, its few messages in a few reads) never reaches paceAfter, so
+// pacing adds nothing to its latency.
 const (
 	// paceBuffer is the most one read takes from the socket.
 	paceBuffer = 256 << 10
-	// paceFull: a read of at least this much finds the socket's backlog
-	// large already; the next read does not wait.
+	// paceAfter quick reads in a row start the pacing.
+	paceAfter = 8
+	// paceFull: a read of at least this much found a large backlog
+	// already; the next read does not wait.
 	paceFull = 16 << 10
 	// paceQuick: a read that returns within this did not wait for data.
 	paceQuick = 50 * time.Microsecond
@@ -58,15 +62,17 @@ const (
 )
 
 // pacedConn reads its connection through a buffer of its own, waiting
-// paceWait before a read that follows a quick, small one. Everything else
+// paceWait before a read that follows a quick, small one in a run of
+// quick reads. Everything else
 // (writes, deadlines, Close) is the connection's own. A read deadline set
 // in the past (relay's receive uses one to return only what is buffered)
 // ends the socket read as before; what pacedConn holds is served first.
 type pacedConn struct {
 	net.Conn
-	buf  []byte
-	r, w int  // buf[r:w] is read from the socket and not yet returned
-	wait bool // the last socket read was quick and small
+	buf   []byte
+	r, w  int  // buf[r:w] is read from the socket and not yet returned
+	quick int  // socket reads in a row that did not wait for data
+	wait  bool // the next socket read waits paceWait first
 
 	now   func() time.Time    // time.Now; tests replace both
 	sleep func(time.Duration) // time.Sleep
@@ -83,7 +89,12 @@ func (c *pacedConn) Read(p []byte) (int, error) {
 		}
 		start := c.now()
 		n, err := c.Conn.Read(c.buf)
-		c.wait = n > 0 && n < paceFull && c.now().Sub(start) < paceQuick
+		if n > 0 && c.now().Sub(start) < paceQuick {
+			c.quick++
+		} else {
+			c.quick = 0
+		}
+		c.wait = c.quick >= paceAfter && n < paceFull
 		c.r, c.w = 0, n
 		if n == 0 {
 			return 0, err

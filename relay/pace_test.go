@@ -42,23 +42,45 @@ func (s *scriptedConn) Read(p []byte) (int, error) {
 }
 
 // TestPacedConnWaitsOnlyBehindABusyStream: the wait before a read comes
-// only after a read that returned at once with little data (the stream
-// arriving in pieces, faster than it is read); after a read that waited
-// for its data (a quiet stream, where latency matters) or one that took a
-// large backlog, the next read goes straight to the socket. Mutations:
-// wait before every read → red at "quiet"; never wait → red at "busy".
+// only once the reader is behind, paceAfter quick reads in a row (each
+// returned at once: the data was there), and then only after a small
+// read. A transaction's few messages read as they arrive, a read that
+// waited for its data (a quiet stream, where latency matters), and a
+// read that took a large backlog set no wait. Mutations: wait after
+// every quick, small read → red at "a transaction's messages"; never
+// wait → red at "behind".
 func TestPacedConnWaitsOnlyBehindABusyStream(t *testing.T) {
 	small, large := bytes.Repeat([]byte{'s'}, 300), bytes.Repeat([]byte{'L'}, paceFull+1)
+	const quick, waited = 10 * time.Microsecond, 2 * time.Millisecond
+	var script []scriptedRead
+	var want []int // the socket reads a wait precedes
+	add := func(data []byte, took time.Duration, waitBefore bool) {
+		if waitBefore {
+			want = append(want, len(script))
+		}
+		script = append(script, scriptedRead{data, took})
+	}
+	// A transaction's messages as they arrive: one read waited, the
+	// rest quick, fewer than paceAfter in a row.
+	for range 2 {
+		add(small, waited, false)
+		for range paceAfter - 2 {
+			add(small, quick, false)
+		}
+	}
+	// Behind: the quick reads go on; the paceAfter-th sets the wait.
+	add(small, waited, false)
+	for range paceAfter {
+		add(small, quick, false)
+	}
+	add(small, quick, true)  // quick and small: the next waits too
+	add(large, quick, true)  // a large backlog: the next does not wait
+	add(small, quick, false) // still behind
+	add(small, waited, true) // waited for its data: the run ends
+	add(small, quick, false)
 	clock := time.Unix(1000, 0)
-	sc := &scriptedConn{clock: &clock, err: io.EOF, pieces: []scriptedRead{
-		{small, 10 * time.Microsecond}, // busy: quick and small
-		{small, 2 * time.Millisecond},  // read after the wait; it waited for data itself: quiet
-		{small, 5 * time.Millisecond},  // quiet
-		{large, 5 * time.Microsecond},  // quick, but a large backlog
-		{small, 1 * time.Microsecond},  // busy
-		{small, 20 * time.Microsecond}, // busy
-	}}
-	var slept []int // the index of each socket read that was preceded by a wait
+	sc := &scriptedConn{clock: &clock, err: io.EOF, pieces: script}
+	var slept []int
 	reads := 0
 	c := newPacedConn(sc)
 	c.now = func() time.Time { return clock }
@@ -79,10 +101,8 @@ func TestPacedConnWaitsOnlyBehindABusyStream(t *testing.T) {
 			reads++
 		}
 	}
-	// Socket reads 0..5, and 6 returns the end; a wait precedes read k
-	// when read k-1 was busy.
-	if want := []int{1, 5, 6}; !slices.Equal(slept, want) {
-		t.Errorf("waits before socket reads %v, want before %v (after the quick, small reads 0, 4 and 5)", slept, want)
+	if !slices.Equal(slept, want) {
+		t.Errorf("waits before socket reads %v, want before %v", slept, want)
 	}
 }
 
