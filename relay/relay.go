@@ -97,6 +97,7 @@ type Session struct {
 	rd       *readDeadline     // Run's; the publisher wakes a read in progress through it
 	sent     uint64            // last position sent to the server
 	statusAt time.Time         // when the last standby status update was sent (keepAlive)
+	idleAt   time.Time         // when a keepalive last moved the acknowledgeable position (idleAckEvery)
 
 	pending bool // a multi-unit transaction is partly assembled
 	// Units assembled but not yet submitted. They are handed to the
@@ -222,6 +223,33 @@ func (s *Session) emit(e *pb.Envelope, endLSN uint64, final bool) error {
 		return s.submit(context.Background())
 	}
 	return nil
+}
+
+// idleAckEvery is how often at most a keepalive moves the acknowledgeable
+// position of an idle session. No unit ends there, so each move is a
+// durable write of the flow's acknowledgement store (Options.Acks: a file
+// and two fsyncs) before the publish that acknowledges it. A source whose
+// WAL grows outside the publication (other tables, other databases, the
+// server's own records) sends a keepalive each time the walsender catches
+// up with it, hundreds a second: acknowledging each cost a fsync apiece
+// and held the publishing goroutine. Once a second still keeps an idle
+// slot from holding WAL.
+const idleAckEvery = time.Second
+
+// idleAckDue reports whether a keepalive may move the acknowledgeable
+// position now, and if so takes the turn. A session without a connection
+// (a driver of the seams in sim_seams.go, which decides when keepalives
+// arrive) always may.
+func (s *Session) idleAckDue() bool {
+	if s.conn == nil {
+		return true
+	}
+	now := time.Now()
+	if now.Sub(s.idleAt) < idleAckEvery {
+		return false
+	}
+	s.idleAt = now
+	return true
 }
 
 // keepAlive sends a standby status update when a status interval has
@@ -415,7 +443,7 @@ func (s *Session) handleCopyData(ctx context.Context, data []byte) error {
 				return err
 			}
 		}
-		if s.asm.Idle() && !s.pending && !s.waiting() && !s.pl.Busy() {
+		if s.asm.Idle() && !s.pending && !s.waiting() && !s.pl.Busy() && s.idleAckDue() {
 			s.cur.Ack = max(s.cur.Ack, uint64(k.ServerWALEnd))
 			if err := s.submit(ctx); err != nil {
 				return err
