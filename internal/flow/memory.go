@@ -24,14 +24,6 @@ import (
 //
 // GOMEMLIMIT in the environment takes precedence (the operator's choice).
 //
-// With the limit bounding the peak, a run also lets the heap grow to five
-// times its live size between collections (GOGC=400, gcPercent) instead
-// of twice: draining a backlog of small transactions the live heap is
-// about 20 MiB, so the heap then peaks near 100 MiB, well under the limit,
-// and the collector runs a quarter as often (it took about a tenth of
-// the process's CPU at GOGC=100; docs/EVIDENCE.md). GOGC in the
-// environment takes precedence.
-//
 // The limit binds only when a flow really holds that much (a large
 // transaction). Draining a backlog of small transactions the live heap
 // stays around 20 MiB and the collector paces itself by GOGC, far below
@@ -39,7 +31,6 @@ import (
 const (
 	memoryLimitBase    = 128 << 20
 	memoryLimitPerSink = 64 << 20
-	gcPercent          = 400
 )
 
 // MemoryLimit is the soft memory limit a process running this flow sets.
@@ -48,11 +39,9 @@ func (f *Flow) MemoryLimit() int64 {
 	return memoryLimitBase + 2*int64(f.Cfg.Source.MemoryBytesMax) + int64(extra)*memoryLimitPerSink
 }
 
-// setMemoryLimit sets MemoryLimit and gcPercent for the duration of a
-// run, unless GOMEMLIMIT is set (then neither: without our limit a larger
-// GOGC would let the heap grow unbounded), and returns the function that
-// restores the previous settings. GOGC in the environment keeps the
-// collector's percentage.
+// setMemoryLimit sets MemoryLimit for the duration of a run, unless
+// GOMEMLIMIT is set, and returns the function that restores the previous
+// limit.
 func (f *Flow) setMemoryLimit() (restore func()) {
 	log := f.Logger
 	if log == nil {
@@ -64,20 +53,11 @@ func (f *Flow) setMemoryLimit() (restore func()) {
 	}
 	lim := f.MemoryLimit()
 	prev := debug.SetMemoryLimit(lim)
-	prevGC, setGC := 0, os.Getenv("GOGC") == ""
-	if setGC {
-		prevGC = debug.SetGCPercent(gcPercent)
-	}
-	log.Debug("memory limit", "flow", f.Cfg.Flow, "bytes", lim, "gc_percent_set", setGC)
+	log.Debug("memory limit", "flow", f.Cfg.Flow, "bytes", lim)
 	return func() {
-		// Only undo our own settings: one changed since is not ours.
+		// Only undo our own setting: a limit changed since is not ours.
 		if debug.SetMemoryLimit(-1) == lim {
 			debug.SetMemoryLimit(prev)
-		}
-		if setGC {
-			if cur := debug.SetGCPercent(prevGC); cur != gcPercent {
-				debug.SetGCPercent(cur)
-			}
 		}
 	}
 }
