@@ -36,8 +36,8 @@
  * fmgr, as the function PostgreSQL would call computes it (VhKind): the
  * integer, date and time types, oid, bool, "char", uuid, bytea, name,
  * text, varchar and bpchar under a deterministic collation, bpchar's and
- * the floats' text.  Numerics still go through numeric_out: their text can
- * only be derived from the stored digits with numeric.c's private format.
+ * the floats' text, and numeric's text, rendered from its stored digits
+ * (vh_numeric_text) as numeric_out renders it.
  * ext/sql/verifyhash.sql checks equality against the SQL expressions on
  * every kind of column and on each direct kind's edge values.
  *
@@ -119,6 +119,7 @@ typedef enum VhKind
 								 * collation, and bpchar::text (rtrim1) */
 	VH_FLOAT4,					/* float4out's text (extra_float_digits > 0) */
 	VH_FLOAT8,					/* float8out's text (extra_float_digits > 0) */
+	VH_NUMERIC,					/* numeric_out's text (vh_numeric_text) */
 	VH_OUTPUT					/* hash of the output function's text */
 } VhKind;
 
@@ -200,6 +201,204 @@ vh_bpchar(Datum value, int64 seed)
 	return vh_bytes(p, len, seed);
 }
 
+/*
+ * Hash of the output function's text (mode 't' through in->cast, the type's
+ * output function).
+ */
+static uint64
+vh_output(VhInput *in, Datum value, int64 seed)
+{
+	/*
+	 * A short inline varlena (1-byte header, what most small
+	 * values are on disk) is handed over with a 4-byte header in
+	 * a stack buffer: the output function would otherwise
+	 * detoast it into a palloc'd copy first.  (A TOAST pointer
+	 * has a 1-byte header too: VARATT_IS_SHORT holds for it.)
+	 */
+	union
+	{
+		int32		align;
+		char		data[VARHDRSZ + VARATT_SHORT_MAX];
+	}			buf;
+	char	   *s;
+
+	if (in->typlen == -1 && VARATT_IS_SHORT(DatumGetPointer(value)) &&
+		!VARATT_IS_EXTERNAL(DatumGetPointer(value)))
+	{
+		Size		len = VARSIZE_SHORT(DatumGetPointer(value)) - VARHDRSZ_SHORT;
+
+		SET_VARSIZE(buf.data, len + VARHDRSZ);
+		memcpy(VARDATA(buf.data), VARDATA_SHORT(DatumGetPointer(value)), len);
+		value = PointerGetDatum(buf.data);
+	}
+	s = OutputFunctionCall(&in->cast, value);
+	return vh_bytes(s, strlen(s), seed);
+}
+
+/* The longest numeric text vh_numeric_text renders; longer goes to numeric_out. */
+#define VH_NUMERIC_TEXT_MAX	256
+
+/* Stored digit i of a numeric (0 outside them); the digits are unaligned. */
+static inline int
+vh_numeric_digit(const char *digits, int ndigits, int i)
+{
+	int16		dig;
+
+	if (i < 0 || i >= ndigits)
+		return 0;
+	memcpy(&dig, digits + i * sizeof(int16), sizeof(dig));
+	return dig;
+}
+
+/*
+ * numeric_out's text of a numeric, rendered into buf from the stored value
+ * without numeric_out's detoasted copy, its NumericVar and its palloc'd
+ * string; the length, or -1 for a value this does not render (stored out of
+ * line or compressed, or text longer than VH_NUMERIC_TEXT_MAX), which the
+ * caller hands to numeric_out.
+ *
+ * The stored form (the same in every supported major version): a 16-bit
+ * header, then base-10000 digits (int16), most significant first, with no
+ * leading or trailing zero digit.  The header's top bits say which form:
+ *
+ *	 11.. ....  special: 1100 NaN, 1101 +Infinity, 1111 -Infinity
+ *	 10s. ....  short: s the sign, then 6 bits of display scale and a 7-bit
+ *				two's-complement weight (its top bit the weight's sign)
+ *	 0s.. ....  long: s the sign (01 negative), 14 bits of display scale;
+ *				an int16 weight follows the header
+ *
+ * The weight is the position of the first digit in base-10000 places (0:
+ * units); the display scale the number of decimal places printed.  The text
+ * is numeric_out's: a '-' for a negative value, the integer part without
+ * leading zeros ("0" when there is none), then, for a display scale above
+ * zero, '.' and exactly that many decimals (the digits past the stored ones
+ * are zeros; a stored value has no digits past its scale).
+ */
+static int
+vh_numeric_text(Datum value, char *buf)
+{
+	struct varlena *v = (struct varlena *) DatumGetPointer(value);
+	const char *p;
+	int			len;
+	uint16		hdr;
+	bool		neg;
+	int			dscale;
+	int			weight;
+	const char *digits;
+	int			ndigits;
+	char	   *cp = buf;
+	int			d;
+
+	if (VARATT_IS_EXTERNAL(v) || VARATT_IS_COMPRESSED(v))
+		return -1;
+	p = VARDATA_ANY(v);
+	len = VARSIZE_ANY_EXHDR(v);
+	if (len < (int) sizeof(uint16))
+		return -1;
+	memcpy(&hdr, p, sizeof(hdr));	/* a short varlena's data is unaligned */
+	if ((hdr & 0xC000) == 0xC000)
+	{
+		const char *t;
+
+		switch (hdr & 0xF000)
+		{
+			case 0xC000:
+				t = "NaN";
+				break;
+			case 0xD000:
+				t = "Infinity";
+				break;
+			case 0xF000:
+				t = "-Infinity";
+				break;
+			default:
+				return -1;
+		}
+		len = strlen(t);
+		memcpy(buf, t, len);
+		return len;
+	}
+	if (hdr & 0x8000)
+	{
+		neg = (hdr & 0x2000) != 0;
+		dscale = (hdr & 0x1F80) >> 7;
+		weight = (hdr & 0x0040) ? (int) (hdr & 0x003F) - 64 : (int) (hdr & 0x003F);
+		digits = p + sizeof(uint16);
+		ndigits = (len - (int) sizeof(uint16)) / (int) sizeof(int16);
+	}
+	else
+	{
+		int16		w;
+
+		if (len < (int) (sizeof(uint16) + sizeof(int16)))
+			return -1;
+		neg = (hdr & 0xC000) == 0x4000;
+		dscale = hdr & 0x3FFF;
+		memcpy(&w, p + sizeof(uint16), sizeof(w));
+		weight = w;
+		digits = p + sizeof(uint16) + sizeof(int16);
+		ndigits = (len - (int) (sizeof(uint16) + sizeof(int16))) / (int) sizeof(int16);
+	}
+	/* sign, integer part, point, decimals, and up to 3 written past them */
+	if (1 + (weight >= 0 ? (weight + 1) * 4 : 1) + 1 + dscale + 3 > VH_NUMERIC_TEXT_MAX)
+		return -1;
+
+#define VH_DIGIT(i) vh_numeric_digit(digits, ndigits, (i))
+	if (neg)
+		*cp++ = '-';
+	if (weight < 0)
+	{
+		d = weight + 1;
+		*cp++ = '0';
+	}
+	else
+	{
+		for (d = 0; d <= weight; d++)
+		{
+			int			dig = VH_DIGIT(d);
+
+			if (d == 0)
+			{
+				/* the first group without its leading zeros */
+				if (dig >= 1000)
+					*cp++ = '0' + dig / 1000;
+				if (dig >= 100)
+					*cp++ = '0' + dig / 100 % 10;
+				if (dig >= 10)
+					*cp++ = '0' + dig / 10 % 10;
+				*cp++ = '0' + dig % 10;
+				continue;
+			}
+			cp[0] = '0' + dig / 1000;
+			cp[1] = '0' + dig / 100 % 10;
+			cp[2] = '0' + dig / 10 % 10;
+			cp[3] = '0' + dig % 10;
+			cp += 4;
+		}
+	}
+	if (dscale > 0)
+	{
+		char	   *end;
+		int			i;
+
+		*cp++ = '.';
+		end = cp + dscale;
+		for (i = 0; i < dscale; d++, i += 4)
+		{
+			int			dig = VH_DIGIT(d);
+
+			cp[0] = '0' + dig / 1000;
+			cp[1] = '0' + dig / 100 % 10;
+			cp[2] = '0' + dig / 10 % 10;
+			cp[3] = '0' + dig % 10;
+			cp += 4;
+		}
+		cp = end;
+	}
+#undef VH_DIGIT
+	return cp - buf;
+}
+
 /* One input's hash with seed; a NULL enters hash_record_extended as 0. */
 static uint64
 vh_hash(VhInput *in, Datum value, bool isnull, int64 seed)
@@ -251,35 +450,19 @@ vh_hash(VhInput *in, Datum value, bool isnull, int64 seed)
 				return vh_bytes(buf, n, seed);
 			}
 			/* else as any output function */
-			/* FALLTHROUGH */
-		case VH_OUTPUT:
+			return vh_output(in, value, seed);
+		case VH_NUMERIC:
 			{
-				/*
-				 * A short inline varlena (1-byte header, what most small
-				 * values are on disk) is handed over with a 4-byte header in
-				 * a stack buffer: the output function would otherwise
-				 * detoast it into a palloc'd copy first.  (A TOAST pointer
-				 * has a 1-byte header too: VARATT_IS_SHORT holds for it.)
-				 */
-				union
-				{
-					int32		align;
-					char		data[VARHDRSZ + VARATT_SHORT_MAX];
-				}			buf;
-				char	   *s;
+				char		buf[VH_NUMERIC_TEXT_MAX];
+				int			n = vh_numeric_text(value, buf);
 
-				if (in->typlen == -1 && VARATT_IS_SHORT(DatumGetPointer(value)) &&
-					!VARATT_IS_EXTERNAL(DatumGetPointer(value)))
-				{
-					Size		len = VARSIZE_SHORT(DatumGetPointer(value)) - VARHDRSZ_SHORT;
-
-					SET_VARSIZE(buf.data, len + VARHDRSZ);
-					memcpy(VARDATA(buf.data), VARDATA_SHORT(DatumGetPointer(value)), len);
-					value = PointerGetDatum(buf.data);
-				}
-				s = OutputFunctionCall(&in->cast, value);
-				return vh_bytes(s, strlen(s), seed);
+				if (n >= 0)
+					return vh_bytes(buf, n, seed);
 			}
+			/* stored out of line or compressed, or a long text */
+			return vh_output(in, value, seed);
+		case VH_OUTPUT:
+			return vh_output(in, value, seed);
 		case VH_CAST:
 			{
 				Datum		d;
@@ -453,7 +636,8 @@ vh_resolve(VhInput *in, Relation rel, MemoryContext cxt)
 
 					getTypeOutputInfo(in->typid, &out, &varlena);
 					in->kind = out == F_FLOAT4OUT ? VH_FLOAT4
-						: out == F_FLOAT8OUT ? VH_FLOAT8 : VH_OUTPUT;
+						: out == F_FLOAT8OUT ? VH_FLOAT8
+						: out == F_NUMERIC_OUT ? VH_NUMERIC : VH_OUTPUT;
 					fmgr_info_cxt(out, &in->cast, cxt);
 				}
 				break;

@@ -172,6 +172,24 @@ FROM unnest(ARRAY['i2', 'i4', 'i8', 'o', 'b', 'ch', 'd', 'tm', 'ts', 'tz', 'u', 
 	unnest(CASE WHEN c IN ('tx', 'vc', 'nm', 'bp', 'tnd', 'bpnd') THEN ARRAY['v', 'c', 't'] WHEN c IN ('f4', 'f8', 'n', 'nx', 'jx') THEN ARRAY['t']
 		ELSE ARRAY['v', 't'] END) AS m
 GROUP BY c, i ORDER BY i;
+-- numerics rendered from their stored digits (vh_numeric_text): short and
+-- long headers (a display scale above 63), negative
+-- weights, zero groups inside and at either end, scales cutting a group,
+-- large integers, and texts too long for the stack buffer (numeric_out,
+-- as for every weight below -64)
+CREATE TABLE vh_num (id int PRIMARY KEY, n numeric);
+INSERT INTO vh_num SELECT i, v::numeric FROM unnest(ARRAY['0', '0.0', '-0.000', '1', '-1', '9999', '10000', '10001',
+	'100000000', '99999999.9999', '-10000.0001', '1.10', '123.4500', '0.5', '-0.5', '0.0001', '0.00012345', '-0.00012345',
+	'0.00000000000000000001', '1.000000000000000000000000000001', '1e100', '-1e-100', '1e-300', '123456789e-290',
+	'0.' || repeat('0', 70) || '1', '-0.' || repeat('0', 70) || '1' || repeat('0', 9), '12345678901234567890123456789012345678901234567890',
+	'3.14159', '2.5e10', '42.000000001', repeat('9', 240), repeat('9', 300) || '.5', '0.' || repeat('3', 300),
+	'NaN', 'Infinity', '-Infinity']) WITH ORDINALITY AS x(v, i);
+SELECT count(*) AS numerics, count(*) FILTER (WHERE length(n::text) > 250) AS past_the_buffer,
+	count(*) FILTER (WHERE scale(n) > 63 OR n <> 0 AND n::text NOT IN ('NaN', 'Infinity', '-Infinity') AND abs(n) < 1e-256) AS long_headers FROM vh_num;
+SELECT * FROM vh_diff(
+	$$SELECT * FROM trellara_verify_buckets('vh_num', '{n}', 't', '{n}', 't', 7, 13, 0, -1)$$,
+	$$SELECT (hash_record_extended(ROW(t.n::text COLLATE "C"), 7) & 9223372036854775807) % 13, count(*),
+		sum(hashint8extended(hash_record_extended(ROW(t.n::text COLLATE "C"), 0), 0))::text FROM vh_num AS t GROUP BY 1$$);
 -- float text follows extra_float_digits (float4out/float8out's own rule)
 SET extra_float_digits = 0;
 SELECT vh_edge_ok('f4', 't') AS f4_digits_0, vh_edge_ok('f8', 't') AS f8_digits_0;
@@ -241,7 +259,7 @@ ALTER EXTENSION trellara UPDATE TO '0.2';
 SELECT * FROM vh_diff($$SELECT * FROM vh_c('{id}', 'v', 0, 64)$$,
 	$$SELECT (key_id & 9223372036854775807) % 64, count(*), sum(hashint8extended(rec, 0))::text FROM vh_sql GROUP BY 1$$);
 
-DROP TABLE vh, vhp, vhi, vh_edge CASCADE;
+DROP TABLE vh, vhp, vhi, vh_edge, vh_num CASCADE;
 DROP FUNCTION vh_edge_ok(text, text);
 DROP COLLATION vh_nd;
 DROP FUNCTION vh_diff(text, text);
