@@ -18,10 +18,10 @@ func TestMemoryLimit(t *testing.T) {
 		sinks int
 		want  int64
 	}{
-		{"defaults", config.DefaultMemoryBytesMax, 1, 256 * mib},
-		{"16MiB", 16 * mib, 1, 160 * mib},
-		{"three sinks", config.DefaultMemoryBytesMax, 3, 384 * mib},
-		{"capture only", config.DefaultMemoryBytesMax, 0, 256 * mib},
+		{"defaults", config.DefaultMemoryBytesMax, 1, 240 * mib},
+		{"16MiB", 16 * mib, 1, 144 * mib},
+		{"three sinks", config.DefaultMemoryBytesMax, 3, 368 * mib},
+		{"capture only", config.DefaultMemoryBytesMax, 0, 240 * mib},
 	} {
 		f := &Flow{Cfg: &config.Config{Flow: "m", Source: config.Source{MemoryBytesMax: tc.mem}, Sinks: make([]config.Sink, tc.sinks)}}
 		if got := f.MemoryLimit(); got != tc.want {
@@ -33,8 +33,8 @@ func TestMemoryLimit(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "")
 	before := debug.SetMemoryLimit(-1)
 	restore := f.setMemoryLimit()
-	if got := debug.SetMemoryLimit(-1); got != 160*mib {
-		t.Errorf("during a run the limit is %d, want %d", got, 160*mib)
+	if got := debug.SetMemoryLimit(-1); got != 144*mib {
+		t.Errorf("during a run the limit is %d, want %d", got, 144*mib)
 	}
 	restore()
 	if got := debug.SetMemoryLimit(-1); got != before {
