@@ -111,6 +111,11 @@ SELECT * FROM vh_diff($$SELECT * FROM vh_c('{}', '', 0, 1, 7, -1)$$,
 	$$SELECT 0::int8, count(*), sum(hashint8extended(rec, 0))::text FROM vh_sql WHERE tid >= '(7,0)'::tid$$);
 -- an empty range has no buckets
 SELECT count(*) FROM vh_c('{id}', 'v', 0, 64, 5, 5);
+-- a range that starts past the last page has no rows; one that ends past it
+-- reads to the end
+SELECT count(*) FROM vh_c('{}', '', 0, 1, 100000, -1);
+SELECT * FROM vh_diff($$SELECT * FROM vh_c('{}', '', 0, 1, 3, 100000)$$,
+	$$SELECT 0::int8, count(*), sum(hashint8extended(rec, 0))::text FROM vh_sql WHERE tid >= '(3,0)'::tid$$);
 
 -- Edge values of every type the function hashes without fmgr (and of
 -- numeric, whose text it renders from a stack copy): NULLs, extremes,
@@ -190,6 +195,16 @@ SELECT * FROM vh_diff(
 	$$SELECT * FROM trellara_verify_buckets('vh_num', '{n}', 't', '{n}', 't', 7, 13, 0, -1)$$,
 	$$SELECT (hash_record_extended(ROW(t.n::text COLLATE "C"), 7) & 9223372036854775807) % 13, count(*),
 		sum(hashint8extended(hash_record_extended(ROW(t.n::text COLLATE "C"), 0), 0))::text FROM vh_num AS t GROUP BY 1$$);
+-- columns added after the rows were written: the rows have fewer
+-- attributes than the table, and read the missing ones as the default the
+-- catalog stores (a "fast default") or as NULL
+ALTER TABLE vh_num ADD dflt int4 DEFAULT 7, ADD dtx text DEFAULT 'dflt', ADD dnull int8;
+INSERT INTO vh_num (id, n, dflt, dtx) VALUES (1000, 1.5, 8, 'set');
+SELECT * FROM vh_diff(
+	$$SELECT * FROM trellara_verify_buckets('vh_num', '{id,n,dflt,dtx,dnull}', 'vtvcv', '{dtx}', 'c', 3, 5, 0, -1)$$,
+	$$SELECT (hashtextextended(t.dtx COLLATE "C", 3) & 9223372036854775807) % 5, count(*),
+		sum(hashint8extended(hash_record_extended(ROW(t.id, t.n::text COLLATE "C", t.dflt, t.dtx COLLATE "C", t.dnull), 0), 0))::text
+	  FROM vh_num AS t GROUP BY 1$$);
 -- float text follows extra_float_digits (float4out/float8out's own rule)
 SET extra_float_digits = 0;
 SELECT vh_edge_ok('f4', 't') AS f4_digits_0, vh_edge_ok('f8', 't') AS f8_digits_0;
