@@ -535,6 +535,15 @@ func timeTrellaraRun(b *testing.B, src, target *pgtest.Cluster, cmd *exec.Cmd, r
 	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, target)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	var tl *cpuTimeline
+	if timelineOn() {
+		tl = startTimeline(b, src, target, func() int {
+			if cmd.Process == nil {
+				return 0
+			}
+			return cmd.Process.Pid
+		})
+	}
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -543,15 +552,21 @@ func timeTrellaraRun(b *testing.B, src, target *pgtest.Cluster, cmd *exec.Cmd, r
 	go func() { exited <- cmd.Wait() }()
 	waitMarker(b, conn, 1, "trellara target")
 	secs := time.Since(t0).Seconds()
+	timeline := ""
+	if tl != nil {
+		timeline = "; " + tl.finish()
+	}
 	if err := <-exited; err != nil {
 		b.Fatalf("trellara run --local: %v\n%s", err, out.String())
 	}
 	if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("trellara-run%d.log", run)), out.Bytes(), 0o644)
 	}
-	detail := fmt.Sprintf("process exited after %.2fs", time.Since(t0).Seconds())
+	detail := fmt.Sprintf("process exited after %.2fs%s", time.Since(t0).Seconds(), timeline)
 	ps := cmd.ProcessState
-	cpu := cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, target) - tgt0,
+	// The process's exit ends its sessions: read once their backends are
+	// reaped (settledClusterCPU).
+	cpu := cpuRun{source: settledClusterCPU(b, src) - src0, target: settledClusterCPU(b, target) - tgt0,
 		trellara: (ps.UserTime() + ps.SystemTime()).Seconds()}
 	sameBalances(b, src, target, "trellara run "+strconv.Itoa(run))
 	return secs, detail, cpu
@@ -570,14 +585,22 @@ func timeNativeRun(b *testing.B, src *pgtest.Cluster, nt nativeTarget, run int) 
 	b.Helper()
 	conn := nt.c.Connect(context.Background())
 	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, nt.c)
+	var tl *cpuTimeline
+	if timelineOn() {
+		tl = startTimeline(b, src, nt.c, func() int { return 0 })
+	}
 	t0 := time.Now()
 	nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s ENABLE`, nt.sub))
 	waitMarker(b, conn, 1, "native target")
 	secs := time.Since(t0).Seconds()
+	detail := "subscription synchronous_commit off (default)"
+	if tl != nil {
+		detail += "; " + tl.finish()
+	}
 	cpu := cpuRun{source: clusterCPU(b, src) - src0, target: clusterCPU(b, nt.c) - tgt0}
 	nt.c.Exec(b, fmt.Sprintf(`ALTER SUBSCRIPTION %s DISABLE`, nt.sub))
 	sameBalances(b, src, nt.c, "native run "+strconv.Itoa(run))
-	return secs, "subscription synchronous_commit off (default)", cpu
+	return secs, detail, cpu
 }
 
 // BenchmarkSteadyLatency measures commit-to-apply latency under a steady
