@@ -14,6 +14,9 @@
 #   TRELLARA_BENCH_ROUNDS=1      ABBA rounds (4 runs each)
 #   TRELLARA_BENCH_RATE=500      steady-rate txn/s
 #   TRELLARA_BENCH_SECONDS=30    steady-rate duration per run
+#   TRELLARA_BENCH_TIMELINE=1    sample each catch-up run's CPU every 100 ms and
+#                                print where its wall time went (cores busy,
+#                                the tail after the source stopped decoding)
 #   TRELLARA_BENCH_PERF=<dir>    record a perf profile (and the output) of each
 #                                trellara catch-up run into <dir>; build with
 #                                symbols (go build -o <bin> ./cmd/trellara)
