@@ -176,6 +176,10 @@ vh_bytes(const char *p, int len, int64 seed)
  * PostgreSQL's on every integer kind, at seed 0 and at a seed.
  */
 #define VH_ROT(x, k) pg_rotate_left32((x), (k))
+/* one of lookup3's mix steps: x -= z; x ^= rot(z, r); z += y */
+#define VH_MIX_STEP(x, y, z, r) ((x) -= (z), (x) ^= VH_ROT((z), (r)), (z) += (y))
+/* one of lookup3's final steps: x ^= y; x -= rot(y, r) */
+#define VH_FINAL_STEP(x, y, r) ((x) ^= (y), (x) -= VH_ROT((y), (r)))
 
 static inline uint64
 vh_uint32(uint32 k, int64 seed)
@@ -190,41 +194,22 @@ vh_uint32(uint32 k, int64 seed)
 		a += (uint32) ((uint64) seed >> 32);
 		b += (uint32) seed;
 		/* lookup3's mix(a, b, c) */
-		a -= c;
-		a ^= VH_ROT(c, 4);
-		c += b;
-		b -= a;
-		b ^= VH_ROT(a, 6);
-		a += c;
-		c -= b;
-		c ^= VH_ROT(b, 8);
-		b += a;
-		a -= c;
-		a ^= VH_ROT(c, 16);
-		c += b;
-		b -= a;
-		b ^= VH_ROT(a, 19);
-		a += c;
-		c -= b;
-		c ^= VH_ROT(b, 4);
-		b += a;
+		VH_MIX_STEP(a, b, c, 4);
+		VH_MIX_STEP(b, c, a, 6);
+		VH_MIX_STEP(c, a, b, 8);
+		VH_MIX_STEP(a, b, c, 16);
+		VH_MIX_STEP(b, c, a, 19);
+		VH_MIX_STEP(c, a, b, 4);
 	}
 	a += k;
 	/* lookup3's final(a, b, c) */
-	c ^= b;
-	c -= VH_ROT(b, 14);
-	a ^= c;
-	a -= VH_ROT(c, 11);
-	b ^= a;
-	b -= VH_ROT(a, 25);
-	c ^= b;
-	c -= VH_ROT(b, 16);
-	a ^= c;
-	a -= VH_ROT(c, 4);
-	b ^= a;
-	b -= VH_ROT(a, 14);
-	c ^= b;
-	c -= VH_ROT(b, 24);
+	VH_FINAL_STEP(c, b, 14);
+	VH_FINAL_STEP(a, c, 11);
+	VH_FINAL_STEP(b, a, 25);
+	VH_FINAL_STEP(c, b, 16);
+	VH_FINAL_STEP(a, c, 4);
+	VH_FINAL_STEP(b, a, 14);
+	VH_FINAL_STEP(c, b, 24);
 	return ((uint64) b << 32) | c;
 }
 
@@ -468,16 +453,6 @@ vh_hash_other(VhInput *in, Datum value, int64 seed)
 {
 	switch (in->kind)
 	{
-		case VH_INT2:
-			return vh_uint32((int32) DatumGetInt16(value), seed);
-		case VH_INT4:
-			return vh_uint32(DatumGetInt32(value), seed);
-		case VH_INT8:
-			return vh_int8(DatumGetInt64(value), seed);
-		case VH_OID:
-			return vh_uint32((uint32) DatumGetObjectId(value), seed);
-		case VH_CHAR:
-			return vh_uint32((int32) DatumGetChar(value), seed);
 		case VH_NAME:
 			{
 				const char *key = NameStr(*DatumGetName(value));
@@ -540,6 +515,12 @@ vh_hash_other(VhInput *in, Datum value, int64 seed)
 				t = DatumGetTextPP(d);
 				return vh_bytes(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t), seed);
 			}
+		case VH_INT2:
+		case VH_INT4:
+		case VH_INT8:
+		case VH_OID:
+		case VH_CHAR:
+			/* vh_hash hashes these inline; their fmgr hash is the same */
 		case VH_FMGR:
 			break;
 	}
