@@ -1,7 +1,6 @@
 package flow_test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,35 +27,6 @@ import (
 // has reaped (cutime/cstime: backends and walsenders that exited during
 // the run) and the time of its live children, read from /proc.
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on every
-// Linux architecture Go supports).
-const clockTicks = 100
-
-// procTimes returns the stat fields utime, stime, cutime and cstime of pid
-// and its parent pid, in seconds.
-func procTimes(pid int) (self, reaped float64, ppid int, ok bool) {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, 0, 0, false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, 0, 0, false
-	}
-	// After the command name: state(0) ppid(1) ... utime(11) stime(12)
-	// cutime(13) cstime(14).
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 15 {
-		return 0, 0, 0, false
-	}
-	n := func(k int) float64 {
-		v, _ := strconv.ParseFloat(f[k], 64)
-		return v / clockTicks
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return n(11) + n(12), n(13) + n(14), ppid, true
-}
-
 // clusterCPU is the CPU seconds the cluster's processes have consumed so
 // far: the postmaster, its reaped children and its live children.
 func clusterCPU(b *testing.B, c *pgtest.Cluster) float64 {
@@ -70,7 +40,7 @@ func clusterCPU(b *testing.B, c *pgtest.Cluster) float64 {
 	if err != nil {
 		b.Fatalf("cpu accounting: postmaster.pid of %s: %v", c.DataDir(), err)
 	}
-	self, reaped, _, ok := procTimes(pm)
+	self, reaped, _, ok := pgtest.ProcTimes(pm)
 	if !ok {
 		b.Fatalf("cpu accounting: postmaster %d of %s is gone", pm, c.DataDir())
 	}
@@ -81,7 +51,7 @@ func clusterCPU(b *testing.B, c *pgtest.Cluster) float64 {
 		if err != nil {
 			continue
 		}
-		if s, r, ppid, ok := procTimes(pid); ok && ppid == pm {
+		if s, r, ppid, ok := pgtest.ProcTimes(pid); ok && ppid == pm {
 			total += s + r
 		}
 	}
@@ -170,7 +140,7 @@ func (c cpuRun) format(txns int) string {
 // its parent's reaped time (cutime+cstime), which is how the backends and
 // walsenders that exit during a run are counted.
 func TestProcTimesCountsReapedChildren(t *testing.T) {
-	_, before, _, ok := procTimes(os.Getpid())
+	_, before, _, ok := pgtest.ProcTimes(os.Getpid())
 	if !ok {
 		t.Skip("no /proc")
 	}
@@ -179,13 +149,13 @@ func TestProcTimesCountsReapedChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	burnt := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
-	_, after, ppid, _ := procTimes(os.Getpid())
+	_, after, ppid, _ := pgtest.ProcTimes(os.Getpid())
 	if ppid != os.Getppid() {
 		t.Fatalf("parent pid read as %d, want %d", ppid, os.Getppid())
 	}
 	// The kernel counts in clock ticks: allow two. (More may have been
 	// reaped meanwhile: other children of the test binary.)
-	if got := after - before; got < burnt-2.0/clockTicks {
+	if got := after - before; got < burnt-2.0/pgtest.ClockTicks {
 		t.Fatalf("reaped CPU grew by %.2f s, the child used %.2f s", got, burnt)
 	}
 }

@@ -103,7 +103,7 @@ func machineBusy() float64 {
 		}
 		busy += n
 	}
-	return busy / clockTicks
+	return busy / pgtest.ClockTicks
 }
 
 // finish stops sampling and sums the run up (see the comment above).

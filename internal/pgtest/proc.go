@@ -10,23 +10,43 @@ import (
 	"time"
 )
 
+// ProcTimes reads /proc/pid/stat: the process's own user+system CPU
+// seconds (utime+stime), those of the children it has reaped
+// (cutime+cstime), and its parent's pid; ok is false when it is gone.
+func ProcTimes(pid int) (self, reaped float64, ppid int, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if pid == 0 || err != nil {
+		return 0, 0, 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, 0, false
+	}
+	// After the command name: state(0) ppid(1) ... utime(11) stime(12)
+	// cutime(13) cstime(14).
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 15 {
+		return 0, 0, 0, false
+	}
+	n := func(k int) float64 {
+		v, _ := strconv.ParseFloat(f[k], 64)
+		return v / ClockTicks
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return n(11) + n(12), n(13) + n(14), ppid, true
+}
+
+// ClockTicks is USER_HZ, the unit of /proc's CPU times (100 on every Linux
+// architecture Go supports).
+const ClockTicks = 100
+
 // ProcCPU is the user+system CPU time of process pid, in seconds, from
 // /proc (0 when the process is gone). Benchmarks read it for the server's
 // processes (a walsender, the extension's workers), which run outside the
 // test binary.
 func ProcCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if pid == 0 || err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
+	self, _, _, _ := ProcTimes(pid)
+	return self
 }
 
 // ProcSyscalls is how many read and write system calls process pid has
