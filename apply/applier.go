@@ -142,6 +142,14 @@ type Applier struct {
 	stepSrc  PollSource
 	stepHeld *item
 
+	// held is the next batch of transactions, taken from prefeed while
+	// the target executed the batch before (prefold); the next batch
+	// applied is this one. prefeed is set only while a batch of
+	// transactions is applied: a chunk sequence reads its later chunks
+	// from the feed, and nothing may be taken ahead of them.
+	held    []*unit
+	prefeed feed
+
 	running atomic.Bool
 	mu      sync.Mutex
 	stats   Stats
@@ -164,6 +172,7 @@ func New(conn *pgx.Conn, cfg Config) (*Applier, error) {
 	pg := newPGTarget(conn, cfg)
 	a := newEngine(pg, cfg)
 	a.pg = pg
+	pg.whileSent = a.prefold
 	if cfg.SynchronousCommit == SyncCommitOff {
 		a.flush.fr = pg
 	}
@@ -280,17 +289,23 @@ func (a *Applier) Run(ctx context.Context, src Source, cur Cursor, stop func(Che
 func (a *Applier) run(ctx context.Context, src Source, cur Cursor, stop func(Checkpoint) bool) error {
 	rctx, cancel := context.WithCancel(ctx)
 	rd := a.startReader(rctx, src)
+	a.held = nil
 	defer func() {
 		cancel()
 		<-rd.done
+		a.held = nil // read ahead with the reader's queue: the transport gives it again
 	}()
 	for {
-		if err := a.settleIdle(ctx, rd, cur); err != nil {
-			return a.settleExit(ctx, cur, err)
-		}
-		batch, err := nextBatch(ctx, rd, a.cfg)
-		if err != nil {
-			return a.settleExit(ctx, cur, err)
+		batch := a.held
+		a.held = nil
+		if batch == nil {
+			if err := a.settleIdle(ctx, rd, cur); err != nil {
+				return a.settleExit(ctx, cur, err)
+			}
+			var err error
+			if batch, err = nextBatch(ctx, rd, a.cfg); err != nil {
+				return a.settleExit(ctx, cur, err)
+			}
 		}
 		if err := a.process(ctx, rd, batch, cur); err != nil {
 			return a.settleExit(ctx, cur, err)
@@ -389,21 +404,26 @@ func (a *Applier) Close(ctx context.Context) {
 // first chunk). Errors are those of Run.
 func (a *Applier) Step(ctx context.Context, src PollSource, cur Cursor) (bool, error) {
 	f := &pollFeed{a: a, src: src}
+	var batch []*unit
 	if a.stepSrc == src {
 		f.held = a.stepHeld
+		batch = a.held
 	}
-	a.stepSrc, a.stepHeld = src, nil
-	batch, err := nextBatch(ctx, f, a.cfg)
-	if errors.Is(err, errIdle) {
-		if len(a.flush.pending) > 0 {
-			return false, a.pollFlushed(ctx, cur)
+	a.stepSrc, a.stepHeld, a.held = src, nil, nil
+	if batch == nil {
+		var err error
+		batch, err = nextBatch(ctx, f, a.cfg)
+		if errors.Is(err, errIdle) {
+			if len(a.flush.pending) > 0 {
+				return false, a.pollFlushed(ctx, cur)
+			}
+			return false, nil
 		}
-		return false, nil
+		if err != nil {
+			return false, err
+		}
 	}
-	if err != nil {
-		return false, err
-	}
-	err = a.process(ctx, f, batch, cur)
+	err := a.process(ctx, f, batch, cur)
 	if errors.Is(err, errIdle) {
 		return false, src.Seek(batch[0].offset)
 	}
@@ -774,26 +794,81 @@ func nextBatch(ctx context.Context, f feed, cfg Config) ([]*unit, error) {
 	if first.err != nil {
 		return nil, first.err
 	}
-	batch := []*unit{first.u}
 	if first.u.kind() != pb.UnitKind_UNIT_KIND_TRANSACTION {
-		return batch, nil
+		return []*unit{first.u}, nil
 	}
-	rows, size := len(first.u.env.Rows), len(first.u.payload)
+	return fillBatch(f, cfg, first.u), nil
+}
+
+// readyBatch is nextBatch without waiting, for transactions only: nil
+// unless a TRANSACTION unit is ready.
+func readyBatch(f feed, cfg Config) []*unit {
+	it, ok := f.ready()
+	if !ok {
+		return nil
+	}
+	if it.err != nil || it.u.kind() != pb.UnitKind_UNIT_KIND_TRANSACTION {
+		f.unread(it)
+		return nil
+	}
+	return fillBatch(f, cfg, it.u)
+}
+
+// fillBatch is a batch of transactions from first: the transactions
+// ready after it, within the limits.
+func fillBatch(f feed, cfg Config, first *unit) []*unit {
+	batch := []*unit{first}
+	rows, size := len(first.env.Rows), len(first.payload)
 	for len(batch) < cfg.MaxBatchTxns {
 		it, ok := f.ready()
 		if !ok {
-			return batch, nil
+			return batch
 		}
 		if it.err != nil || it.u.kind() != pb.UnitKind_UNIT_KIND_TRANSACTION ||
 			rows+len(it.u.env.Rows) > cfg.MaxBatchRows || size+len(it.u.payload) > cfg.MaxBatchBytes {
 			f.unread(it)
-			return batch, nil
+			return batch
 		}
 		batch = append(batch, it.u)
 		rows += len(it.u.env.Rows)
 		size += len(it.u.payload)
 	}
-	return batch, nil
+	return batch
+}
+
+// prefold runs while the target executes a pipeline of the batch being
+// applied (pgTarget.whileSent): it takes the next batch if it is already
+// read (held) and folds it into its set-based statements now, so the
+// target does not wait for that work between the two batches. What it
+// builds is a guess: the batch's transactions past the checkpoint as it
+// will be, folded with the plans and types known now. Flush uses it only
+// for exactly those envelopes under the same plans (takePrefolded), and
+// folds anew otherwise (a redelivery, an isolated failure, a DDL
+// barrier, a reseed).
+func (a *Applier) prefold() {
+	if a.prefeed == nil || a.held != nil {
+		return
+	}
+	batch := readyBatch(a.prefeed, a.cfg)
+	if batch == nil {
+		return
+	}
+	a.held = batch
+	last := a.cp.CommitLSN
+	envs := make([]*pb.Envelope, 0, len(batch))
+	for _, u := range batch {
+		if carriesDDLEvents(u.env) || isHandoff(u.env) {
+			return // processTxns splits the batch there
+		}
+		if u.env.CommitLsn <= last {
+			continue
+		}
+		last = u.env.CommitLsn
+		envs = append(envs, u.env)
+	}
+	if len(envs) >= compactMinUnits {
+		a.pg.prefoldEnvs(envs)
+	}
 }
 
 func (a *Applier) process(ctx context.Context, f feed, batch []*unit, cur Cursor) error {
@@ -805,6 +880,10 @@ func (a *Applier) process(ctx context.Context, f feed, batch []*unit, cur Cursor
 	case pb.UnitKind_UNIT_KIND_SNAPSHOT_END:
 		return a.processSnapshotEnd(ctx, batch[0], cur)
 	default:
+		if a.pg != nil && a.pg.prefoldOn {
+			a.prefeed = f
+			defer func() { a.prefeed = nil }()
+		}
 		return a.processTxns(ctx, batch, cur)
 	}
 }

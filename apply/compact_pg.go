@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -145,9 +146,19 @@ func (x *pgTx) applyDeferred(ctx context.Context) error {
 		for i, u := range units {
 			envs[i] = u.env
 		}
-		if b, ok := compact(envs); ok {
+		stmts, folds, ok := x.t.takePrefolded(envs)
+		if ok {
+			x.t.prefoldsUsed.Add(1)
+		} else if b, ok := compact(envs); ok {
+			folds = true
+			var err error
+			if stmts, err = x.t.netStmts(b, func(p *relPlan) ([]string, error) { return x.t.targetTypes(ctx, p) }); err != nil {
+				return err
+			}
+		}
+		if folds {
 			x.folded += len(units)
-			if err := x.queueNet(ctx, b); err != nil {
+			if err := x.queueNet(ctx, stmts); err != nil {
 				return err
 			}
 			return x.reseedPasses(ctx, units)
@@ -172,26 +183,101 @@ func (x *pgTx) reseedPasses(ctx context.Context, units []deferredUnit) error {
 	return nil
 }
 
-// queueNet queues, per table, one DELETE for deleted and replaced rows, one
-// INSERT for inserted and replaced rows, and one UPDATE per set of sent
-// columns (a SELECT for updates that send only the key and unchanged
-// TOAST). Each must affect (or find) exactly as many rows as it names:
-// anything else is a divergence, reported as unit -1, and the applier
-// applies the batch again one transaction at a time, row by row, which
-// names the row.
-func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
-	t := x.t
+// netStmt is one set-based statement of a folded batch.
+type netStmt struct {
+	meta stmtMeta
+	sql  string
+	args []any
+}
+
+// queueNet queues a folded batch's statements (netStmts).
+func (x *pgTx) queueNet(ctx context.Context, stmts []netStmt) error {
 	if !x.genericPlans {
 		x.genericPlans = true
 		if err := x.queue(ctx, stmtMeta{unit: -1}, sqlGenericPlans); err != nil {
 			return err
 		}
 	}
+	for _, s := range stmts {
+		if err := x.queue(ctx, s.meta, s.sql, s.args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prefolded is a batch folded ahead (Applier.prefold): its envelopes and
+// their statements (folds false: compact refused them), built with the
+// plans of generation gen.
+type prefolded struct {
+	envs  []*pb.Envelope
+	gen   int
+	stmts []netStmt
+	folds bool
+}
+
+// errTypesUnknown: a prefold met a relation whose target types are not
+// loaded yet; loading them needs the connection, which is busy then.
+var errTypesUnknown = errors.New("target types not loaded")
+
+// prefoldEnvs folds envs ahead and keeps the result for the next Flush.
+// It never uses the connection: a relation whose target types are not
+// loaded yet leaves the folding to Flush.
+func (t *pgTarget) prefoldEnvs(envs []*pb.Envelope) {
+	t.pre = nil
+	if t.reseeds.anyReplace() {
+		return
+	}
+	pre := &prefolded{envs: envs, gen: t.gen}
+	if b, ok := compact(envs); ok {
+		stmts, err := t.netStmts(b, func(p *relPlan) ([]string, error) {
+			if ty, ok := t.types[p]; ok {
+				return ty, nil
+			}
+			return nil, errTypesUnknown
+		})
+		if err != nil {
+			return
+		}
+		pre.stmts, pre.folds = stmts, true
+	}
+	t.pre = pre
+}
+
+// takePrefolded returns the prefolded statements for envs: ok only when
+// they were built for exactly these envelopes, in this order, with the
+// current plans. Either way the prefold is used up.
+func (t *pgTarget) takePrefolded(envs []*pb.Envelope) (stmts []netStmt, folds, ok bool) {
+	pre := t.pre
+	t.pre = nil
+	if pre == nil || pre.gen != t.gen || len(pre.envs) != len(envs) {
+		return nil, false, false
+	}
+	for i, e := range envs {
+		if pre.envs[i] != e {
+			return nil, false, false
+		}
+	}
+	return pre.stmts, pre.folds, true
+}
+
+// netStmts writes, per table, one DELETE for deleted and replaced rows,
+// one INSERT for inserted and replaced rows, and one UPDATE per set of
+// sent columns (a SELECT for updates that send only the key and unchanged
+// TOAST). Each must affect (or find) exactly as many rows as it names:
+// anything else is a divergence, reported as unit -1, and the applier
+// applies the batch again one transaction at a time, row by row, which
+// names the row. typesOf gives a plan's target column types (targetTypes).
+func (t *pgTarget) netStmts(b *netBatch, typesOf func(*relPlan) ([]string, error)) ([]netStmt, error) {
+	var out []netStmt
 	for _, nt := range b.tables {
 		p := t.plan(nt.rel)
-		types, err := t.targetTypes(ctx, p)
+		types, err := typesOf(p)
 		if err != nil {
-			return &Refusal{Unit: -1, Relation: p.source, Err: err}
+			if errors.Is(err, errTypesUnknown) {
+				return nil, err
+			}
+			return nil, &Refusal{Unit: -1, Relation: p.source, Err: err}
 		}
 		var dels, ins []*netRow
 		updates := map[string][]*netRow{}
@@ -238,9 +324,7 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 		if len(dels) > 0 {
 			fn, al, args := unnest(dels, nt.key, func(r *netRow, j, _ int) *pb.Value { return r.oldKey[j] })
 			sql := fmt.Sprintf("DELETE FROM %s AS t USING %s AS %s WHERE %s", p.target, fn, al, keyWhere())
-			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(dels)), op: "DELETE"}, sql, args...); err != nil {
-				return err
-			}
+			out = append(out, netStmt{meta: stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(dels)), op: "DELETE"}, sql: sql, args: args})
 		}
 		if len(ins) > 0 {
 			all := make([]int, len(p.cols))
@@ -252,9 +336,7 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 			fn, al, args := unnest(ins, all, func(r *netRow, _, c int) *pb.Value { return r.vals[c] })
 			sql := fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM %s AS %s",
 				p.target, strings.Join(p.cols, ", "), strings.Join(sel, ", "), fn, al)
-			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(ins)), op: "INSERT"}, sql, args...); err != nil {
-				return err
-			}
+			out = append(out, netStmt{meta: stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(ins)), op: "INSERT"}, sql: sql, args: args})
 		}
 		for _, m := range masks {
 			rows := updates[m]
@@ -273,12 +355,10 @@ func (x *pgTx) queueNet(ctx context.Context, b *netBatch) error {
 			if len(set) > 0 {
 				sql = fmt.Sprintf("UPDATE %s AS t SET %s FROM %s AS %s WHERE %s", p.target, strings.Join(set, ", "), fn, al, keyWhere())
 			}
-			if err := x.queue(ctx, stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(rows)), op: "UPDATE"}, sql, args...); err != nil {
-				return err
-			}
+			out = append(out, netStmt{meta: stmtMeta{unit: netUnit, relation: p.source, expectRows: int64(len(rows)), op: "UPDATE"}, sql: sql, args: args})
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // updateMask marks the columns an update sends ('1') and those it leaves

@@ -45,20 +45,33 @@ type pgTarget struct {
 	// reseeds are the active reseeds of the flow on this target, as of
 	// the last commit (reseed.go).
 	reseeds reseedSet
+
+	// whileSent, when set, runs each time a pipeline has been sent and
+	// before its results are read: the Applier folds the next batch there
+	// (Applier.prefold), while the target executes this one. prefoldOn
+	// enables it; pre is what it built, for the next Flush (compact_pg.go),
+	// valid for plans of generation gen (resetPrepared starts a new one).
+	whileSent func()
+	prefoldOn bool
+	pre       *prefolded
+	gen       int
+	// prefoldsUsed counts the batches written from pre.
+	prefoldsUsed atomic.Int64
 }
 
 var _ Target = (*pgTarget)(nil)
 
 func newPGTarget(conn *pgx.Conn, cfg Config) *pgTarget {
 	return &pgTarget{
-		conn:     conn,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		sql:      newStateSQL(cfg.Schema),
-		lock:     "trellara.apply/" + cfg.Schema + "/" + cfg.Flow + "/" + cfg.SourceID,
-		plans:    map[uint64]*relPlan{},
-		sqlCache: map[string]string{},
-		prepared: map[string]struct{}{},
+		conn:      conn,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		sql:       newStateSQL(cfg.Schema),
+		lock:      "trellara.apply/" + cfg.Schema + "/" + cfg.Flow + "/" + cfg.SourceID,
+		plans:     map[uint64]*relPlan{},
+		sqlCache:  map[string]string{},
+		prepared:  map[string]struct{}{},
+		prefoldOn: true,
 	}
 }
 
@@ -538,6 +551,8 @@ func (t *pgTarget) resetPrepared(ctx context.Context) error {
 	clear(t.prepared)
 	clear(t.plans)
 	clear(t.types)
+	t.gen++
+	t.pre = nil
 	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
 		if err := t.prepare(ctx, q); err != nil {
 			return err
@@ -761,6 +776,9 @@ func (x *pgTx) runBatch(ctx context.Context) error {
 	t := x.t
 	br, began := x.tx.sendBatch(ctx, &x.b)
 	defer br.Close()
+	if t.whileSent != nil {
+		t.whileSent()
+	}
 	if began {
 		if _, err := br.Exec(); err != nil {
 			return err
