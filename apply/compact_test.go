@@ -255,22 +255,11 @@ func TestFoldedIntegersWriteWhatTextWrites(t *testing.T) {
 			delete(rel, key, v("3", "NULL", "NULL", "NULL")).insert(rel, v("3", "-8", "08", "-0")...).encode(t),
 	)
 	apply := func(conn *pgx.Conn, maxBatch int) (folded int64) {
-		ctx := context.Background()
-		a := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns = maxBatch })
-		if err := a.Open(ctx); err != nil {
+		a, err := stepApplier(t, conn, maxBatch, true, payloads)
+		if err != nil {
 			t.Fatal(err)
 		}
-		defer a.Close(ctx)
-		src := &sliceSource{payloads: payloads}
-		for {
-			ok, err := a.Step(ctx, src, &recCursor{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				return a.Stats().FoldedTxns
-			}
-		}
+		return a.Stats().FoldedTxns
 	}
 	if n := apply(rowsConn, 1); n != 0 {
 		t.Fatalf("%d transactions folded with one transaction per batch", n)

@@ -35,8 +35,19 @@ func (s *sliceSource) Seek(offset uint64) error { s.pos = int(offset); return ni
 // fails, and returns that error.
 func stepAll(t *testing.T, conn *pgx.Conn, maxBatch int, payloads [][]byte) error {
 	t.Helper()
+	_, err := stepApplier(t, conn, maxBatch, true, payloads)
+	return err
+}
+
+// stepApplier applies payloads with Step in batches of maxBatch, each next
+// batch folded while the target executes the one before or not (prefold),
+// until the source is idle or a Step fails. It returns the applier, closed,
+// and that error.
+func stepApplier(t *testing.T, conn *pgx.Conn, maxBatch int, prefold bool, payloads [][]byte) (*Applier, error) {
+	t.Helper()
 	ctx := context.Background()
 	a := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns = maxBatch })
+	a.pg.prefoldOn = prefold
 	if err := a.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +56,21 @@ func stepAll(t *testing.T, conn *pgx.Conn, maxBatch int, payloads [][]byte) erro
 	for {
 		ok, err := a.Step(ctx, src, &recCursor{})
 		if err != nil || !ok {
-			return err
+			return a, err
 		}
 	}
+}
+
+// foldTarget starts a target with table ft (id int key, v, doc) and the
+// Trellara schema, and returns it with ft's relation.
+func foldTarget(t *testing.T) (*pgx.Conn, *pb.Relation) {
+	t.Helper()
+	_, conn := target(t, pgtest.Options{NoFsync: true})
+	exec(t, conn, `CREATE TABLE ft (id int PRIMARY KEY, v text NOT NULL, doc text)`)
+	if err := EnsureSchema(context.Background(), conn, ""); err != nil {
+		t.Fatal(err)
+	}
+	return conn, relation("public", "ft", 'd', "id*", "v", "doc")
 }
 
 // foldOutcome is everything a run leaves behind that a user can see.
@@ -86,12 +109,7 @@ func readOutcome(t *testing.T, conn *pgx.Conn, err error) foldOutcome {
 // the target in every case, so each case is a divergence that row by row
 // reports; folding must report it too.
 func TestFoldingReportsWhatRowByRowReports(t *testing.T) {
-	_, conn := target(t, pgtest.Options{NoFsync: true})
-	exec(t, conn, `CREATE TABLE ft (id int PRIMARY KEY, v text NOT NULL, doc text)`)
-	if err := EnsureSchema(context.Background(), conn, ""); err != nil {
-		t.Fatal(err)
-	}
-	rel := relation("public", "ft", 'd', "id*", "v", "doc")
+	conn, rel := foldTarget(t)
 	none, key := pb.OldTuple_OLD_TUPLE_NONE, pb.OldTuple_OLD_TUPLE_KEY
 	keyOf := func(id string) []*pb.Value { return []*pb.Value{tv(id), null(), null()} }
 	cases := []struct {

@@ -1,37 +1,11 @@
 package apply
 
 import (
-	"context"
 	"strconv"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/pgtest"
 )
-
-// stepPrefold applies payloads with Step in batches of maxBatch, folding
-// each next batch while the target executes the one before (prefold) or
-// not, until the source is idle or a Step fails. It returns how many
-// batches were written from a prefold, and that error.
-func stepPrefold(t *testing.T, conn *pgx.Conn, maxBatch int, prefold bool, payloads [][]byte) (used int64, err error) {
-	t.Helper()
-	ctx := context.Background()
-	a := newApplier(t, conn, func(c *Config) { c.MaxBatchTxns = maxBatch })
-	a.pg.prefoldOn = prefold
-	if err := a.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(ctx)
-	src := &sliceSource{payloads: payloads}
-	for {
-		ok, err := a.Step(ctx, src, &recCursor{})
-		if err != nil || !ok {
-			return a.pg.prefoldsUsed.Load(), err
-		}
-	}
-}
 
 // TestPrefoldAppliesWhatFoldingAnewApplies: batches folded ahead, while
 // the target executes the batch before, leave exactly what the same
@@ -42,12 +16,7 @@ func stepPrefold(t *testing.T, conn *pgx.Conn, maxBatch int, prefold bool, paylo
 // what is applied) and when it meets a divergence (isolated, then
 // quarantined).
 func TestPrefoldAppliesWhatFoldingAnewApplies(t *testing.T) {
-	_, conn := target(t, pgtest.Options{NoFsync: true})
-	exec(t, conn, `CREATE TABLE ft (id int PRIMARY KEY, v text NOT NULL, doc text)`)
-	if err := EnsureSchema(context.Background(), conn, ""); err != nil {
-		t.Fatal(err)
-	}
-	rel := relation("public", "ft", 'd', "id*", "v", "doc")
+	conn, rel := foldTarget(t)
 	none, key := pb.OldTuple_OLD_TUPLE_NONE, pb.OldTuple_OLD_TUPLE_KEY
 	// Transaction i (1..12) inserts row 10+i, updates row 1 and row
 	// 1+i%4, and every third deletes the row inserted three before.
@@ -105,8 +74,8 @@ func TestPrefoldAppliesWhatFoldingAnewApplies(t *testing.T) {
 				if tc.missing != "" {
 					exec(t, conn, `DELETE FROM ft WHERE id = `+tc.missing)
 				}
-				used, err := stepPrefold(t, conn, maxBatch, prefold, tc.payloads)
-				return readOutcome(t, conn, err), used
+				a, err := stepApplier(t, conn, maxBatch, prefold, tc.payloads)
+				return readOutcome(t, conn, err), a.pg.prefoldsUsed.Load()
 			}
 			rowByRow, _ := run(1, false)
 			anew, usedAnew := run(3, false)
