@@ -1,12 +1,10 @@
 package verify
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -85,7 +83,7 @@ func BenchmarkVerify(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU, countCPU float64
 			for i := 0; i < b.N; i++ {
-				s0, d0 := backendCPU(b, src), backendCPU(b, dst)
+				s0, d0 := backendCPU(src), backendCPU(dst)
 				t0 := time.Now()
 				r, err := Verify(ctx, src, dst, Options{Tables: []string{"public.ledger"}, ParallelWorkers: bc.workers, Connections: bc.cns, SQLRowHash: !bc.native})
 				if err != nil {
@@ -95,8 +93,8 @@ func BenchmarkVerify(b *testing.B) {
 					b.Fatalf("tables hashed in C: %v, want C: %v", r.native, bc.native)
 				}
 				verifyS += time.Since(t0).Seconds()
-				srcCPU += backendCPU(b, src) - s0
-				dstCPU += backendCPU(b, dst) - d0
+				srcCPU += backendCPU(src) - s0
+				dstCPU += backendCPU(dst) - d0
 				if r.Verdict != Converged || r.Tables[0].SourceRows != int64(rows) {
 					b.Fatalf("verdict %s, %d rows", r.Verdict, r.Tables[0].SourceRows)
 				}
@@ -146,33 +144,15 @@ func oneCoreCountCPU(b *testing.B, conn *pgx.Conn) float64 {
 		b.Fatal(err)
 	}
 	var n int64
-	c0 := backendCPU(b, conn)
+	c0 := backendCPU(conn)
 	if err := tx.QueryRow(ctx, "SELECT count(*) FROM public.ledger").Scan(&n); err != nil {
 		b.Fatal(err)
 	}
-	return backendCPU(b, conn) - c0
+	return backendCPU(conn) - c0
 }
 
 // backendCPU is the CPU time, in seconds, the server process behind conn
-// has used (utime + stime from /proc/<pid>/stat, in USER_HZ = 100 ticks per
-// second on Linux), or 0 where that cannot be read.
-func backendCPU(b *testing.B, conn *pgx.Conn) float64 {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", conn.PgConn().PID()))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		b.Fatalf("unexpected /proc stat: %s", stat)
-	}
-	return (utime + stime) / 100
+// has used (pgtest.ProcCPU), or 0 where that cannot be read.
+func backendCPU(conn *pgx.Conn) float64 {
+	return pgtest.ProcCPU(int(conn.PgConn().PID()))
 }
