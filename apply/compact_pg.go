@@ -208,10 +208,9 @@ func (x *pgTx) queueNet(ctx context.Context, stmts []netStmt) error {
 
 // prefolded is a batch folded ahead (Applier.prefold): its envelopes and
 // their statements (folds false: compact refused them), built with the
-// plans of generation gen.
+// current plans (resetPrepared drops it).
 type prefolded struct {
 	envs  []*pb.Envelope
-	gen   int
 	stmts []netStmt
 	folds bool
 }
@@ -228,7 +227,7 @@ func (t *pgTarget) prefoldEnvs(envs []*pb.Envelope) {
 	if t.reseeds.anyReplace() {
 		return
 	}
-	pre := &prefolded{envs: envs, gen: t.gen}
+	pre := &prefolded{envs: envs}
 	if b, ok := compact(envs); ok {
 		stmts, err := t.netStmts(b, func(p *relPlan) ([]string, error) {
 			if ty, ok := t.types[p]; ok {
@@ -245,12 +244,12 @@ func (t *pgTarget) prefoldEnvs(envs []*pb.Envelope) {
 }
 
 // takePrefolded returns the prefolded statements for envs: ok only when
-// they were built for exactly these envelopes, in this order, with the
-// current plans. Either way the prefold is used up.
+// they were built for exactly these envelopes, in this order. Either way
+// the prefold is used up.
 func (t *pgTarget) takePrefolded(envs []*pb.Envelope) (stmts []netStmt, folds, ok bool) {
 	pre := t.pre
 	t.pre = nil
-	if pre == nil || pre.gen != t.gen || len(pre.envs) != len(envs) {
+	if pre == nil || len(pre.envs) != len(envs) {
 		return nil, false, false
 	}
 	for i, e := range envs {

@@ -50,11 +50,10 @@ type pgTarget struct {
 	// before its results are read: the Applier folds the next batch there
 	// (Applier.prefold), while the target executes this one. prefoldOn
 	// enables it; pre is what it built, for the next Flush (compact_pg.go),
-	// valid for plans of generation gen (resetPrepared starts a new one).
+	// and resetPrepared drops it with the plans it was built from.
 	whileSent func()
 	prefoldOn bool
 	pre       *prefolded
-	gen       int
 	// prefoldsUsed counts the batches written from pre.
 	prefoldsUsed atomic.Int64
 }
@@ -551,7 +550,6 @@ func (t *pgTarget) resetPrepared(ctx context.Context) error {
 	clear(t.prepared)
 	clear(t.plans)
 	clear(t.types)
-	t.gen++
 	t.pre = nil
 	for _, q := range []string{t.sql.applyCheckpoint, t.sql.skipCheckpoint, t.sql.upsertProgress, t.sql.markReplayed} {
 		if err := t.prepare(ctx, q); err != nil {
