@@ -95,8 +95,8 @@ fuzz:
 	$(GO) test ./envelope -run='^$$' -fuzz=FuzzDecode -fuzztime=60s
 
 # fuzz-short: every Fuzz target in the repository, each for FUZZTIME
-# (scripts/fuzz-short.sh: how targets are found, and the one rerun of a
-# run that fails only by Go 1.26's fuzzing deadline race, which
+# (scripts/fuzz-short.sh: how targets are found, and the reruns of a run
+# that fails only by Go 1.26's fuzzing deadline race, which
 # scripts/fuzz-short-check.sh checks first).
 FUZZTIME ?= 5s
 FUZZFLAGS ?=
