@@ -79,8 +79,9 @@ func (f *Flow) setMemoryLimit() (restore func()) {
 // The collector's pacing. GOGC=100 starts a collection when the heap has
 // grown to twice what survived the last one. Draining a backlog of small
 // transactions, about 20 MiB survives, so the collector ran every ~20 MiB
-// of allocation: 134 collections in a 40 s catch-up, with their marking,
-// write barriers and assists 15 % of the process's CPU (docs/EVIDENCE.md).
+// of allocation: 56–57 collections in a 100k TPC-B catch-up, with its
+// marking and the allocation paths it slows about a fifth of the process's
+// CPU (docs/EVIDENCE.md, 2026-12-01 21:00–22:00 UTC; 19 collections now).
 // The memory limit is sized for the worst case, a large transaction, and a
 // small live heap leaves most of it unused. The tuner sets GOGC after every
 // collection so that the next one starts at floor bytes (a third of the limit)
