@@ -31,9 +31,9 @@ func App() *cli.App {
 		Version: VersionString(),
 		Description: "Trellara moves committed PostgreSQL transactions to Postgres targets with their\n" +
 			"boundaries intact, keeps retention pressure off the source, and proves convergence.\n" +
-			"Evidence tooling (chaos, qualify, stream, pilot-scorecard, pilot-package), development tools (dev) and\n" +
-			"schema tooling (schema, reseed), semantics and commands not implemented yet (fleet, lake) are hidden from this list;\n" +
-			"see docs/CLI.md.",
+			"Recovery and evidence tooling (repair-plan, reseed, schema, stream, semantics, chaos, qualify, pilot-scorecard,\n" +
+			"pilot-package, fanin) and development tools (dev) work and are tested, but are hidden from this list;\n" +
+			"docs/CLI.md lists every command.",
 		HideHelpCommand: true,
 		Commands: append(append([]*cli.Command{
 			initCommand(),
@@ -42,9 +42,9 @@ func App() *cli.App {
 			runCommand(),
 			verifyCommand(),
 			statusCommand(),
-			repairPlanCommand(),
+		}, fleetLakeCommands()...), // fleet, lake (and the hidden fanin): trellara-full links them
 			configCommand(),
-		}, fleetLakeCommands()...), // fleet, lake, fanin: trellara-full only
+			repairPlanCommand(),
 			chaosCommand(),
 			semanticsCommand(),
 			schemaCommand(),

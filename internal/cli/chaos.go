@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/trellara/trellara/internal/buildinfo"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -27,7 +28,7 @@ func chaosCommand() *cli.Command {
 				Usage: "run the failure scenarios (all of them by default) and check every invariant",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "scenario", Usage: "run one scenario by id (also swarm.<simulation>.<seed>)"},
-					&cli.StringFlag{Name: "family", Usage: "run one family: relay-crash, applier-crash, storage, transport, schema, fleet-fanin"},
+					&cli.StringFlag{Name: "family", Usage: "run one family: " + strings.Join(sim.Families, ", ")},
 					&cli.IntFlag{Name: "seeds", Usage: "also run N randomized fault mixes per simulation (swarm testing)"},
 					&cli.Uint64Flag{Name: "seed-base", Usage: "where the randomized runs draw their seeds from", Value: 1},
 					&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "apply this flow config's bounds (memory, segment size) to the simulations"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -161,9 +162,21 @@ func initCommand() *cli.Command {
 					return err
 				}
 			}
+			tgt := ref("target-database-url", "TRELLARA_TARGET_URL")
+			// An evaluation applies somewhere: without a target URL the
+			// config reads it from TRELLARA_TARGET_URL, and init says how to
+			// make one (a flow with no target would pass check and preflight
+			// and then refuse to run).
+			var targetHint []string
+			if tgt.IsZero() && evaluate {
+				tgt = config.EnvRef("TRELLARA_TARGET_URL")
+				if _, ok := os.LookupEnv("TRELLARA_TARGET_URL"); !ok {
+					targetHint = evaluationTargetHint(srcURL, database)
+				}
+			}
 			cfg, err := config.Starter(config.StarterOptions{
 				Flow: c.String("flow"), SourceID: c.String("source-id"), Database: database,
-				SourceDatabaseURL: src, TargetDatabaseURL: ref("target-database-url", "TRELLARA_TARGET_URL"),
+				SourceDatabaseURL: src, TargetDatabaseURL: tgt,
 				Tables: c.StringSlice("table"), Evaluate: evaluate,
 			})
 			if err != nil {
@@ -174,10 +187,21 @@ func initCommand() *cli.Command {
 				return failure(err)
 			}
 			if format == "json" {
-				return writeJSON(c, true, map[string]any{"config": out, "flow": cfg.Flow, "evaluate": evaluate, "environment": env})
+				body := map[string]any{"config": out, "flow": cfg.Flow, "evaluate": evaluate, "environment": env}
+				if targetHint != nil {
+					body["target_setup"] = targetHint
+				}
+				return writeJSON(c, true, body)
 			}
 			w := c.App.Writer
 			fmt.Fprintf(w, "wrote %s (flow %s)\n", out, cfg.Flow)
+			if targetHint != nil {
+				fmt.Fprintln(w, "the evaluation applies the source's transactions to a target database, and none was given (--target-database-url);")
+				fmt.Fprintln(w, "the config reads it from TRELLARA_TARGET_URL: create an empty database (on this server or another) and export its URL before the next command:")
+				for _, l := range targetHint {
+					fmt.Fprintf(w, "  %s\n", l)
+				}
+			}
 			if len(env) > 0 {
 				fmt.Fprintln(w, "the config reads the connection URLs from the environment (they are not written to the file); set them, with the real user and password in place of <redacted>, before the next command:")
 				for _, name := range []string{"TRELLARA_SOURCE_URL", "TRELLARA_TARGET_URL"} {
@@ -190,6 +214,27 @@ func initCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// evaluationTargetHint is the two commands that give an evaluation flow a
+// target: an empty database beside the source's (named <database>_target)
+// and the export of its URL, the source's URL with that database and its
+// password shown as <redacted>.
+func evaluationTargetHint(srcURL, database string) []string {
+	name := "trellara_target"
+	if database != "" {
+		name = database + "_target"
+	}
+	createdb := "createdb " + shell.Quote(name)
+	target := "postgres://<user>:<password>@<host>:5432/" + name
+	if pc, err := pgconn.ParseConfig(srcURL); err == nil && srcURL != "" {
+		createdb = fmt.Sprintf("createdb -h %s -p %d -U %s %s", shell.Quote(pc.Host), pc.Port, shell.Quote(pc.User), shell.Quote(name))
+		if u, err := url.Parse(srcURL); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+			u.Path = "/" + name
+			target = config.RedactConnString(u.String())
+		}
+	}
+	return []string{createdb, "export TRELLARA_TARGET_URL=" + shell.Quote(target)}
 }
 
 // checkTablesExist refuses tables the source lacks (or that are not
@@ -692,8 +737,9 @@ func schemaCommand() *cli.Command {
 
 func repairPlanCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "repair-plan",
-		Usage: "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
+		Name:   "repair-plan",
+		Usage:  "the recovery plan for a quarantined or diverged flow (exit 1 when there is something to repair)",
+		Hidden: true,
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringSliceFlag{Name: "table", Usage: "accepted for the command named by verify; the plan covers the whole flow"}},
 		Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {

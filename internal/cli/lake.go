@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/trellara/trellara/internal/buildinfo"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // lakeCommands builds fleet, lake and fanin; the full edition sets it
@@ -14,22 +16,41 @@ import (
 var lakeCommands func() []*cli.Command
 
 // fleetLakeCommands are the fleet, lake and fanin commands of this build.
+// fleet and lake are on the short help surface in both editions, as the
+// product page lists them; fanin is hidden.
 func fleetLakeCommands() []*cli.Command {
 	if lakeCommands != nil {
 		return lakeCommands()
 	}
 	return []*cli.Command{
-		fullOnly("fleet", "many sources operated as one object: init, run, report, scorecard"),
-		fullOnly("lake", "Iceberg fan-in: plan, epoch"),
-		fullOnly("fanin", "fan-in verification: fanin verify"),
+		fullOnly("fleet", "many sources operated as one object: init, run, report, scorecard", false),
+		fullOnly("lake", "Iceberg fan-in: plan, epoch", false),
+		fullOnly("fanin", "fan-in verification: fanin verify", true),
 	}
 }
 
-// fullOnly is notImplemented for a command only trellara-full carries.
-func fullOnly(name, usage string) *cli.Command {
-	cmd := notImplemented(name, usage, true, configFlag(), formatFlag())
-	cmd.Action = func(*cli.Context) error {
-		return &exitErr{err: fmt.Errorf("%w: %s in this build; trellara-full (make build writes bin/trellara-full) carries it", buildinfo.ErrNotImplemented, name), code: ExitError}
+// errFullEdition is the refusal of a command that only trellara-full links
+// (the default edition links no Iceberg or Kafka client). The feature has
+// landed, so this is not ErrNotImplemented: the fix is the other binary.
+var errFullEdition = errors.New("is in the full edition only")
+
+// fullOnly is a command only trellara-full carries: in this build it
+// names the binary that has it, with the same arguments, and exits 2.
+func fullOnly(name, usage string, hidden bool) *cli.Command {
+	return &cli.Command{
+		Name:            name,
+		Usage:           usage + " (trellara-full)",
+		Hidden:          hidden,
+		Flags:           []cli.Flag{configFlag(), formatFlag()},
+		SkipFlagParsing: true, // whatever was typed, the answer is the same command in trellara-full
+		Action: func(c *cli.Context) error {
+			if slices.Contains(c.Args().Slice(), "--help") || slices.Contains(c.Args().Slice(), "-h") {
+				fmt.Fprintf(c.App.Writer, "trellara %s: %s; in this build it names the same command for trellara-full (docs/CLI.md)\n", name, usage)
+				return nil
+			}
+			args := append([]string{"trellara-full", name}, c.Args().Slice()...)
+			return &exitErr{err: fmt.Errorf("%s %w (this build links no Iceberg or Kafka client); fix: %s (installed beside trellara by the package; make build writes bin/trellara-full)",
+				name, errFullEdition, shell.Command(args...)), code: ExitError}
+		},
 	}
-	return cmd
 }

@@ -30,9 +30,8 @@ func fleetConfigFlag() cli.Flag {
 func fullLakeCommands() []*cli.Command {
 	return []*cli.Command{
 		{
-			Name:   "fleet",
-			Usage:  "many sources operated as one object: init, run, report, scorecard",
-			Hidden: true,
+			Name:  "fleet",
+			Usage: "many sources operated as one object: init, run, report, scorecard",
 			Subcommands: []*cli.Command{
 				{
 					Name:  "init",
@@ -68,9 +67,8 @@ func fullLakeCommands() []*cli.Command {
 			},
 		},
 		{
-			Name:   "lake",
-			Usage:  "Iceberg fan-in: plan, epoch",
-			Hidden: true,
+			Name:  "lake",
+			Usage: "Iceberg fan-in: plan, epoch",
 			Subcommands: []*cli.Command{
 				{
 					Name:  "epoch",

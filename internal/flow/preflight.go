@@ -181,10 +181,23 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		}
 		add(c)
 	}
+	if len(f.Sinks()) == 0 {
+		// A capture-only flow is valid (its consumers read the log or the
+		// topic), but run --local and verify need a target: say so before
+		// the run does, and fail an evaluation flow, which exists to apply.
+		add(Check{Name: "target", OK: !f.Cfg.Run.Evaluate, Detail: noTargetProblem(f.Cfg.Flow), Fix: noTargetFix})
+	}
 	for _, sk := range f.Sinks() {
 		f.preflightSink(ctx, sk, defs, createTables, add)
 	}
 	return r
+}
+
+// noTargetFix is the one recipe for a flow with no target section.
+const noTargetFix = "add a target to the config: `target: {database_url: {env: TRELLARA_TARGET_URL}, create_tables: true}`, then `export TRELLARA_TARGET_URL=postgres://USER:PASSWORD@HOST:5432/DATABASE` (an empty database; createdb makes one)"
+
+func noTargetProblem(flow string) string {
+	return fmt.Sprintf("none: flow %s only captures (run --role relay, consumers of its log); run --local, verify and the applier need a target", flow)
 }
 
 // preflightSink checks sink sk's target: connection, tables and, before

@@ -105,7 +105,7 @@ type RunCounts struct {
 func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progress)) (*RunResult, error) {
 	start := time.Now()
 	if len(f.Sinks()) == 0 {
-		return nil, fmt.Errorf("flow %s has no target: run --local applies to a target", f.Cfg.Flow)
+		return nil, fmt.Errorf("target: %s; fix: %s", noTargetProblem(f.Cfg.Flow), noTargetFix)
 	}
 	defer f.setMemoryLimit()()
 	ctx, cancel := context.WithCancel(ctx)
