@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trellara/trellara/internal/pgtest"
+)
+
+// The page's init line has no target: init must say how to give the
+// evaluation one, check and preflight must refuse until it is there, and
+// the printed recipe, typed as printed, must make the flow runnable.
+// Mutation: Starter left without a target section when --evaluate has no
+// URL (as on 0335858) — check and preflight pass, run --local refuses.
+func TestInitEvaluateWithoutTarget(t *testing.T) {
+	pg := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	pg.CreateDB(t, "shop")
+	pg.ExecDB(t, "shop", `CREATE TABLE public.sales (id int PRIMARY KEY, v text)`,
+		`INSERT INTO public.sales SELECT g, 's' || g FROM generate_series(1, 50) g`)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "trellara.yml")
+	unsetEnv(t, "TRELLARA_TARGET_URL")
+	out, errOut, code := run(t, "init", "--source-database-url", pg.URL("shop"), "--table", "public.sales", "--evaluate", "--output", cfg)
+	if code != 0 {
+		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "createdb ") || !strings.Contains(out, "export TRELLARA_TARGET_URL=") {
+		t.Fatalf("init does not say how to give the evaluation a target:\n%s", out)
+	}
+	for _, cmd := range [][]string{{"check"}, {"preflight"}, {"run", "--local", "--verify"}} {
+		out, errOut, code := run(t, append(cmd, "--config", cfg)...)
+		if code == 0 || !strings.Contains(out+errOut, "TRELLARA_TARGET_URL") || !strings.Contains(out+errOut, "fix: ") {
+			t.Errorf("%v without the target's URL: exit %d, want a refusal naming TRELLARA_TARGET_URL with a fix\n%s%s", cmd, code, out, errOut)
+		}
+	}
+	// What init printed, done: the database created, its URL exported.
+	pg.CreateDB(t, "shop_target")
+	t.Setenv("TRELLARA_TARGET_URL", pg.URL("shop_target"))
+	for _, cmd := range [][]string{{"check"}, {"preflight"}, {"run", "--local", "--verify"}} {
+		if out, errOut, code := run(t, append(cmd, "--config", cfg)...); code != 0 {
+			t.Fatalf("%v after the printed recipe: exit %d\n%s%s", cmd, code, out, errOut)
+		}
+	}
+}
+
+// A capture-only flow (no target section) passes preflight with a line
+// saying what it cannot do, and run --local refuses with the recipe.
+func TestPreflightNamesAMissingTarget(t *testing.T) {
+	pg := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	pg.CreateDB(t, "shop")
+	pg.ExecDB(t, "shop", `CREATE TABLE public.sales (id int PRIMARY KEY, v text)`)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "trellara.yml")
+	if out, errOut, code := run(t, "init", "--source-database-url", pg.URL("shop"), "--table", "public.sales", "--output", cfg, "--flow", "shop"); code != 0 {
+		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Setenv("TRELLARA_SOURCE_URL", pg.URL("shop"))
+	out, errOut, code := run(t, "preflight", "--config", cfg)
+	if !strings.Contains(out, "target") || !strings.Contains(out, "only captures") {
+		t.Errorf("preflight of a capture-only flow does not name the missing target: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, "run", "--config", cfg, "--local", "--format", "json")
+	if code != ExitError || !strings.Contains(out, `"fix": "add a target to the config`) {
+		t.Errorf("run --local of a capture-only flow: exit %d, want 2 with the recipe as the fix\n%s%s", code, out, errOut)
+	}
+}
+
+// unsetEnv removes name for the test (t.Setenv first, so it is restored).
+func unsetEnv(t *testing.T, name string) {
+	t.Helper()
+	t.Setenv(name, "")
+	if err := os.Unsetenv(name); err != nil {
+		t.Fatal(err)
+	}
+}
