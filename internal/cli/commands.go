@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -116,6 +118,8 @@ func initCommand() *cli.Command {
 			&cli.StringFlag{Name: "source-id", Usage: "stable id of the source database", Value: "source"},
 			&cli.BoolFlag{Name: "evaluate", Usage: "evaluation flow: local log beside the config, Trellara owns slot and publication, target tables created"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"config"}, Usage: "config path to write", Value: "trellara.yml"},
+			&cli.StringFlag{Name: "relay-listen", Usage: "the relay's health and metrics address (default: 127.0.0.1:9401, or the first pair 10 ports up that no config beside the output names and nothing listens on)"},
+			&cli.StringFlag{Name: "applier-listen", Usage: "the applier's health and metrics address (default: the relay's port + 1)"},
 			formatFlag(),
 		},
 		Action: func(c *cli.Context) error {
@@ -174,15 +178,16 @@ func initCommand() *cli.Command {
 					targetHint = evaluationTargetHint(srcURL, database)
 				}
 			}
+			out := c.String("output")
+			listen, listenNote := initListen(out, c.String("relay-listen"), c.String("applier-listen"))
 			cfg, err := config.Starter(config.StarterOptions{
 				Flow: c.String("flow"), SourceID: c.String("source-id"), Database: database,
-				SourceDatabaseURL: src, TargetDatabaseURL: tgt,
+				SourceDatabaseURL: src, TargetDatabaseURL: tgt, Listen: listen,
 				Tables: c.StringSlice("table"), Evaluate: evaluate,
 			})
 			if err != nil {
 				return failure(err)
 			}
-			out := c.String("output")
 			if err := config.CreateFile(out, cfg); err != nil {
 				return failure(err)
 			}
@@ -191,10 +196,14 @@ func initCommand() *cli.Command {
 				if targetHint != nil {
 					body["target_setup"] = targetHint
 				}
+				body["listen"] = map[string]string{"relay": cfg.Run.Listen.Relay, "applier": cfg.Run.Listen.Applier}
 				return writeJSON(c, true, body)
 			}
 			w := c.App.Writer
 			fmt.Fprintf(w, "wrote %s (flow %s)\n", out, cfg.Flow)
+			if listenNote != "" {
+				fmt.Fprintln(w, listenNote)
+			}
 			if targetHint != nil {
 				fmt.Fprintln(w, "the evaluation applies the source's transactions to a target database, and none was given (--target-database-url);")
 				fmt.Fprintln(w, "the config reads it from TRELLARA_TARGET_URL: create an empty database (on this server or another) and export its URL before the next command:")
@@ -214,6 +223,65 @@ func initCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// initListen chooses the new flow's relay and applier addresses: the
+// flags where given, else the first default pair (config.ListenPair) that
+// no flow config beside out names and nothing on this machine listens on,
+// so two flows made by init side by side (a fleet) never share a port.
+// The note says why the defaults were passed over.
+func initListen(out, relay, applier string) (config.Listen, string) {
+	if relay != "" || applier != "" {
+		l := config.ListenPair("127.0.0.1", 0)
+		if relay != "" {
+			l.Relay = relay
+		}
+		if applier != "" {
+			l.Applier = applier
+		}
+		return l, ""
+	}
+	type taken struct{ addr, by string }
+	var named []taken
+	for _, pat := range []string{"*.yml", "*.yaml"} {
+		paths, _ := filepath.Glob(filepath.Join(filepath.Dir(out), pat))
+		for _, p := range paths {
+			if cfg, err := config.Load(p); err == nil {
+				for _, a := range cfg.ListenAddrs() {
+					named = append(named, taken{a.Addr, fmt.Sprintf("flow %s's %s (%s)", cfg.Flow, a.Key, p)})
+				}
+			}
+		}
+	}
+	var why []string
+	for n := 0; n < 100; n++ {
+		l := config.ListenPair("127.0.0.1", n)
+		free := true
+		for _, a := range []string{l.Relay, l.Applier} {
+			for _, t := range named {
+				if config.ListenConflict(a, t.addr) {
+					free = false
+					why = append(why, a+" is "+t.by)
+				}
+			}
+			if free {
+				ln, err := net.Listen("tcp", a)
+				if err != nil {
+					free = false
+					why = append(why, a+" is in use on this machine")
+				} else {
+					_ = ln.Close()
+				}
+			}
+		}
+		if free {
+			if n == 0 {
+				return l, ""
+			}
+			return l, fmt.Sprintf("run.listen: relay %s, applier %s (passed over: %s; --relay-listen and --applier-listen choose others)", l.Relay, l.Applier, strings.Join(why, "; "))
+		}
+	}
+	return config.ListenPair("127.0.0.1", 0), "run.listen: the default ports 9401 and 9402 (no free pair found up to 10391; set run.listen in the config)"
 }
 
 // evaluationTargetHint is the two commands that give an evaluation flow a

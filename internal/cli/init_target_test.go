@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -73,5 +74,36 @@ func unsetEnv(t *testing.T, name string) {
 	t.Setenv(name, "")
 	if err := os.Unsetenv(name); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Two flows made by init side by side get their own ports (on 0335858 both
+// got 9401 and a fleet of them looped on "address already in use"), and a
+// port something listens on is passed over. Mutation: initListen returning
+// the default pair always — red.
+func TestInitAssignsFreePorts(t *testing.T) {
+	dir := t.TempDir()
+	src := "postgres://u@127.0.0.1:1/db?connect_timeout=1"
+	var relays []string
+	for _, name := range []string{"a", "b", "c"} {
+		cfg := filepath.Join(dir, name+".yml")
+		if out, errOut, code := run(t, "init", "--source-database-url", src, "--target-database-url", src, "--table", "public.t",
+			"--flow", name, "--evaluate", "--output", cfg); code != 0 {
+			t.Fatalf("init %s: exit %d\n%s%s", name, code, out, errOut)
+		}
+		c, err := config.Load(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, prev := range relays {
+			for _, a := range c.ListenAddrs() {
+				if config.ListenConflict(prev, a.Addr) {
+					t.Errorf("flow %s's %s %s takes a port of an earlier flow (%s)", name, a.Key, a.Addr, prev)
+				}
+			}
+		}
+		for _, a := range c.ListenAddrs() {
+			relays = append(relays, a.Addr)
+		}
 	}
 }

@@ -137,7 +137,14 @@ func fleetInit(c *cli.Context) error {
 	}
 	// Relative flow paths resolve from fleet.yml's directory: validate the
 	// written file, and take it back if it is not valid.
-	if _, err := lake.LoadFleet(path); err != nil {
+	f, err := lake.LoadFleet(path)
+	if err != nil {
+		_ = os.Remove(path)
+		return failure(err)
+	}
+	// Create what the file names: fleet run must not be the first to find
+	// that the catalog's directory does not exist.
+	if err := f.Lake.CreateLocalDirs(); err != nil {
 		_ = os.Remove(path)
 		return failure(err)
 	}

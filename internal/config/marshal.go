@@ -222,6 +222,9 @@ type StarterOptions struct {
 	// Database is the source database's name; the flow is named after it
 	// when Flow is empty. With neither, Starter asks for a flow name.
 	Database string
+	// Listen is the relay's and applier's health and metrics addresses;
+	// zero: the defaults (127.0.0.1:9401, 127.0.0.1:9402).
+	Listen Listen
 	// Dir is the local log directory. Default: trellara-data/<flow> (beside
 	// the config file) when Evaluate, else /var/lib/trellara/<flow>.
 	Dir string
@@ -260,6 +263,12 @@ func Starter(o StarterOptions) (*Config, error) {
 	c.Source.DatabaseURL = o.SourceDatabaseURL
 	c.Source.OwnsSlot = o.Evaluate
 	c.Run.Evaluate = o.Evaluate
+	if o.Listen.Relay != "" {
+		c.Run.Listen.Relay = o.Listen.Relay
+	}
+	if o.Listen.Applier != "" {
+		c.Run.Listen.Applier = o.Listen.Applier
+	}
 	c.Transport.Local = DefaultLocal()
 	c.Transport.Local.Dir = o.Dir
 	if c.Transport.Local.Dir == "" {

@@ -1,6 +1,11 @@
 package lake
 
-import "errors"
+import (
+	"errors"
+	"syscall"
+
+	"github.com/trellara/trellara/internal/config"
+)
 
 // Errors the changelog writer refuses with; each is wrapped with the source,
 // commit LSN and relation it concerns.
@@ -14,3 +19,20 @@ var (
 	// changelog's own columns.
 	ErrReservedColumn = errors.New("the column name is reserved for the changelog's own columns (rename the source column)")
 )
+
+// PermanentError is a failure that retrying cannot mend — a configuration
+// the operator must change (a port another listener holds, a catalog
+// directory that does not exist). fleet run stops with it instead of
+// restarting the component forever.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// permanent reports whether err cannot be mended by a restart: a
+// PermanentError, a listen address in use, or an invalid configuration.
+func permanent(err error) bool {
+	var pe *PermanentError
+	var ve *config.ValidationError
+	return errors.As(err, &pe) || errors.Is(err, syscall.EADDRINUSE) || errors.As(err, &ve)
+}

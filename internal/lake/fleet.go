@@ -350,6 +350,38 @@ func (d *fleetDecoder) validate(f *Fleet) {
 		}
 		seen[s.ID] = i
 	}
+	// fleet run serves every source's relay and the committer in one
+	// process: two of them on one port would loop on "address already in
+	// use". Refuse it here, with the keys.
+	type listener struct{ key, addr string }
+	listeners := []listener{{"run.listen", f.Run.Listen}}
+	// The pair to suggest: the first default pair no listener of the
+	// fleet takes.
+	suggest := func() config.Listen {
+		for n := 1; ; n++ {
+			p, free := config.ListenPair("127.0.0.1", n), true
+			for _, s := range f.Sources {
+				for _, a := range append(s.Flow.ListenAddrs(), config.ListenAddr{Addr: f.Run.Listen}) {
+					free = free && !config.ListenConflict(a.Addr, p.Relay) && !config.ListenConflict(a.Addr, p.Applier)
+				}
+			}
+			if free {
+				return p
+			}
+		}
+	}
+	for i, s := range f.Sources {
+		a := listener{fmt.Sprintf("sources[%d] (flow %s, %s) run.listen.relay", i, s.Flow.Flow, s.Config), s.Flow.Run.Listen.Relay}
+		for _, b := range listeners {
+			if config.ListenConflict(a.addr, b.addr) {
+				p := suggest()
+				d.fail(fmt.Sprintf("sources[%d].config", i), nil,
+					fmt.Sprintf("give the flow its own ports: set run.listen.relay and run.listen.applier in %s, e.g. %s and %s", s.Config, p.Relay, p.Applier),
+					"%s %s takes the same port as %s %s", a.key, a.addr, b.key, b.addr)
+			}
+		}
+		listeners = append(listeners, a)
+	}
 	kinds := []string{CatalogSQLite, CatalogPostgres, CatalogREST}
 	if k := f.Lake.Catalog.Kind; k != "" && !slices.Contains(kinds, k) {
 		d.fail("lake.catalog.kind", nil, "use one of: "+strings.Join(kinds, ", "), "unknown catalog kind %q", k)

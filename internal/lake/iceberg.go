@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,6 +27,7 @@ import (
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite" for sql-sqlite
 
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Lake is an open Iceberg catalog with the fleet's namespace.
@@ -52,6 +55,9 @@ func Open(ctx context.Context, sink Sink) (*Lake, error) {
 	case CatalogSQLite, CatalogPostgres:
 		driver, dialect, dsn := "pgx", sqlcat.Postgres, uri
 		if sink.Catalog.Kind == CatalogSQLite {
+			if dir := filepath.Dir(strings.TrimPrefix(uri, "file:")); !isDir(dir) {
+				return nil, &PermanentError{Err: fmt.Errorf("lake: lake.catalog.uri: the SQLite catalog's directory %s does not exist; fix: mkdir -p %s (fleet init creates it)", dir, shell.Quote(dir))}
+			}
 			// WAL and a busy timeout on every pooled connection: the fleet
 			// commits while lake epoch / fanin verify read.
 			driver, dialect = "sqlite", sqlcat.SQLite
@@ -533,4 +539,30 @@ func (l *Lake) Epochs(ctx context.Context) ([]Epoch, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// CreateLocalDirs creates the directories the sink names on this machine:
+// a SQLite catalog's directory and a file:// warehouse (0700: the lake's
+// data is the sources' data).
+func (s Sink) CreateLocalDirs() error {
+	var dirs []string
+	if s.Catalog.Kind == CatalogSQLite && s.Catalog.URI.IsInline() {
+		if sec, err := s.Catalog.URI.Resolve(); err == nil {
+			dirs = append(dirs, filepath.Dir(strings.TrimPrefix(sec.Reveal(), "file:")))
+		}
+	}
+	if p, ok := strings.CutPrefix(s.Warehouse, "file://"); ok {
+		dirs = append(dirs, p)
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("lake: create %s: %w", d, err)
+		}
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ package lake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -38,6 +39,9 @@ func RunFleet(ctx context.Context, f *Fleet, o RunOptions) error {
 	}
 	log.Info("trellara fleet starting", "fleet", f.Name, "sources", f.SourceIDs(), "catalog", f.Lake.Catalog.Kind,
 		"warehouse", f.Lake.Warehouse, "namespace", f.Lake.Namespace, "version", o.Build.Version, "commit", o.Build.Commit)
+	// A component that stops for good (a permanent error) cancels the rest.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	health := obs.NewHealth()
 	m := newLakeMetrics(f)
 	addr, wait, err := obs.Serve(ctx, f.Run.Listen, obs.Handler(m.reg, health))
@@ -53,33 +57,45 @@ func RunFleet(ctx context.Context, f *Fleet, o RunOptions) error {
 		go func() {
 			defer wg.Done()
 			slog := log.With("source", s.ID)
-			restart(ctx, slog, "relay "+s.ID, func(ctx context.Context) error {
+			if err := restart(ctx, slog, "relay "+s.ID, func(ctx context.Context) error {
 				return flow.Serve(ctx, flow.ServiceOptions{ConfigPath: s.Config, Role: "relay", Logger: slog, Build: o.Build})
-			})
+			}); err != nil {
+				cancel(fmt.Errorf("fleet: source %s (%s): %w", s.ID, s.Config, err))
+			}
 		}()
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		restart(ctx, log, "lake committer", func(ctx context.Context) error {
+		if err := restart(ctx, log, "lake committer", func(ctx context.Context) error {
 			return commitLoop(ctx, f, log, health, m)
-		})
+		}); err != nil {
+			cancel(fmt.Errorf("fleet: lake committer (%s): %w", f.File(), err))
+		}
 	}()
 	wg.Wait()
 	_ = wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("trellara fleet stopped: a component cannot start until its configuration changes", "fleet", f.Name, "err", err)
+		return err
+	}
 	log.Info("trellara fleet stopped", "fleet", f.Name)
 	return nil
 }
 
 // restart runs body until ctx ends, again after each error with capped,
-// jittered exponential backoff.
-func restart(ctx context.Context, log *slog.Logger, what string, body func(context.Context) error) {
+// jittered exponential backoff; an error a restart cannot mend (permanent)
+// is returned instead, and the fleet stops with it.
+func restart(ctx context.Context, log *slog.Logger, what string, body func(context.Context) error) error {
 	backoff := time.Second
 	for ctx.Err() == nil {
 		started := time.Now()
 		err := body(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
+		}
+		if permanent(err) {
+			return err
 		}
 		if time.Since(started) > 5*time.Minute {
 			backoff = time.Second
@@ -88,11 +104,12 @@ func restart(ctx context.Context, log *slog.Logger, what string, body func(conte
 		log.Error("fleet: component stopped; restarting", "component", what, "err", err, "retry_in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(wait):
 		}
 		backoff = min(backoff*2, time.Minute)
 	}
+	return nil
 }
 
 // commitLoop is one life of the lake committer: a batch every
