@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/trellara/trellara/internal/buildinfo.Version=$(VE
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build test ext-test lint fmt-check vet staticcheck generate generate-check unit demo demo-kafka demo-lake bench bench-e2e bench-mem fuzz fuzz-short clean
+.PHONY: all build deps test test-phases ext-test lint fmt-check vet staticcheck generate generate-check unit demo demo-kafka demo-lake bench bench-e2e bench-mem fuzz fuzz-short clean
 
 all: build
 
@@ -23,11 +23,27 @@ build:
 # make test: everything CI gates on. Integration tests start real PostgreSQL
 # servers; TRELLARA_REQUIRE_PG=1 (set by .ci/run) turns "no server binary"
 # from a skip into a failure.
-test: lint generate-check build ext-test
-	$(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
-	$(GO) test -race -timeout $(TEST_TIMEOUT) -tags full -run Kafka ./internal/flow
-	$(GO) test -race -timeout $(TEST_TIMEOUT) -tags full ./internal/lake/...
-	$(MAKE) --no-print-directory fuzz-short
+test: deps
+	@$(MAKE) --no-print-directory test-phases
+
+# deps: what the tests need and this machine lacks (scripts/deps.sh):
+# PostgreSQL 15 server and headers, protoc, gcc (Debian packages, as root),
+# protoc-gen-go and staticcheck at their pinned versions, the Go modules.
+# Idempotent: it installs nothing that is already there.
+deps:
+	@GO=$(GO) ./scripts/deps.sh
+
+# Each phase of make test, timed (scripts/phase.sh prints its duration).
+PHASE := ./scripts/phase.sh
+test-phases:
+	@$(PHASE) lint $(MAKE) --no-print-directory lint
+	@$(PHASE) generate-check $(MAKE) --no-print-directory generate-check
+	@$(PHASE) build $(MAKE) --no-print-directory build
+	@$(PHASE) ext-test $(MAKE) --no-print-directory ext-test
+	@$(PHASE) go-test $(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+	@$(PHASE) go-test-kafka $(GO) test -race -timeout $(TEST_TIMEOUT) -tags full -run Kafka ./internal/flow
+	@$(PHASE) go-test-lake $(GO) test -race -timeout $(TEST_TIMEOUT) -tags full ./internal/lake/...
+	@$(PHASE) fuzz-short $(MAKE) --no-print-directory fuzz-short
 
 # The native extension: -Wall -Werror build, PGXS regression suite and the
 # live background-worker test on PostgreSQL 15 (installs into that server's
@@ -64,7 +80,7 @@ generate-check:
 		echo "envelope/envelopepb is stale: run make generate and commit"; rm -rf $$tmp; exit 1; fi; \
 	rm -rf $$tmp
 
-demo: build
+demo: deps build
 	./scripts/demo.sh
 
 # The public loop over a three-broker in-process Kafka cluster
