@@ -149,6 +149,9 @@ type Applier struct {
 	// from the feed, and nothing may be taken ahead of them.
 	held    []*unit
 	prefeed feed
+	// hold is the verify hold being applied up to (hold.go), nil outside
+	// one.
+	hold *activeHold
 
 	running atomic.Bool
 	mu      sync.Mutex
@@ -307,12 +310,17 @@ func (a *Applier) run(ctx context.Context, src Source, cur Cursor, stop func(Che
 				return a.settleExit(ctx, cur, err)
 			}
 		}
-		if err := a.process(ctx, rd, batch, cur); err != nil {
+		batch = a.holdCut(ctx, batch)
+		holdAfter := batchHold(batch) // read now: process may release the batch's units
+		err := a.process(ctx, rd, batch, cur)
+		batch = nil
+		if err != nil {
 			return a.settleExit(ctx, cur, err)
 		}
 		if stop != nil && stop(a.Checkpoint()) {
 			return a.settleExit(ctx, cur, nil)
 		}
+		a.holdAt(ctx, holdAfter)
 	}
 }
 
@@ -819,7 +827,9 @@ func readyBatch(f feed, cfg Config) []*unit {
 func fillBatch(f feed, cfg Config, first *unit) []*unit {
 	batch := []*unit{first}
 	rows, size := len(first.env.Rows), len(first.payload)
-	for len(batch) < cfg.MaxBatchTxns {
+	// A verify hold's fence ends its batch: the applier commits up to it
+	// and holds there (hold.go).
+	for len(batch) < cfg.MaxBatchTxns && holdID(batch[len(batch)-1].env) == "" {
 		it, ok := f.ready()
 		if !ok {
 			return batch

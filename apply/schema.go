@@ -91,7 +91,7 @@ CREATE TABLE IF NOT EXISTS %[1]s.quarantine (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS quarantine_open_unit
     ON %[1]s.quarantine (flow, source_id, unit_key) WHERE replayed_at IS NULL;
-` + barrierTableDDL
+` + barrierTableDDL + holdTableDDL
 
 // barrierTableDDL creates the barriers table: one row per DDL barrier a
 // sink applied, written in the target transaction that runs the barrier
@@ -130,21 +130,22 @@ func EnsureSchema(ctx context.Context, db DB, schema string) error {
 	// without CREATE on the database run once an administrator has created
 	// the schema (CREATE SCHEMA IF NOT EXISTS checks the privilege first).
 	var present bool
-	var barriers bool
+	var later bool
 	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL
-		AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL, to_regclass($5) IS NOT NULL`,
-		qs+".meta", qs+".checkpoints", qs+".snapshot_progress", qs+".quarantine", qs+".barriers").Scan(&present, &barriers)
+		AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL, to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL`,
+		qs+".meta", qs+".checkpoints", qs+".snapshot_progress", qs+".quarantine", qs+".barriers", qs+".verify_holds").Scan(&present, &later)
 	if err != nil {
 		return fmt.Errorf("apply: look up schema %q on the target: %w", schema, err)
 	}
-	if present && barriers {
+	if present && later {
 		return nil
 	}
 	q := fmt.Sprintf(schemaDDL, qs, int64(schemaLockKey), schemaVersion)
 	if present {
-		// A schema from before barriers were recorded: add their table
-		// only (no CREATE SCHEMA, which needs CREATE on the database).
-		q = fmt.Sprintf("SELECT pg_advisory_xact_lock(%[2]d);"+barrierTableDDL, qs, int64(schemaLockKey))
+		// A schema from before barriers or verify holds were recorded: add
+		// their tables only (no CREATE SCHEMA, which needs CREATE on the
+		// database).
+		q = fmt.Sprintf("SELECT pg_advisory_xact_lock(%[2]d);"+barrierTableDDL+holdTableDDL, qs, int64(schemaLockKey))
 	}
 	for attempt := 0; ; attempt++ {
 		_, err := db.Exec(ctx, q)

@@ -192,8 +192,21 @@ type CreatedSlot struct {
 // CreateSlot creates a pgoutput logical slot on a replication connection
 // and exports its snapshot.
 func CreateSlot(ctx context.Context, repl *pgconn.PgConn, slot string) (CreatedSlot, error) {
+	return createSlot(ctx, repl, slot, false)
+}
+
+// CreateTemporarySlot is CreateSlot for a slot that lives only as long as
+// the replication connection: the way to an exported snapshot that is
+// exact at an LSN (every transaction whose commit record precedes the
+// consistent point is visible in it, none after), which verify compares a
+// held target with.
+func CreateTemporarySlot(ctx context.Context, repl *pgconn.PgConn, slot string) (CreatedSlot, error) {
+	return createSlot(ctx, repl, slot, true)
+}
+
+func createSlot(ctx context.Context, repl *pgconn.PgConn, slot string, temporary bool) (CreatedSlot, error) {
 	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+		pglogrepl.CreateReplicationSlotOptions{Temporary: temporary, Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
 		return CreatedSlot{}, fmt.Errorf("relay: create slot %s: %w", slot, err)
 	}

@@ -43,6 +43,8 @@ func fullLakeCommands() []*cli.Command {
 						&cli.StringFlag{Name: "catalog-uri", Usage: "catalog URI (sqlite file, postgres:// URL kept out of the file as {env: TRELLARA_LAKE_CATALOG_URL}, REST base URL)", Value: "lake/catalog.db"},
 						&cli.StringFlag{Name: "warehouse", Usage: "warehouse URL", Value: "file://lake/warehouse"},
 						&cli.StringFlag{Name: "name", Usage: "fleet name", Value: "fleet"},
+						&cli.DurationFlag{Name: "close-interval", Usage: "how often an epoch closes (epochs.close_interval)", Value: lake.DefaultCloseInterval},
+						&cli.DurationFlag{Name: "max-lag", Usage: "how far behind a reachable source may be and still count as included (epochs.max_lag)", Value: lake.DefaultMaxLag},
 					},
 					Action: fleetInit,
 				},
@@ -131,7 +133,7 @@ func fleetInit(c *cli.Context) error {
 		uriLine = "{env: TRELLARA_LAKE_CATALOG_URL}"
 	}
 	fmt.Fprintf(&b, "lake:\n  catalog:\n    kind: %s\n    uri: %s\n  warehouse: %s\n  namespace: %s\n", c.String("catalog"), uriLine, c.String("warehouse"), lake.DefaultNamespace)
-	fmt.Fprintf(&b, "epochs:\n  close_interval: %s\n  max_lag: %s\nrun:\n  listen: %s\n", lake.DefaultCloseInterval, lake.DefaultMaxLag, lake.DefaultFleetListen)
+	fmt.Fprintf(&b, "epochs:\n  close_interval: %s\n  max_lag: %s\nrun:\n  listen: %s\n", c.Duration("close-interval"), c.Duration("max-lag"), lake.DefaultFleetListen)
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return failure(fmt.Errorf("fleet init: write %s: %w", path, err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -365,6 +366,10 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 	if len(tables) == 0 {
 		tables = tableStrings(f.Tables())
 	}
+	// The applier holds at each round's fence until the target snapshot
+	// is taken (apply.HoldToken), on a connection of the holds' own.
+	holds := &verifyHolds{f: f, s: s, fence: fenceConn}
+	defer holds.close()
 	idle := ""
 	if running == nil && o.Wait == 0 && f.Cfg.Source.Capture != config.CaptureExtension {
 		// The extension's decoder holds its slot whether or not a sidecar
@@ -394,6 +399,8 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 		SourceLSN: func(ctx context.Context) (uint64, error) {
 			return relay.EmitFence(ctx, fenceConn, "verify")
 		},
+		SourceSnapshot:      holds.snapshot,
+		TargetSnapshotTaken: holds.release,
 		TargetCheckpoint: func(ctx context.Context) (verify.Position, error) {
 			var cp apply.Checkpoint
 			if running != nil {
@@ -405,7 +412,7 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 				}
 				cp = st.Checkpoint
 			}
-			return verify.Position{EndLSN: cp.EndLSN, AppliedAt: cp.AppliedAt}, nil
+			return holds.position(ctx, cp)
 		},
 	}
 	if opts.Held, err = f.heldForVerify(ctx, tgt, s); err != nil {
@@ -432,4 +439,148 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 		}
 	}
 	return res, err
+}
+
+// verifyHolds makes each verify round beside a running applier exact
+// (apply.OpenHold): the applier stops at a hold fence, a temporary slot
+// gives a source snapshot exact at its consistent point C, the applier
+// applies what commits below C and stops again, and the target snapshot is
+// taken there; the hold ends as soon as it is. Where any step is not to be
+// had (an applier that predates holds, or one too far behind to reach the
+// fence within holdReachMax, no free slot), the round takes a fresh
+// snapshot and a plain fence, and verify's rechecks stand in, as before.
+type verifyHolds struct {
+	f     *Flow
+	s     config.Sink
+	fence *pgx.Conn // on the source
+	conn  *pgx.Conn // on the target, the holds' own
+	id    string
+	at    uint64
+	off   bool
+}
+
+// holdReachMax bounds the wait for the applier to stop at a hold fence.
+const holdReachMax = 10 * time.Second
+
+// snapshot is verify.Options.SourceSnapshot. A step that fails ends the
+// hold and leaves the rounds to the plain fence: a hold is an exactness
+// aid, never a reason for verify to fail.
+func (h *verifyHolds) snapshot(ctx context.Context) (string, uint64, func(), error) {
+	name, at, done, err := h.try(ctx)
+	if err != nil && ctx.Err() == nil {
+		h.f.Logger.Info("verify: comparing without a hold", "err", err)
+		h.release(ctx)
+		h.off = true
+		return "", 0, nil, nil
+	}
+	return name, at, done, err
+}
+
+func (h *verifyHolds) try(ctx context.Context) (string, uint64, func(), error) {
+	h.release(ctx)
+	if h.off {
+		return "", 0, nil, nil
+	}
+	if h.conn == nil {
+		c, err := h.f.ConnectSink(ctx, h.s)
+		if err != nil {
+			return "", 0, nil, err
+		}
+		h.conn = c
+	}
+	schema := h.s.Target.Schema
+	id := fmt.Sprintf("%s-%016x", h.f.Cfg.Flow, rand.Uint64())
+	if err := apply.OpenHold(ctx, h.conn, schema, id); err != nil {
+		h.f.Logger.Debug("verify: no hold (the target's schema predates it)", "err", err)
+		h.off = true
+		return "", 0, nil, nil
+	}
+	h.id = id
+	if _, err := relay.EmitFence(ctx, h.fence, apply.HoldToken(id)); err != nil {
+		return "", 0, nil, err
+	}
+	for deadline := time.Now().Add(holdReachMax); ; {
+		held, _, err := apply.HoldState(ctx, h.conn, schema, id)
+		if err != nil {
+			return "", 0, nil, err
+		}
+		if held {
+			break
+		}
+		if time.Now().After(deadline) {
+			h.f.Logger.Info("verify: the applier did not stop at the hold fence in time; comparing without a hold", "hold", id, "waited", holdReachMax)
+			h.release(ctx)
+			h.off = true
+			return "", 0, nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", 0, nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	repl, err := h.f.replicationConnect(ctx)
+	if err != nil {
+		h.release(ctx)
+		return "", 0, nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, holdReachMax)
+	slot, err := relay.CreateTemporarySlot(sctx, repl, fmt.Sprintf("trellara_verify_%016x", rand.Uint64()))
+	cancel()
+	if err != nil {
+		repl.Close(context.Background())
+		h.f.Logger.Info("verify: no temporary slot for an exact source snapshot; comparing without a hold", "err", err)
+		h.release(ctx)
+		h.off = true
+		return "", 0, nil, nil
+	}
+	done := func() { repl.Close(context.Background()) }
+	if err := apply.SetHoldLSN(ctx, h.conn, schema, id, slot.ConsistentPoint); err != nil {
+		done()
+		return "", 0, nil, err
+	}
+	// A unit at or past C for the applier to stop at, should the source
+	// be idle.
+	if _, err := relay.EmitFence(ctx, h.fence, "verify"); err != nil {
+		done()
+		return "", 0, nil, err
+	}
+	h.at = slot.ConsistentPoint
+	return slot.SnapshotName, slot.ConsistentPoint, done, nil
+}
+
+// position is the checkpoint as the round's watermark sees it: once the
+// applier has applied everything below the hold's LSN and stopped there,
+// the target holds exactly what the source snapshot does.
+func (h *verifyHolds) position(ctx context.Context, cp apply.Checkpoint) (verify.Position, error) {
+	p := verify.Position{EndLSN: cp.EndLSN, AppliedAt: cp.AppliedAt}
+	if h.id == "" || h.at == 0 {
+		return p, nil
+	}
+	_, reached, err := apply.HoldState(ctx, h.conn, h.s.Target.Schema, h.id)
+	if err != nil {
+		return p, err
+	}
+	if reached {
+		p.EndLSN = max(p.EndLSN, h.at)
+	}
+	return p, nil
+}
+
+// release ends the open hold, if any.
+func (h *verifyHolds) release(ctx context.Context) {
+	if h.id == "" {
+		return
+	}
+	if err := apply.CloseHold(ctx, h.conn, h.s.Target.Schema, h.id); err != nil {
+		h.f.Logger.Warn("verify: could not end the hold; it expires by itself", "hold", h.id, "err", err)
+	}
+	h.id, h.at = "", 0
+}
+
+func (h *verifyHolds) close() {
+	if h.conn != nil {
+		h.release(context.Background())
+		h.conn.Close(context.Background())
+	}
 }

@@ -47,6 +47,15 @@ type Options struct {
 	// pg_current_wal_insert_lsn() inside that snapshot's transaction.
 	SourceLSN func(ctx context.Context) (uint64, error)
 
+	// SourceSnapshot, when set, is asked first in each round for a source
+	// snapshot exported elsewhere and the source LSN it is exact at (every
+	// transaction whose commit record precedes it visible, none after: a
+	// slot's consistent point); the round adopts it instead of taking one
+	// and uses that LSN as its watermark, and done is called once it has
+	// (the exporting session may then end). An empty name means none this
+	// round: the round takes its own snapshot and calls SourceLSN.
+	SourceSnapshot func(ctx context.Context) (name string, lsn uint64, done func(), err error)
+
 	// TargetCheckpoint reads how far the applier has applied: the source
 	// end LSN up to which every source transaction is committed on the
 	// target, and when it last applied one. Verify calls it before taking
@@ -55,6 +64,12 @@ type Options struct {
 	// no flow to wait for: no watermark is reported, differing buckets are
 	// not re-checked, and the verdict is never BEHIND.
 	TargetCheckpoint func(ctx context.Context) (Position, error)
+
+	// TargetSnapshotTaken, when set, is called in each round as soon as
+	// the target snapshot is taken (its transaction has read), before
+	// anything is compared: a flow that held its applier at the round's
+	// fence (apply.HoldToken) lets it go on here.
+	TargetSnapshotTaken func(ctx context.Context)
 
 	// WaitCaughtUp bounds the total time spent waiting for the target
 	// checkpoint to pass a source LSN, over all rounds; a target still

@@ -130,6 +130,9 @@ type side struct {
 	workers []pgx.Tx
 	// snapshot is tx's exported snapshot identifier, when parallel.
 	snapshot string
+	// adopt, when set, is a snapshot exported elsewhere that the next
+	// begin takes instead of a fresh one (Options.SourceSnapshot).
+	adopt string
 	// note says why fewer than want connections hash, once.
 	note     string
 	encoding string
@@ -232,6 +235,9 @@ func (v *verifier) round(ctx context.Context, recheck bool) error {
 	if err := v.dst.begin(ctx, v.o.ParallelWorkers); err != nil {
 		return err
 	}
+	if v.o.TargetSnapshotTaken != nil {
+		v.o.TargetSnapshotTaken(ctx)
+	}
 	if err := v.dst.attach(ctx, v.o.ParallelWorkers); err != nil {
 		return err
 	}
@@ -320,6 +326,21 @@ func fingerprint(ts []*tableState) string {
 // beginSource opens the source snapshot and then reads the source WAL
 // position, so every transaction the snapshot sees committed before it.
 func (v *verifier) beginSource(ctx context.Context) (uint64, error) {
+	if v.o.SourceSnapshot != nil {
+		name, at, done, err := v.o.SourceSnapshot(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrSourceLSN, err)
+		}
+		if name != "" {
+			v.src.adopt = name
+			err := v.src.begin(ctx, v.o.ParallelWorkers)
+			done()
+			if err != nil {
+				return 0, err
+			}
+			return at, v.src.attach(ctx, v.o.ParallelWorkers)
+		}
+	}
 	if err := v.src.begin(ctx, v.o.ParallelWorkers); err != nil {
 		return 0, err
 	}
@@ -403,6 +424,13 @@ func (s *side) begin(ctx context.Context, workers int) error {
 		return fmt.Errorf("verify: open %s snapshot: %w", s.role, err)
 	}
 	s.tx = tx
+	if s.adopt != "" {
+		name := s.adopt
+		s.adopt = ""
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(name)); err != nil {
+			return fmt.Errorf("verify: adopt the %s snapshot %s: %w", s.role, name, err)
+		}
+	}
 	enc, ver, native, err := pin(ctx, tx, workers)
 	if err != nil {
 		return fmt.Errorf("verify: pin %s session settings: %w", s.role, err)
