@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trellara/trellara/internal/pgtest"
 )
@@ -89,6 +90,10 @@ func TestCheckConfigGradesTheFlowOnly(t *testing.T) {
 	// WAL the other slots hold (and the flow's slot, now at rest).
 	pg.ExecDB(t, "shop", `INSERT INTO public.other_flows_table SELECT generate_series(1, 20000)`)
 
+	// check --config reads the flow's log and writes no byte of it.
+	state := filepath.Join(dir, "trellara-data", "shop")
+	before := treeState(t, state)
+
 	v := newJSONValidator(t)
 	js, errOut, code := run(t, "check", "--config", cfg, "--format", "json")
 	if code != 0 {
@@ -105,6 +110,12 @@ func TestCheckConfigGradesTheFlowOnly(t *testing.T) {
 				t.Errorf("the flow's report names %q, which is not the flow's:\n%s", absent, out)
 			}
 		}
+	}
+	if after := treeState(t, state); after != before {
+		t.Errorf("check --config changed the flow's state:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if !strings.Contains(text, "consumer applier") {
+		t.Errorf("the flow's log section does not list its consumer:\n%s", text)
 	}
 	var tables []string
 	for _, tb := range rep["tables"].([]any) {
@@ -128,4 +139,26 @@ func TestCheckConfigGradesTheFlowOnly(t *testing.T) {
 	if !strings.Contains(text, "Trellara flow shop's, at rest") || !strings.Contains(text, "trellara run --config "+cfg) {
 		t.Errorf("the flow's own slot is not named as the flow's at rest, with trellara run as the fix:\n%s", text)
 	}
+}
+
+// treeState lists every file under dir with its size and modification
+// time, to prove a command wrote nothing there.
+func treeState(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %d %s\n", path, fi.Size(), fi.ModTime().Format(time.RFC3339Nano))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

@@ -3,9 +3,11 @@ package flow
 import (
 	"context"
 	"log/slog"
+	"os"
 
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/segmentlog"
 )
 
 // CodeConsumerStalled is the check finding for a stalled consumer of the
@@ -34,18 +36,23 @@ func CheckSource(ctx context.Context, configPath string, cfg *config.Config, sec
 	if cfg.Transport.Local == nil {
 		return r, nil // a broker flow's consumers are its consumer groups (status)
 	}
-	f, err := OpenReadOnly(configPath, logger)
+	// The log is opened read-only, beside a running relay or not: the
+	// grader writes no byte (a writer's open would republish the durable
+	// end and may repair the tail).
+	f, err := OpenConfig(configPath, logger)
 	if err != nil {
 		r.AddFlowLog("not read: "+err.Error(), nil, nil)
 		return r, nil
 	}
-	defer f.Close()
 	ls := &LogStatus{Dir: f.dir, Cursors: []CursorStatus{}}
-	l := f.Log
-	if f.heldLog != nil {
-		l = f.heldLog
-	}
-	if l != nil {
+	if _, err := os.Stat(f.logDir()); err == nil {
+		loc := cfg.Transport.Local
+		l, err := segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{SegmentBytesMax: int64(loc.SegmentBytesMax), Logger: f.Logger})
+		if err != nil {
+			r.AddFlowLog("not readable: "+err.Error(), nil, nil)
+			return r, nil
+		}
+		defer l.Close()
 		ls.Exists = true
 		f.logStatus(ctx, l, ls)
 	}
