@@ -101,8 +101,12 @@ func (f *Flow) readLogTimes(l *segmentlog.Log, ls *LogStatus, now time.Time) log
 		u := at.UTC()
 		ls.LastAppendAt = &u
 	}
+	dir := ls.Dir
+	if loc := f.Cfg.Transport.Local; loc != nil {
+		dir = loc.LogDir()
+	}
 	var sfs syscall.Statfs_t
-	if err := syscall.Statfs(f.logDir(), &sfs); err == nil {
+	if err := syscall.Statfs(dir, &sfs); dir != "" && err == nil {
 		free := int64(sfs.Bavail) * int64(sfs.Bsize)
 		lt.diskFree = &free
 		ls.DiskFreeBytes = &free
