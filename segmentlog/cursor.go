@@ -448,3 +448,35 @@ func (l *Log) CursorCommittedAt(name string) (at time.Time, ok bool, err error) 
 	}
 	return fi.ModTime(), true, nil
 }
+
+// LastAppendAt returns when the log's end last moved: the modification
+// time of its newest segment file, which every append writes (a reader
+// opened read-only sees the writer's). Beside CursorCommittedAt it tells a
+// consumer that stopped moving from one with nothing to read. ok is false
+// when the log's filesystem cannot say.
+func (l *Log) LastAppendAt() (at time.Time, ok bool, err error) {
+	st, can := l.fs.(interface {
+		Stat(name string) (fs.FileInfo, error)
+	})
+	if !can {
+		return time.Time{}, false, nil
+	}
+	l.mu.Lock()
+	path := l.segs[len(l.segs)-1].path
+	l.mu.Unlock()
+	fi, err := st.Stat(path)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("segmentlog: stat segment %s: %w", path, err)
+	}
+	return fi.ModTime(), true, nil
+}
+
+// ReloadCursors reads every cursor file again, so that Stats reflects the
+// cursors consumers in other processes moved since Open or the last
+// retention pass (a writer's Stats otherwise keeps the positions it last
+// read).
+func (l *Log) ReloadCursors() error {
+	l.adminMu.Lock()
+	defer l.adminMu.Unlock()
+	return l.loadCursors()
+}

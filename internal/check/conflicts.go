@@ -87,7 +87,10 @@ func (in *inspector) conflicts() error {
 		}); err != nil {
 			return err
 		}
-		if len(subs) > 0 {
+		if len(subs) > 0 && in.opts.Scope != nil {
+			// Subscriptions are not the flow's: a count, no names.
+			summary = append(summary, plural(len(subs), "subscription")+" with errors (not listed: not the flow's)")
+		} else if len(subs) > 0 {
 			c.SubscriptionErrors = subs
 			var objs []string
 			for _, s := range subs {

@@ -30,6 +30,9 @@ type Options struct {
 	// --config): each must exist on the source, or the report has a
 	// critical finding naming it.
 	Tables []config.TableName
+	// Scope, when set, grades one flow: its Tables and its slot only
+	// (scope.go). Everything else on the server is counted, never listed.
+	Scope *Scope
 }
 
 const (
@@ -52,6 +55,8 @@ type inspector struct {
 	slotCols map[string]bool
 	walStart LSN
 	haveLSN  bool
+
+	pubNames map[string]bool // publications by name (tables reads them before slots)
 
 	pluginValue  *string // output_plugin_libraries; nil when the build lacks it
 	pluginHidden bool    // the role may not read it
@@ -82,6 +87,9 @@ func Inspect(ctx context.Context, q Querier, opts Options) (*Report, error) {
 		Slots:         []Slot{},
 		Settings:      []Setting{},
 	}}
+	if sc := opts.Scope; sc != nil {
+		in.r.Scope = &ScopeReport{Flow: sc.Flow, Slot: sc.Slot, Publication: sc.Publication}
+	}
 	for _, id := range sectionOrder {
 		in.r.section(id)
 	}
@@ -118,6 +126,7 @@ func Inspect(ctx context.Context, q Querier, opts Options) (*Report, error) {
 	}
 	in.settingsRules()
 	in.walRules()
+	in.scopeNote()
 	in.r.finish()
 	in.r.Elapsed = JSONSeconds(opts.Now().Sub(start))
 	return in.r, nil

@@ -81,6 +81,9 @@ const (
 	SectionSettings   = "settings"
 	SectionConflicts  = "conflicts"
 	SectionPrivileges = "privileges"
+	// SectionFlowLog is the flow's own local log, added after Inspect by
+	// `trellara check --config` (AddFlowLog); trellara-check has none.
+	SectionFlowLog = "log"
 )
 
 var sectionTitles = map[string]string{
@@ -90,6 +93,7 @@ var sectionTitles = map[string]string{
 	SectionSettings:   "settings",
 	SectionConflicts:  "conflicts",
 	SectionPrivileges: "privileges",
+	SectionFlowLog:    "flow's log",
 }
 
 var sectionOrder = []string{SectionCapture, SectionSlots, SectionWAL, SectionSettings, SectionConflicts, SectionPrivileges}
@@ -136,14 +140,16 @@ type Report struct {
 	// Notes say what could not be seen and why.
 	Notes []string `json:"notes"`
 
-	Tables          []Table     `json:"tables"`
-	TablesTruncated bool        `json:"tables_truncated"`
-	Slots           []Slot      `json:"slots"`
-	WAL             WAL         `json:"wal"`
-	Settings        []Setting   `json:"settings"`
-	Privileges      Privileges  `json:"privileges"`
-	Conflicts       Conflicts   `json:"conflicts"`
-	Elapsed         JSONSeconds `json:"elapsed_seconds"`
+	Tables          []Table    `json:"tables"`
+	TablesTruncated bool       `json:"tables_truncated"`
+	Slots           []Slot     `json:"slots"`
+	WAL             WAL        `json:"wal"`
+	Settings        []Setting  `json:"settings"`
+	Privileges      Privileges `json:"privileges"`
+	Conflicts       Conflicts  `json:"conflicts"`
+	// Scope is set when the report grades one flow (Options.Scope).
+	Scope   *ScopeReport `json:"scope,omitempty"`
+	Elapsed JSONSeconds  `json:"elapsed_seconds"`
 }
 
 // JSONSeconds is a duration written as fractional seconds.
@@ -273,7 +279,11 @@ func (r *Report) RenderText(w io.Writer) error {
 	}
 	head = append(head, "PostgreSQL "+r.Server.Version, r.Server.role())
 	b.WriteString(strings.Join(head, " · ") + "\n")
-	fmt.Fprintf(&b, "grade %s  %s\n\n", r.Grade, r.Headline)
+	fmt.Fprintf(&b, "grade %s  %s\n", r.Grade, r.Headline)
+	if r.Scope != nil {
+		fmt.Fprintf(&b, "graded            %s\n", r.Scope.line())
+	}
+	b.WriteString("\n")
 	for _, s := range r.Sections {
 		fmt.Fprintf(&b, "%-18s %s\n", s.Title, s.Summary)
 	}

@@ -267,6 +267,9 @@ func (in *inspector) settingsRules() {
 
 	maxSlots, okSlots := in.intSetting("max_replication_slots")
 	used := len(in.r.Slots)
+	if in.r.Scope != nil {
+		used += in.r.Scope.OtherSlots // capacity is the server's: every slot uses it
+	}
 	if okSlots {
 		free := maxSlots - used
 		summary = append(summary, fmt.Sprintf("slots %d/%d free", max(free, 0), maxSlots))

@@ -4,34 +4,39 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // Slot is one replication slot. Pointer fields are null where the server
 // version has no such column (or the value is NULL).
 type Slot struct {
-	Name               string  `json:"name"`
-	Plugin             string  `json:"plugin"`
-	Type               string  `json:"type"` // logical | physical
-	Database           string  `json:"database"`
-	Active             bool    `json:"active"`
-	Temporary          bool    `json:"temporary"`
-	RestartLSN         string  `json:"restart_lsn"`
-	ConfirmedFlushLSN  string  `json:"confirmed_flush_lsn"`
-	WALStatus          string  `json:"wal_status"`    // 13+: reserved | extended | unreserved | lost
-	SafeWALSize        *int64  `json:"safe_wal_size"` // 13+: bytes until invalidation; null when unlimited
-	RetainedBytes      *int64  `json:"retained_bytes"`
-	LagBytes           *int64  `json:"lag_bytes"`           // current LSN minus confirmed_flush_lsn
-	TwoPhase           *bool   `json:"two_phase"`           // 14+
-	Conflicting        *bool   `json:"conflicting"`         // 16+
-	InvalidationReason string  `json:"invalidation_reason"` // 17+
-	Failover           *bool   `json:"failover"`            // 17+
-	Synced             *bool   `json:"synced"`              // 17+
-	InactiveSeconds    *int64  `json:"inactive_seconds"`    // 17+: now() - inactive_since
-	StalledSeconds     *int64  `json:"stalled_seconds"`
-	StalledBasis       string  `json:"stalled_basis"` // inactive_since | wal_rate_estimate
-	ActivePID          *int64  `json:"active_pid"`
-	Invalidated        bool    `json:"invalidated"`
-	retainedHours      float64 // retained WAL expressed in hours at the current rate
+	Name               string `json:"name"`
+	Plugin             string `json:"plugin"`
+	Type               string `json:"type"` // logical | physical
+	Database           string `json:"database"`
+	Active             bool   `json:"active"`
+	Temporary          bool   `json:"temporary"`
+	RestartLSN         string `json:"restart_lsn"`
+	ConfirmedFlushLSN  string `json:"confirmed_flush_lsn"`
+	WALStatus          string `json:"wal_status"`    // 13+: reserved | extended | unreserved | lost
+	SafeWALSize        *int64 `json:"safe_wal_size"` // 13+: bytes until invalidation; null when unlimited
+	RetainedBytes      *int64 `json:"retained_bytes"`
+	LagBytes           *int64 `json:"lag_bytes"`           // current LSN minus confirmed_flush_lsn
+	TwoPhase           *bool  `json:"two_phase"`           // 14+
+	Conflicting        *bool  `json:"conflicting"`         // 16+
+	InvalidationReason string `json:"invalidation_reason"` // 17+
+	Failover           *bool  `json:"failover"`            // 17+
+	Synced             *bool  `json:"synced"`              // 17+
+	InactiveSeconds    *int64 `json:"inactive_seconds"`    // 17+: now() - inactive_since
+	StalledSeconds     *int64 `json:"stalled_seconds"`
+	StalledBasis       string `json:"stalled_basis"` // inactive_since | wal_rate_estimate
+	ActivePID          *int64 `json:"active_pid"`
+	Invalidated        bool   `json:"invalidated"`
+	// TrellaraFlow names the Trellara flow whose slot this is (scope.go,
+	// trellaraFlow); empty for any other consumer's.
+	TrellaraFlow  string  `json:"trellara_flow,omitempty"`
+	retainedHours float64 // retained WAL expressed in hours at the current rate
 }
 
 // optionalSlotColumns maps pg_replication_slots columns added after 10 to a
@@ -115,6 +120,11 @@ func (in *inspector) slots() error {
 		s.Synced = boolPtr(get("synced"))
 		s.InactiveSeconds = intPtr(get("inactive_since"))
 		s.Invalidated = s.WALStatus == "lost" || s.InvalidationReason != "" || (s.Conflicting != nil && *s.Conflicting)
+		if sc := in.opts.Scope; sc != nil && s.Name != sc.Slot {
+			// Another flow's or application's: counted, never named or graded.
+			in.r.Scope.OtherSlots++
+			continue
+		}
 		in.r.Slots = append(in.r.Slots, s)
 	}
 	if err := rows.Err(); err != nil {
@@ -149,12 +159,15 @@ func intPtr(s *string) *int64 {
 func slotRef(s Slot) string { return "'" + s.Name + "'" }
 
 // slotRules grades each slot once the WAL rate is known.
-func (in *inspector) slotRules(rate float64, maxKeep int64, capAction string) {
+func (in *inspector) slotRules(rate float64, maxKeep int64, known bool, capAction string) {
 	sec := in.r.section(SectionSlots)
-	var active, stalled, invalid, temp int
+	var active, stalled, invalid, temp, atRest int
 	var longest int64
 	for i := range in.r.Slots {
 		s := &in.r.Slots[i]
+		if flow, ok := in.trellaraFlow(*s); ok && !s.Temporary {
+			s.TrellaraFlow = flow
+		}
 		if s.RetainedBytes != nil && rate > 0 {
 			s.retainedHours = float64(*s.RetainedBytes) / rate / 3600
 		}
@@ -166,7 +179,11 @@ func (in *inspector) slotRules(rate float64, maxKeep int64, capAction string) {
 		case s.Active:
 			active++
 		default:
-			stalled++
+			if s.TrellaraFlow != "" {
+				atRest++
+			} else {
+				stalled++
+			}
 			if s.InactiveSeconds != nil {
 				s.StalledSeconds, s.StalledBasis = s.InactiveSeconds, "inactive_since"
 			} else if s.RetainedBytes != nil && rate > 0 {
@@ -175,7 +192,7 @@ func (in *inspector) slotRules(rate float64, maxKeep int64, capAction string) {
 				v := int64(float64(*s.RetainedBytes) / rate)
 				s.StalledSeconds, s.StalledBasis = &v, "wal_rate_estimate"
 			}
-			if s.StalledSeconds != nil && *s.StalledSeconds > longest {
+			if s.StalledSeconds != nil && *s.StalledSeconds > longest && s.TrellaraFlow == "" {
 				longest = *s.StalledSeconds
 			}
 		}
@@ -183,7 +200,9 @@ func (in *inspector) slotRules(rate float64, maxKeep int64, capAction string) {
 	}
 
 	var summary []string
-	if len(in.r.Slots) == 0 {
+	if sc := in.opts.Scope; len(in.r.Slots) == 0 && sc != nil {
+		summary = append(summary, "slot "+sc.Slot+" does not exist yet (Trellara creates it when the flow first runs)")
+	} else if len(in.r.Slots) == 0 {
 		summary = append(summary, "none")
 	}
 	if active > 0 {
@@ -196,6 +215,9 @@ func (in *inspector) slotRules(rate float64, maxKeep int64, capAction string) {
 		}
 		summary = append(summary, st)
 	}
+	if atRest > 0 {
+		summary = append(summary, fmt.Sprintf("%d Trellara %s at rest", atRest, map[bool]string{true: "flow", false: "flows"}[atRest == 1]))
+	}
 	if invalid > 0 {
 		summary = append(summary, fmt.Sprintf("%d invalidated", invalid))
 	}
@@ -206,6 +228,10 @@ func (in *inspector) slotRules(rate float64, maxKeep int64, capAction string) {
 
 	for _, s := range in.r.Slots {
 		if s.Temporary {
+			continue
+		}
+		if s.TrellaraFlow != "" && (!s.Active || s.Invalidated || s.WALStatus == "unreserved") {
+			in.trellaraSlotFinding(s, s.TrellaraFlow, rate, maxKeep, known)
 			continue
 		}
 		drop := fmt.Sprintf("SELECT pg_drop_replication_slot(%s);", quoteLiteral(s.Name))
@@ -234,6 +260,9 @@ func (in *inspector) slotRules(rate float64, maxKeep int64, capAction string) {
 				pid = fmt.Sprintf("walsender pid %d", *s.ActivePID)
 			}
 			act := fmt.Sprintf("check the consumer of slot %s (%s): it is connected but does not confirm progress", slotRef(s), pid)
+			if s.TrellaraFlow != "" {
+				act = fmt.Sprintf("check Trellara flow %s's relay (%s): %s shows where it waits", s.TrellaraFlow, pid, shell.Trellara("status", in.configPath(s.TrellaraFlow)))
+			}
 			if s.ActivePID != nil {
 				act += fmt.Sprintf("\nSELECT pg_terminate_backend(%d);   -- makes it reconnect, if restarting the consumer is not possible", *s.ActivePID)
 			}
@@ -298,6 +327,9 @@ func describeSlot(s Slot) string {
 		kind += " on " + s.Database
 	}
 	parts = append(parts, kind)
+	if s.TrellaraFlow != "" {
+		parts = append(parts, "Trellara flow "+s.TrellaraFlow)
+	}
 	state := "inactive"
 	if s.Active {
 		state = "active"
@@ -321,7 +353,9 @@ func describeSlot(s Slot) string {
 	if s.SafeWALSize != nil {
 		parts = append(parts, "safe_wal_size "+fmtBytes(*s.SafeWALSize))
 	}
-	if s.StalledSeconds != nil {
+	if s.StalledSeconds != nil && s.TrellaraFlow != "" {
+		parts = append(parts, "at rest "+fmtDuration(secs(*s.StalledSeconds)))
+	} else if s.StalledSeconds != nil {
 		parts = append(parts, "stalled "+fmtDuration(secs(*s.StalledSeconds)))
 	}
 	if s.InvalidationReason != "" {

@@ -68,13 +68,28 @@ LEFT JOIN LATERAL (SELECT array_agg(a.attname::text ORDER BY a.attnum) AS names,
     array_agg(CASE WHEN ty.typtype = 'd' AND a.atttypmod < 0 THEN ty.typtypmod ELSE a.atttypmod END ORDER BY a.attnum) AS mods
   FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
   WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attlen = -1 AND a.attstorage <> 'p') v ON true
-WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'
+WHERE ` + userTables + ` AND ($2::text[] IS NULL OR ` + inScope + `)
+ORDER BY 1, 2
+LIMIT $1`
+
+// userTables selects the user tables the grader lists (c: pg_class, n:
+// its pg_namespace): plain and partitioned roots, not temporary, not in a
+// system schema, not an extension's.
+const userTables = `c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'
   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
   AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
-    WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
-ORDER BY 1, 2
-LIMIT $1`
+    WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')`
+
+// inScope is true for a table of the flow: named by $2 (schemas) and $3
+// (names), compared as stored, or in a schema of $4 (source.schemas).
+const inScope = `(EXISTS (SELECT 1 FROM unnest($2::text[], $3::text[]) AS f(s, r) WHERE f.s = n.nspname AND f.r = c.relname)
+    OR n.nspname = ANY ($4::text[]))`
+
+// otherTablesQuery counts the user tables outside the flow's scope ($1,
+// $2, $3 are inScope's $2, $3, $4).
+var otherTablesQuery = `SELECT count(*)::int FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE ` + userTables + ` AND NOT ` + strings.NewReplacer("$2", "$1", "$3", "$2", "$4", "$3").Replace(inScope)
 
 var identityNames = map[string]string{"d": "default", "f": "full", "i": "index", "n": "nothing"}
 
@@ -101,7 +116,18 @@ func (in *inspector) tables() error {
 	if bs, ok := in.intSetting("block_size"); ok {
 		in.toastThreshold = toastThreshold(int64(bs))
 	}
-	rows, err := in.q.Query(in.ctx, tableQuery, in.opts.MaxTables+1)
+	// Unscoped, $2 is NULL and every user table is listed.
+	var scopeSchemas, scopeNames, scopeWhole []string
+	if sc := in.opts.Scope; sc != nil {
+		scopeSchemas, scopeNames, scopeWhole = []string{}, []string{}, append([]string{}, sc.Schemas...)
+		for _, t := range in.opts.Tables {
+			scopeSchemas, scopeNames = append(scopeSchemas, t.Schema), append(scopeNames, t.Name)
+		}
+		if err := in.q.QueryRow(in.ctx, otherTablesQuery, scopeSchemas, scopeNames, scopeWhole).Scan(&in.r.Scope.OtherTables); err != nil {
+			return &QueryError{What: "pg_class (tables outside the flow)", Err: err}
+		}
+	}
+	rows, err := in.q.Query(in.ctx, tableQuery, in.opts.MaxTables+1, scopeSchemas, scopeNames, scopeWhole)
 	if err != nil {
 		return &QueryError{What: "pg_class (tables)", Err: err}
 	}
@@ -184,12 +210,20 @@ func (in *inspector) publications() (string, error) {
 		return "", &QueryError{What: "pg_publication", Err: err}
 	}
 	var names []string
+	in.pubNames = map[string]bool{}
+	sc := in.opts.Scope
 	for rows.Next() {
 		var name string
 		var all, root bool
 		if err := rows.Scan(&name, &all, &root); err != nil {
 			rows.Close()
 			return "", &QueryError{What: "pg_publication", Err: err}
+		}
+		in.pubNames[name] = true
+		if sc != nil && name != sc.Publication {
+			// Another flow's or application's: counted, never named.
+			in.r.Scope.OtherPublications++
+			continue
 		}
 		if all {
 			name += " (all tables)"
@@ -201,6 +235,16 @@ func (in *inspector) publications() (string, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return "", &QueryError{What: "pg_publication", Err: err}
+	}
+	if sc != nil {
+		line := "publication " + sc.Publication + " does not exist yet (Trellara creates it when the flow first runs)"
+		if len(names) > 0 {
+			line = "publication " + names[0]
+		}
+		if n := in.r.Scope.OtherPublications; n > 0 {
+			line += fmt.Sprintf(" · %s not listed", plural(n, "other publication"))
+		}
+		return line, nil
 	}
 	if len(names) == 0 {
 		return "publications: none (Trellara creates its own)", nil
@@ -248,7 +292,9 @@ func (in *inspector) tableRules(pubLine string) {
 	if n := len(toast); n > 0 {
 		summary = append(summary, plural(n, "note")+" (TOAST)")
 	}
-	if len(in.r.Tables) == 0 {
+	if len(in.r.Tables) == 0 && in.opts.Scope != nil {
+		summary = []string{"none of the flow's tables found in " + in.r.Server.Database}
+	} else if len(in.r.Tables) == 0 {
 		summary = []string{"no user tables in " + in.r.Server.Database}
 		in.r.add(Finding{Severity: Info, Code: "no_tables", Section: SectionCapture,
 			Title:  "database " + in.r.Server.Database + " has no user tables",

@@ -244,5 +244,5 @@ func (in *inspector) walRules() {
 	if a := w.SuggestedKeepSize; a != nil {
 		sec.Lines = append(sec.Lines, "suggested max_slot_wal_keep_size '"+a.Value+"' = "+a.Derivation)
 	}
-	in.slotRules(rate, maxKeep, capAction)
+	in.slotRules(rate, maxKeep, known, capAction)
 }

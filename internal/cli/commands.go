@@ -355,15 +355,10 @@ func checkCommand() *cli.Command {
 			if err != nil {
 				return failure(err)
 			}
-			ctx := c.Context
-			s, err := check.Connect(ctx, sec.SourceDatabaseURL.Reveal(), check.ConnectOptions{})
-			if err != nil {
-				return failure(err)
-			}
-			defer s.Close(context.Background())
-			// The grade covers the configured tables too: a table the
-			// source lacks is a critical finding, not a valid config.
-			r, err := s.Inspect(ctx, check.Options{Tables: cfg.Source.Tables})
+			// The grade is the flow's: its tables (one the source lacks
+			// is a critical finding, not a valid config), its slot, and
+			// its log's consumers; the rest of the server only counted.
+			r, err := flow.CheckSource(c.Context, c.String("config"), cfg, sec, nil)
 			if err != nil {
 				return failure(err)
 			}

@@ -97,10 +97,15 @@ const (
 	DefaultSegmentBytesMax   = 128 * MiB
 	DefaultRetentionMaxBytes = 50 * GiB
 	DefaultRetentionMaxAge   = 7 * 24 * time.Hour
-	DefaultReplicationFactor = 3
-	MaxKafkaPartitions       = 1024 // transport.kafka.partitions
-	DefaultMinInsyncReplicas = 2
-	DefaultTargetSchema      = "trellara"
+	// DefaultStalledConsumerAfter is how long a consumer of the local log
+	// may stay still while the log's end moves before status names it
+	// stalled: the product page's two minutes (a stall at 21:04 is named
+	// at 21:06).
+	DefaultStalledConsumerAfter = 2 * time.Minute
+	DefaultReplicationFactor    = 3
+	MaxKafkaPartitions          = 1024 // transport.kafka.partitions
+	DefaultMinInsyncReplicas    = 2
+	DefaultTargetSchema         = "trellara"
 	// Health and metrics listen on the loopback interface unless
 	// configured otherwise: /metrics and /healthz describe the flow (LSNs,
 	// table counts, errors) and need no audience beyond the host's own
@@ -171,6 +176,10 @@ type Local struct {
 	SegmentBytesMax     ByteSize  // segment_bytes_max
 	Retention           Retention // retention
 	ExpirePastRetention bool      // expire_past_retention: drop segments a lagging cursor still needs
+	// StalledConsumerAfter (stalled_consumer_after): a consumer whose
+	// cursor has not moved for this long while the log's end moved is
+	// stalled (status problem consumer_stalled).
+	StalledConsumerAfter time.Duration
 }
 
 // LogDir is the segment log's directory inside Dir: where the relay
@@ -367,6 +376,8 @@ func DefaultLocal() *Local {
 		Fsync:           DefaultFsync,
 		SegmentBytesMax: DefaultSegmentBytesMax,
 		Retention:       Retention{MaxBytes: DefaultRetentionMaxBytes, MaxAge: DefaultRetentionMaxAge},
+
+		StalledConsumerAfter: DefaultStalledConsumerAfter,
 	}
 }
 

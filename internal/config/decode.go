@@ -513,6 +513,7 @@ func (d *decoder) transport(t *Transport) keyFn {
 						})
 					}},
 					{"expire_past_retention", d.boolean(&l.ExpirePastRetention)},
+					{"stalled_consumer_after", d.duration(&l.StalledConsumerAfter)},
 				})
 			}},
 			{"kafka", func(p string, n *yaml.Node) {

@@ -72,6 +72,9 @@ func Marshal(c *Config) ([]byte, error) {
 		put(ret, "max_age", durationNode(l.Retention.MaxAge), "")
 		put(local, "retention", ret, "")
 		put(local, "expire_past_retention", boolNode(l.ExpirePastRetention), "true: drop segments a lagging consumer still needs (it must then reseed)")
+		if l.StalledConsumerAfter != DefaultStalledConsumerAfter {
+			put(local, "stalled_consumer_after", durationNode(l.StalledConsumerAfter), "status names a consumer stalled after its cursor stays still this long while the log grows")
+		}
 		put(tr, "local", local, "")
 	}
 	if k := c.Transport.Kafka; k != nil {

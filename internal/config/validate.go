@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 var (
@@ -324,6 +325,10 @@ func (v *validator) local(l *Local) {
 	if l.SegmentBytesMax < minSegmentBytesMax || l.SegmentBytesMax > maxSegmentBytesMax {
 		v.add(p+".segment_bytes_max", "use a size between 1MiB and 1GiB; the default is 128MiB",
 			"%s is outside 1MiB..1GiB", l.SegmentBytesMax)
+	}
+	if l.StalledConsumerAfter < time.Second {
+		v.add(p+".stalled_consumer_after", fmt.Sprintf("use a duration of at least 1s; the default is %s", formatDuration(DefaultStalledConsumerAfter)),
+			"%s is under 1s: every consumer between two cursor commits would look stalled", formatDuration(l.StalledConsumerAfter))
 	}
 	r := l.Retention
 	switch {

@@ -539,6 +539,7 @@ func (f *Flow) exportRelay(ctx context.Context, m *obs.RelayMetrics, h *obs.Heal
 		}
 		if !time.Now().Before(nextPoll) {
 			slot.poll(ctx)
+			f.exportStall(ctx, m, l)
 			nextPoll = time.Now().Add(pollInterval)
 		}
 		select {

@@ -102,6 +102,11 @@ type LogStatus struct {
 	FirstOffset   uint64         `json:"first_offset"`
 	NextOffset    uint64         `json:"next_offset"`
 	Cursors       []CursorStatus `json:"cursors"`
+	// LastAppendAt, DiskFreeBytes and StalledAfterSeconds are the log-wide
+	// inputs of the stalled-consumer rule (stall.go).
+	LastAppendAt        *time.Time `json:"last_append_at"`
+	DiskFreeBytes       *int64     `json:"disk_free_bytes"`
+	StalledAfterSeconds float64    `json:"stalled_consumer_after_seconds"`
 }
 
 // CursorStatus is one consumer's position in the local log.
@@ -122,6 +127,9 @@ type CursorStatus struct {
 	LagSeconds *float64 `json:"lag_seconds"`
 	// LastCommitAt is when the consumer last committed its cursor.
 	LastCommitAt *time.Time `json:"last_commit_at"`
+	// Stalled is set when the consumer has not moved while the log's end
+	// did, for at least transport.local.stalled_consumer_after (stall.go).
+	Stalled *ConsumerStall `json:"stalled"`
 }
 
 // CheckpointState is the target checkpoint. The counts are the flow's
@@ -191,6 +199,7 @@ const (
 	ProblemSlotRetainingWAL    = "slot_inactive_retaining_wal"
 	ProblemCursorPastRetention = "consumer_past_retention"
 	ProblemTableHeld           = "table_held"
+	// ProblemConsumerStalled is in stall.go, with its rule.
 )
 
 // StatusProblems judges one sample of the report. It is a problem when:
@@ -199,9 +208,10 @@ const (
 // confirmed position (lag_bytes > 0): the WAL it retains then grows with
 // every source write until the flow runs again (a slot confirmed up to the
 // current position retains only what the next start needs, and is no
-// problem); a consumer of the local log is past retention.
+// problem); a consumer of the local log is past retention; a consumer of
+// the local log is stalled (stall.go).
 func StatusProblems(st *Status, configPath string) []StatusProblem {
-	out := []StatusProblem{}
+	out := stalledConsumerProblems(st, configPath)
 	for _, sk := range st.Sinks {
 		if q := sk.Quarantine; q != nil && q.Open > 0 {
 			where := ""
@@ -444,6 +454,7 @@ func (f *Flow) logStatus(ctx context.Context, l *segmentlog.Log, ls *LogStatus) 
 		sinks[sk.Cursor()] = sk.Name
 	}
 	now := time.Now()
+	lt := f.readLogTimes(l, ls, now)
 	ls.Cursors = make([]CursorStatus, 0, len(s.Cursors))
 	for _, c := range s.Cursors {
 		cs := CursorStatus{Name: c.Name, Kind: "consumer", Offset: c.Offset, LagEntries: c.LagOffsets, LagBytes: c.LagBytes, PastRetention: c.PastRetention}
@@ -454,9 +465,11 @@ func (f *Flow) logStatus(ctx context.Context, l *segmentlog.Log, ls *LogStatus) 
 			at = at.UTC()
 			cs.LastCommitAt = &at
 		}
-		if _, lag, ok := cursorLag(ctx, l, c, now); ok {
+		oldest, lag, ok := cursorLag(ctx, l, c, now)
+		if ok {
 			cs.LagSeconds = &lag
 		}
+		cs.Stalled = f.consumerStall(&cs, ls, oldest, lt)
 		ls.Cursors = append(ls.Cursors, cs)
 	}
 }
@@ -499,6 +512,9 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			extra := ""
 			if c.PastRetention {
 				extra = " · PAST RETENTION: its tables must be copied again (trellara repair-plan says how)"
+			}
+			if c.Stalled != nil {
+				extra += " · STALLED " + durationText(time.Duration(c.Stalled.Seconds*float64(time.Second)))
 			}
 			lag := ""
 			if c.LagSeconds != nil {

@@ -53,6 +53,12 @@ type RelayMetrics struct {
 	SlotRetainedWALBytes *prometheus.GaugeVec
 	LogRetainedBytes     *prometheus.GaugeVec
 	LogSegments          *prometheus.GaugeVec
+	// LogConsumerStalledSeconds and LogRetentionHeadroomSeconds follow the
+	// stalled-consumer rule of `trellara status` (internal/flow, stall.go):
+	// the relay holds the log, so it still reports when the applier that
+	// stalled cannot (a frozen process serves no metrics).
+	LogConsumerStalledSeconds   *prometheus.GaugeVec
+	LogRetentionHeadroomSeconds *prometheus.GaugeVec
 
 	series
 }
@@ -102,6 +108,10 @@ func NewMetrics(b Build) *Metrics {
 			"WAL bytes the source keeps for the slot (pg_current_wal_lsn() - restart_lsn), read every 10 s"),
 		LogRetainedBytes: rb.gauge("trellara_log_retained_bytes", "bytes retained by the local segment log"),
 		LogSegments:      rb.gauge("trellara_log_segments", "segments in the local log"),
+		LogConsumerStalledSeconds: rb.gauge("trellara_log_consumer_stalled_seconds",
+			"longest time a consumer of the local log has not moved while the log's end did, once past transport.local.stalled_consumer_after; 0 when none is stalled (trellara status names it)"),
+		LogRetentionHeadroomSeconds: rb.gauge("trellara_log_retention_headroom_seconds",
+			"while a consumer is stalled: seconds the log may still grow at its measured rate before retention expires the consumer or the disk fills; absent when none is stalled"),
 	}
 	r.series = rb.s
 

@@ -49,7 +49,8 @@ func TestMetricContract(t *testing.T) {
 	want := map[string][]string{
 		ServiceRelay: {
 			"trellara_build_info", "trellara_component_restarts_total", "trellara_component_up",
-			"trellara_last_progress_timestamp_seconds", "trellara_log_retained_bytes", "trellara_log_segments",
+			"trellara_last_progress_timestamp_seconds", "trellara_log_consumer_stalled_seconds", "trellara_log_retained_bytes",
+			"trellara_log_retention_headroom_seconds", "trellara_log_segments",
 			"trellara_relay_acknowledged_lsn_bytes", "trellara_relay_lag_bytes", "trellara_relay_published_bytes_total",
 			"trellara_relay_published_units_total", "trellara_relay_slot_retained_wal_bytes",
 		},

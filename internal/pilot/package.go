@@ -32,7 +32,6 @@ import (
 
 	tbuild "github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/chaoslive"
-	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
 	"github.com/trellara/trellara/internal/release/sbom"
@@ -271,12 +270,8 @@ func Build(ctx context.Context, opts Options) (*Package, error) {
 }
 
 func (b *builder) check(ctx context.Context, cfg *config.Config, sec config.Secrets) error {
-	s, err := check.Connect(ctx, sec.SourceDatabaseURL.Reveal(), check.ConnectOptions{})
-	if err != nil {
-		return fmt.Errorf("the source was not reachable: %w", config.ScrubConnError(err, sec.SourceDatabaseURL.Reveal()))
-	}
-	defer s.Close(context.Background())
-	r, err := s.Inspect(ctx, check.Options{Tables: cfg.Source.Tables})
+	// The same report as check --config: the flow's tables and slot only.
+	r, err := flow.CheckSource(ctx, b.opts.ConfigPath, cfg, sec, b.opts.Logger)
 	if err != nil {
 		return fmt.Errorf("the source could not be graded: %w", config.ScrubConnError(err, sec.SourceDatabaseURL.Reveal()))
 	}
