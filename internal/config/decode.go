@@ -449,6 +449,14 @@ func (d *decoder) secretRef(dst *SecretRef) keyFn {
 			}
 			dst.inline = NewSecret(n.Value)
 		case yaml.MappingNode:
+			for i := 0; i < len(n.Content); i += 2 {
+				if k := n.Content[i]; k.Kind != yaml.ScalarNode || (k.Value != "env" && k.Value != "file") {
+					// The key is not echoed: in a credential position it
+					// may be the credential itself (credential.go).
+					d.fail(path, k, fix, "a reference holds only env or file; it has another key (not shown: it may be the credential itself)")
+					return
+				}
+			}
 			d.mapping(path, n, []key{{"env", d.str(&dst.Env)}, {"file", d.str(&dst.File)}})
 			if dst.Env == "" && dst.File == "" && !d.m.bad[path+".env"] && !d.m.bad[path+".file"] {
 				d.fail(path, n, fix, "the reference names neither env nor file")

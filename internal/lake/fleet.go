@@ -203,25 +203,13 @@ func (d *fleetDecoder) duration(dst *time.Duration) func(string, *yaml.Node) {
 	}
 }
 
+// secret decodes a credential reference by trellara.yml's rule
+// (config.DecodeSecretRef): no error shows the value.
 func (d *fleetDecoder) secret(dst *config.SecretRef) func(string, *yaml.Node) {
 	return func(p string, n *yaml.Node) {
-		switch n.Kind {
-		case yaml.ScalarNode:
-			*dst = config.InlineRef(n.Value)
-		case yaml.MappingNode:
-			var env, file string
-			d.mapping(p, n, map[string]func(string, *yaml.Node){"env": d.str(&env), "file": d.str(&file)})
-			switch {
-			case env != "" && file == "":
-				*dst = config.EnvRef(env)
-			case file != "" && env == "":
-				*dst = config.FileRef(file)
-			default:
-				d.fail(p, n, "write {env: VARIABLE} or {file: /path}", "give exactly one of env or file")
-			}
-		default:
-			d.fail(p, n, "write {env: VARIABLE}, {file: /path} or a plain value", "must be a value or a reference")
-		}
+		r, errs := config.DecodeSecretRef(p, n)
+		d.errs = append(d.errs, errs...)
+		*dst = r
 	}
 }
 
