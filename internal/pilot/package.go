@@ -15,7 +15,6 @@ import (
 	"debug/buildinfo"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"github.com/trellara/trellara/internal/shell"
 	"io"
@@ -23,11 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	tbuild "github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/chaoslive"
@@ -72,17 +68,17 @@ var Binaries = []string{"trellara", "trellara-check", "trellara-full"}
 
 // Manifest is manifest.json.
 type Manifest struct {
-	FormatVersion int        `json:"format_version"`
-	CreatedAt     time.Time  `json:"created_at"`
-	Flow          string     `json:"flow"`
-	Config        string     `json:"config"`
-	Version       string     `json:"trellara_version"`
+	FormatVersion int       `json:"format_version"`
+	CreatedAt     time.Time `json:"created_at"`
+	Flow          string    `json:"flow"`
+	Config        string    `json:"config"`
+	Version       string    `json:"trellara_version"`
 	// SigningKey is the key id (sign.KeyID) of the key that signs this
 	// manifest, or empty for an unsigned package. It is inside the signed
 	// bytes, so a verified signature also proves the claim.
 	SigningKey string     `json:"signing_key,omitempty"`
-	Files              []FileInfo `json:"files"`
-	NotRun        []NotRun   `json:"not_run"`
+	Files      []FileInfo `json:"files"`
+	NotRun     []NotRun   `json:"not_run"`
 }
 
 // FileInfo is one file of the package.
@@ -447,41 +443,6 @@ func stamped(bi *buildinfo.BuildInfo) (version, commit string) {
 		version = bi.Main.Version
 	}
 	return version, commit
-}
-
-// ErrSecret is what Build returns when a file would carry a credential.
-var ErrSecret = errors.New("a package file contains a credential of the config")
-
-// scanSecrets refuses a package in which any file holds a credential the
-// config resolves to, or the password inside a connection string. The
-// message names the file, never the value.
-func scanSecrets(p *Package, sec config.Secrets) error {
-	var needles []string
-	for _, s := range []config.Secret{sec.SourceDatabaseURL, sec.TargetDatabaseURL, sec.KafkaSASLPassword} {
-		v := s.Reveal()
-		if v == "" {
-			continue
-		}
-		needles = append(needles, v)
-		if c, err := pgconn.ParseConfig(v); err == nil && c.Password != "" {
-			needles = append(needles, c.Password)
-		}
-	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range p.Files {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	for _, n := range names {
-		for _, s := range needles {
-			if len(s) >= 4 && bytes.Contains(p.Files[n], []byte(s)) {
-				return fmt.Errorf("pilot: %s: %w; nothing was written (report this as a bug: every file is built from redacted sources)", n, ErrSecret)
-			}
-		}
-	}
-	return nil
 }
 
 // lastVerify decodes last-verify.json.
