@@ -365,6 +365,9 @@ func (c *Config) ResolveSecretsWith(res Resolver) (Secrets, error) {
 	if k := c.Transport.Kafka; k != nil && k.SASL != nil {
 		one("transport.kafka.sasl.password", k.SASL.Password, &out.KafkaSASLPassword)
 	}
+	// The production TLS rule (tls.go) reads the resolved strings: here,
+	// so config validate, preflight and run refuse before connecting.
+	errs = append(errs, c.checkTLS(out)...)
 	if err := newValidationError(c.file(), errs); err != nil {
 		return Secrets{}, err
 	}

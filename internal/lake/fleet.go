@@ -68,6 +68,9 @@ type Sink struct {
 	// region, REST credentials by reference are not supported: use the
 	// environment iceberg-go reads).
 	Properties map[string]string
+	// Production is set when any source flow is environment: production:
+	// a sql-postgres catalog then needs verified TLS (config.CheckPostgresTLS).
+	Production bool
 }
 
 // Catalog is lake.catalog.
@@ -75,6 +78,9 @@ type Catalog struct {
 	Kind string           // kind: sql-sqlite, sql-postgres or rest
 	Name string           // name: the catalog name recorded in the catalog tables
 	URI  config.SecretRef // uri: file path (sqlite), postgres:// URL, or REST base URL
+	// VerifyCAReason (verify_ca_reason): why sslmode=verify-ca is enough
+	// for a sql-postgres catalog of a production fleet.
+	VerifyCAReason string
 }
 
 // EpochPolicy is epochs: how often an epoch closes and how far behind a
@@ -243,9 +249,10 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 			d.mapping(p, n, map[string]func(string, *yaml.Node){
 				"catalog": func(p string, n *yaml.Node) {
 					d.mapping(p, n, map[string]func(string, *yaml.Node){
-						"kind": d.str(&f.Lake.Catalog.Kind),
-						"name": d.str(&f.Lake.Catalog.Name),
-						"uri":  d.secret(&f.Lake.Catalog.URI),
+						"kind":             d.str(&f.Lake.Catalog.Kind),
+						"name":             d.str(&f.Lake.Catalog.Name),
+						"uri":              d.secret(&f.Lake.Catalog.URI),
+						"verify_ca_reason": d.str(&f.Lake.Catalog.VerifyCAReason),
 					}, "kind", "uri")
 				},
 				"warehouse": d.str(&f.Lake.Warehouse),
@@ -302,6 +309,7 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 					continue
 				}
 				s.Config, s.ID, s.Flow = cp, fc.Source.ID, fc
+				f.Lake.Production = f.Lake.Production || fc.Environment == config.Production
 				f.Sources = append(f.Sources, s)
 			}
 		}
