@@ -67,7 +67,7 @@ func pilotPackageCommand() *cli.Command {
 			if key == nil {
 				fmt.Fprintf(w, "  UNSIGNED: a recipient cannot tell this package from one rewritten by anyone; sign it with --signing-key FILE\n")
 			} else {
-				fmt.Fprintf(w, "  the recipient verifies it with: trellara pilot-scorecard --package %s --public-key OPERATOR.pub (docs/SECURITY.md)\n", shell.Quote(out))
+				fmt.Fprintf(w, "  a recipient scores it with pilot-scorecard --package %s and --public-key set to the file of your public key (docs/SECURITY.md)\n", shell.Quote(out))
 			}
 			for _, f := range p.Manifest.Files {
 				fmt.Fprintf(w, "  %-22s %s  %s\n", f.Path, f.SHA256[:16], f.Description)

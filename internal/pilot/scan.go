@@ -123,6 +123,7 @@ func scanSecrets(p *Package, sec config.Secrets) error {
 	for _, name := range names {
 		data := p.Files[name]
 		for _, n := range ns {
+			found, asNameOnly := false, true
 			for _, f := range encodings(n.value) {
 				if len(n.value) < shortSecretBytes {
 					for _, c := range credentialContexts(f) {
@@ -132,15 +133,20 @@ func scanSecrets(p *Package, sec config.Secrets) error {
 					}
 					continue
 				}
-				if !bytes.Contains(data, []byte(f)) {
-					continue
+				if bytes.Contains(data, []byte(f)) {
+					// Every form is looked at before deciding: a name in one
+					// place does not excuse the password in a URL elsewhere.
+					found = true
+					asNameOnly = asNameOnly && n.password && onlyAsName(data, f)
 				}
-				if n.password && onlyAsName(data, f) {
-					return fmt.Errorf("pilot: %s: %s is also a name in the data this file reports (a table, schema, column or other identifier spelled the same): %w. "+
-						"Nothing was written: the package cannot tell that name from a leaked credential, and a password that is a name in the database is guessable from its catalog. "+
-						"Change the password (ALTER ROLE ... PASSWORD ...), update the secret its reference names, and run trellara pilot-package again",
-						name, n.what, ErrDataCollision)
-				}
+			}
+			switch {
+			case found && asNameOnly:
+				return fmt.Errorf("pilot: %s: %s is also a name in the data this file reports (a table, schema, column or other identifier spelled the same): %w. "+
+					"Nothing was written: the package cannot tell that name from a leaked credential, and a password that is a name in the database is guessable from its catalog. "+
+					"Change the password (ALTER ROLE ... PASSWORD ...), update the secret its reference names, and run trellara pilot-package again",
+					name, n.what, ErrDataCollision)
+			case found:
 				return leak(name, n)
 			}
 		}

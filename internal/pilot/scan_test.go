@@ -38,6 +38,8 @@ func TestScanSecretsEncodingsAndCollisions(t *testing.T) {
 		{"short, in a URL", "status.json", `{"dsn": "postgres://app:ab@db/sales"}`, config.Secrets{SourceDatabaseURL: config.NewSecret("postgres://app:ab@db/sales")}, ErrSecret, "source.database_url"},
 		{"short, in a conninfo", "status.json", `{"dsn": "host=db password=ab dbname=x"}`, config.Secrets{SourceDatabaseURL: config.NewSecret("postgres://app:ab@db/sales")}, ErrSecret, "the password of source.database_url"},
 		{"short, as text", "status.json", `{"note": "about tables, labs and crabs"}`, config.Secrets{SourceDatabaseURL: config.NewSecret("postgres://app:ab@db/sales")}, nil, ""},
+		{"a table named like the password, and the password encoded elsewhere", "check.json", `{"tables": [{"table": "public.Pw-7rX9!q"}], "note": "retry with Pw-7rX9%21q"}`,
+			config.Secrets{SourceDatabaseURL: config.NewSecret("postgres://app:Pw-7rX9%21q@db/sales")}, ErrSecret, "report this as a bug"},
 		{"a table named like the password", "check.json", `{"tables": [{"table": "public.Pw-7rX9!q"}, {"table": "\"Pw-7rX9!q\".t"}]}`,
 			config.Secrets{SourceDatabaseURL: config.NewSecret("postgres://app:Pw-7rX9%21q@db/sales")}, ErrDataCollision, "Change the password"},
 	} {
