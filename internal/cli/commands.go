@@ -372,6 +372,9 @@ func checkCommand() *cli.Command {
 					}
 				}
 				fmt.Fprintf(c.App.Writer, "config %s %s (flow %s, %d tables)\n", c.String("config"), verdict, cfg.Flow, len(cfg.Source.Tables))
+				if n := cfg.PlaintextNote(sec); n != "" {
+					fmt.Fprintln(c.App.Writer, n)
+				}
 				err = r.RenderText(c.App.Writer)
 			}
 			if err != nil {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"fmt"
 	"os"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/trellara/trellara/internal/pilot"
+	"github.com/trellara/trellara/internal/release/sign"
+	"github.com/trellara/trellara/internal/shell"
 )
 
 // pilotPackageCommand is `trellara pilot-package`: the flow's evidence in
@@ -21,17 +24,32 @@ func pilotPackageCommand() *cli.Command {
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringFlag{Name: "output", Usage: "the .tar.gz file to write", Value: "evidence.tar.gz"},
 			&cli.DurationFlag{Name: "chaos-budget", Usage: "how long the failure-matrix catalogue may run; unfinished, it is listed as not run", Value: 5 * time.Minute},
+			&cli.StringFlag{Name: "signing-key", EnvVars: []string{"TRELLARA_SIGNING_KEY"}, Usage: "sign the manifest with the ed25519 private key in this FILE (the key format make release uses); " +
+				"or the path in $TRELLARA_SIGNING_KEY. Without it the package is UNSIGNED"},
 		},
 		Action: func(c *cli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {
 				return err
 			}
+			var key ed25519.PrivateKey
+			if path := c.String("signing-key"); path != "" {
+				// Loaded before the package is built, so a bad key costs
+				// nothing.
+				if key, err = sign.LoadPrivateKey(path); err != nil {
+					return failure(fmt.Errorf("pilot-package: %w (create one with: openssl genpkey -algorithm ed25519 -out operator.pem)", err))
+				}
+			}
 			ctx, stop := signalContext(c)
 			defer stop()
 			p, err := pilot.Build(ctx, pilotOptions(c))
 			if err != nil {
 				return failure(err)
+			}
+			signature := pilot.Unsigned
+			if key != nil {
+				p.SignWith(key)
+				signature = "signed-by-" + p.Manifest.SigningKey
 			}
 			var buf bytes.Buffer
 			if err := p.Write(&buf); err != nil {
@@ -42,10 +60,15 @@ func pilotPackageCommand() *cli.Command {
 				return failure(fmt.Errorf("pilot-package: write %s: %w", out, err))
 			}
 			if format == "json" {
-				return writeJSON(c, true, map[string]any{"output": out, "manifest": p.Manifest})
+				return writeJSON(c, true, map[string]any{"output": out, "signature": signature, "manifest": p.Manifest})
 			}
 			w := c.App.Writer
-			fmt.Fprintf(w, "wrote %s: %d files for flow %s\n", out, len(p.Manifest.Files), p.Manifest.Flow)
+			fmt.Fprintf(w, "wrote %s: %d files for flow %s, %s\n", out, len(p.Manifest.Files), p.Manifest.Flow, signature)
+			if key == nil {
+				fmt.Fprintf(w, "  UNSIGNED: a recipient cannot tell this package from one rewritten by anyone; sign it with --signing-key FILE\n")
+			} else {
+				fmt.Fprintf(w, "  a recipient scores it with pilot-scorecard --package %s and --public-key set to the file of your public key (docs/SECURITY.md)\n", shell.Quote(out))
+			}
 			for _, f := range p.Manifest.Files {
 				fmt.Fprintf(w, "  %-22s %s  %s\n", f.Path, f.SHA256[:16], f.Description)
 			}
@@ -72,6 +95,7 @@ func pilotScorecardCommand() *cli.Command {
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.StringFlag{Name: "package", Usage: "score this evidence package (pilot-package's output) instead of building one"},
 			&cli.DurationFlag{Name: "chaos-budget", Usage: "without --package: how long the failure-matrix catalogue may run", Value: 5 * time.Minute},
+			&cli.StringFlag{Name: "public-key", Usage: "with --package: the sender's ed25519 public key FILE; the package must be signed by it, or it is refused"},
 		},
 		Action: func(c *cli.Context) error {
 			format, err := outputFormat(c)
@@ -80,12 +104,21 @@ func pilotScorecardCommand() *cli.Command {
 			}
 			var p *pilot.Package
 			source := "built in memory from " + c.String("config")
+			var pub ed25519.PublicKey
+			if kp := c.String("public-key"); kp != "" {
+				if c.String("package") == "" {
+					return usageError("--public-key verifies a package: give --package FILE too")
+				}
+				if pub, err = sign.LoadPublicKey(kp); err != nil {
+					return failure(fmt.Errorf("pilot-scorecard: %w", err))
+				}
+			}
 			if path := c.String("package"); path != "" {
 				f, err := os.Open(path)
 				if err != nil {
 					return failure(fmt.Errorf("pilot-scorecard: open the package: %w", err))
 				}
-				p, err = pilot.Read(f)
+				p, err = pilot.Read(f, pub)
 				f.Close()
 				if err != nil {
 					return failure(fmt.Errorf("%w (package %s)", err, path))

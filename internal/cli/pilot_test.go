@@ -4,9 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/internal/pilot"
+	"github.com/trellara/trellara/internal/release/sign"
 )
 
 // pilot-package on a real flow: every file the manifest lists is in the
@@ -74,13 +79,33 @@ func TestPilotPackageAndScorecard(t *testing.T) {
 		t.Fatalf("run --local --verify: %d\n%s%s\nconfig:\n%s", code, out, errOut, body)
 	}
 
+	// The operator's key, as make release takes it (PKCS#8 PEM), and its
+	// public half for the recipient.
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile, pubFile := filepath.Join(dir, "operator.pem"), filepath.Join(dir, "operator.pub")
+	der, _ := x509.MarshalPKCS8PrivateKey(priv)
+	pubPEM, _ := sign.PublicPEM(priv)
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pubFile, pubPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	signedBy := "signed-by-" + sign.KeyID(pub)
+
 	v := newJSONValidator(t)
 	pkg := filepath.Join(dir, "evidence.tar.gz")
-	out, errOut, code := run(t, "pilot-package", "--config", cfg, "--output", pkg, "--format", "json")
+	out, errOut, code := run(t, "pilot-package", "--config", cfg, "--output", pkg, "--format", "json", "--signing-key", keyFile)
 	if code != 0 {
 		t.Fatalf("pilot-package: exit %d\n%s%s", code, out, errOut)
 	}
 	v.check(t, "pilot-package", out)
+	if !strings.Contains(out, `"signature": "`+signedBy+`"`) {
+		t.Errorf("pilot-package --signing-key does not say %s:\n%s", signedBy, out)
+	}
 	if !strings.Contains(errOut, "pilot: chaos: running") {
 		t.Errorf("pilot-package wrote no progress lines on stderr:\n%s", errOut)
 	}
@@ -140,8 +165,8 @@ func TestPilotPackageAndScorecard(t *testing.T) {
 			t.Errorf("the manifest does not list %s; not run: %+v", want, man.NotRun)
 		}
 	}
-	if len(files) != len(man.Files)+1 {
-		t.Errorf("the tar holds %d files, the manifest lists %d (+ itself)", len(files), len(man.Files))
+	if len(files) != len(man.Files)+2 {
+		t.Errorf("the tar holds %d files, the manifest lists %d (+ itself and its signature)", len(files), len(man.Files))
 	}
 	var qual bool
 	for _, nr := range man.NotRun {
@@ -176,26 +201,30 @@ func TestPilotPackageAndScorecard(t *testing.T) {
 	if !bytes.Contains(files[pilot.FileCheck], []byte(`"other_tables": 1`)) || !bytes.Contains(files[pilot.FileCheck], []byte(`"other_publications": 1`)) {
 		t.Errorf("check.json does not count what it leaves out:\n%s", files[pilot.FileCheck])
 	}
-	sc := v.jsonRun(t, 0, "pilot-scorecard", "--config", cfg, "--package", pkg)
+	sc := v.jsonRun(t, 0, "pilot-scorecard", "--config", cfg, "--package", pkg, "--public-key", pubFile)
+	if st := sc["signature"].(map[string]any); st["state"] != pilot.SignedVerified || !strings.HasPrefix(st["statement"].(string), signedBy) {
+		t.Errorf("scorecard --public-key of a signed package: %v, want %s verified", st, signedBy)
+	}
 	if got := strings.Join(verdicts(sc), ","); got != "pass,pass,pass,not run" {
 		t.Errorf("scorecard of a CONVERGED flow at rest: %s, want pass,pass,pass,not run\n%v", got, sc)
 	}
 	text, errOut, code := run(t, "pilot-scorecard", "--config", cfg, "--package", pkg)
-	if code != 0 || !strings.Contains(text, "claim 1  PASS") || !strings.Contains(text, "claim 3  PASS") || !strings.Contains(text, pilot.FileLastVerify) {
+	if code != 0 || !strings.Contains(text, "claim 1  PASS") || !strings.Contains(text, "claim 3  PASS") || !strings.Contains(text, pilot.FileLastVerify) ||
+		!strings.Contains(text, "signature: "+signedBy+", NOT VERIFIED") {
 		t.Errorf("text scorecard: exit %d\n%s%s", code, text, errOut)
 	}
 
 	// A DIVERGED last verify, with the manifest updated to match, fails
 	// claim 3.
-	f, err := os.Open(pkg)
-	if err != nil {
-		t.Fatal(err)
+	// The package rebuilt from the tar's files, as anyone holding it can;
+	// without the operator's key it is written unsigned.
+	p := &pilot.Package{Files: map[string][]byte{}, Manifest: man}
+	for n, data := range files {
+		if n != pilot.FileManifest && n != pilot.FileSignature {
+			p.Files[n] = data
+		}
 	}
-	p, err := pilot.Read(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p.Manifest.Files = append([]pilot.FileInfo{}, man.Files...)
 	lv := bytes.Replace(p.Files[pilot.FileLastVerify], []byte(`"verdict": "CONVERGED"`), []byte(`"verdict": "DIVERGED"`), 1)
 	if bytes.Equal(lv, p.Files[pilot.FileLastVerify]) {
 		t.Fatalf("last-verify.json has no CONVERGED verdict:\n%s", lv)
@@ -209,13 +238,20 @@ func TestPilotPackageAndScorecard(t *testing.T) {
 	if got := strings.Join(verdicts(sc), ","); got != "fail,pass,fail,not run" {
 		t.Errorf("grade D and a DIVERGED last verify: %s, want fail,pass,fail,not run", got)
 	}
+	if st := sc["signature"].(map[string]any); st["state"] != pilot.Unsigned {
+		t.Errorf("a rewritten package is not stated UNSIGNED: %v", st)
+	}
+	// Under the operator's public key the rewrite is refused.
+	if out, errOut, code := run(t, "pilot-scorecard", "--config", cfg, "--package", diverged, "--public-key", pubFile); code != ExitError || !strings.Contains(errOut, "UNSIGNED") {
+		t.Errorf("a rewritten package under --public-key: exit %d, want %d saying UNSIGNED\n%s%s", code, ExitError, out, errOut)
+	}
 
 	// The same change without the manifest's digest: refused.
 	p.Files[pilot.FileLastVerify] = lv
 	p.Manifest.Files = append([]pilot.FileInfo{}, man.Files...)
 	tampered := filepath.Join(dir, "tampered.tar.gz")
 	writePackage(t, p, tampered)
-	if out, errOut, code := run(t, "pilot-scorecard", "--config", cfg, "--package", tampered); code != ExitError || !strings.Contains(errOut, "altered") {
+	if out, errOut, code := run(t, "pilot-scorecard", "--config", cfg, "--package", tampered); code != ExitError || !strings.Contains(errOut, "the file changed after the manifest was written") {
 		t.Errorf("a tampered package: exit %d, want %d naming the altered file\n%s%s", code, ExitError, out, errOut)
 	}
 }

@@ -160,6 +160,10 @@ type Source struct {
 	ProtocolVersion int      // protocol_version: pgoutput proto_version
 	Streaming       bool     // streaming: pgoutput streaming of in-progress transactions
 	MemoryBytesMax  ByteSize // memory_bytes_max: per-transaction memory before spilling to disk
+	// VerifyCAReason (verify_ca_reason) is why the connection may use
+	// sslmode=verify-ca (the CA is checked, the host name is not) in
+	// production; without it production needs verify-full (tls.go).
+	VerifyCAReason string
 }
 
 // Transport is where envelopes are made durable. Exactly one of Local or
@@ -240,10 +244,11 @@ type SASL struct {
 
 // Target is the Postgres database changes are applied to.
 type Target struct {
-	DatabaseURL  SecretRef // database_url
-	Mode         Mode      // mode
-	Schema       string    // schema: Trellara-owned schema (checkpoints, quarantine)
-	CreateTables bool      // create_tables: create missing target tables from source definitions
+	DatabaseURL    SecretRef // database_url
+	Mode           Mode      // mode
+	Schema         string    // schema: Trellara-owned schema (checkpoints, quarantine)
+	CreateTables   bool      // create_tables: create missing target tables from source definitions
+	VerifyCAReason string    // verify_ca_reason: as Source.VerifyCAReason
 	// SynchronousCommit (synchronous_commit: on | off) is how the applier's
 	// target transactions commit; off commits asynchronously and moves the
 	// log cursor only over what the target has flushed.
@@ -336,6 +341,12 @@ const (
 type Run struct {
 	Evaluate bool   // evaluate: a bounded evaluation flow whose resources may be dropped
 	Listen   Listen // listen
+	// ListenPublic (listen_public) opts in to health and metrics endpoints
+	// on a non-loopback address in production; ListenPublicReason
+	// (listen_public_reason) says why that is safe. The endpoints have no
+	// authentication (docs/SECURITY.md).
+	ListenPublic       bool
+	ListenPublicReason string
 }
 
 // Chaos names the commands `trellara chaos live` runs to restart the

@@ -275,7 +275,7 @@ func TestErrorClasses(t *testing.T) {
 		{"version float", edit(t, local, "version: 2", `version: 2.5`), "version", 1, `must be the number 2, not "2.5"`},
 		{"unknown top-level key", local + "sorce: {}\n", "sorce", 17, "unknown key sorce (did you mean source?)"},
 		{"unknown key in reference", edit(t, local, "{env: TRELLARA_SOURCE_URL}", "{evn: TRELLARA_SOURCE_URL}"),
-			"source.database_url.evn", 6, "did you mean env?"},
+			"source.database_url", 6, "another key (not shown: it may be the credential itself; did you mean env?)"},
 		{"duplicate key", edit(t, local, "  slot: trellara_sales\n", "  slot: trellara_sales\n  slot: x\n"), "source.slot", 9, "duplicate key (first set on line 8)"},
 		{"alias", edit(t, local, "flow: sales", "flow: &f sales", "id: store_001", "id: *f"), "source.id", 5, "aliases (*name) are not supported"},
 		{"alias in list", edit(t, local, "flow: sales", "flow: &f public.x", "public.line_items]", "*f]"), "source.tables[1]", 9, "aliases (*name) are not supported"},

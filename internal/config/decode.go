@@ -74,6 +74,8 @@ func decode(data []byte) (c *Config, errs []FieldError) {
 						{"applier", d.str(&c.Run.Listen.Applier)},
 					})
 				}},
+				{"listen_public", d.boolean(&c.Run.ListenPublic)},
+				{"listen_public_reason", d.str(&c.Run.ListenPublicReason)},
 			})
 		}},
 		{"chaos", func(p string, n *yaml.Node) {
@@ -449,6 +451,20 @@ func (d *decoder) secretRef(dst *SecretRef) keyFn {
 			}
 			dst.inline = NewSecret(n.Value)
 		case yaml.MappingNode:
+			for i := 0; i < len(n.Content); i += 2 {
+				if k := n.Content[i]; k.Kind != yaml.ScalarNode || (k.Value != "env" && k.Value != "file") {
+					// The key is not echoed: in a credential position it
+					// may be the credential itself (credential.go).
+					hint := ""
+					if k.Kind == yaml.ScalarNode {
+						if s := suggest(k.Value, []string{"env", "file"}); s != "" {
+							hint = "; did you mean " + s + "?"
+						}
+					}
+					d.fail(path, k, fix, "a reference holds only env or file; it has another key (not shown: it may be the credential itself%s)", hint)
+					return
+				}
+			}
 			d.mapping(path, n, []key{{"env", d.str(&dst.Env)}, {"file", d.str(&dst.File)}})
 			if dst.Env == "" && dst.File == "" && !d.m.bad[path+".env"] && !d.m.bad[path+".file"] {
 				d.fail(path, n, fix, "the reference names neither env nor file")
@@ -492,6 +508,7 @@ func (d *decoder) source(s *Source) keyFn {
 			{"protocol_version", d.integer(&s.ProtocolVersion)},
 			{"streaming", d.boolean(&s.Streaming)},
 			{"memory_bytes_max", d.size(&s.MemoryBytesMax)},
+			{"verify_ca_reason", d.str(&s.VerifyCAReason)},
 		})
 	}
 }
@@ -570,6 +587,7 @@ func (d *decoder) target(t *Target) keyFn {
 			{"schema", d.str(&t.Schema)},
 			{"create_tables", d.boolean(&t.CreateTables)},
 			{"synchronous_commit", d.str(&t.SynchronousCommit)},
+			{"verify_ca_reason", d.str(&t.VerifyCAReason)},
 		})
 	}
 }

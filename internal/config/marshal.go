@@ -59,6 +59,9 @@ func Marshal(c *Config) ([]byte, error) {
 	put(src, "protocol_version", intNode(s.ProtocolVersion), "pgoutput protocol; 1 requires streaming: false")
 	put(src, "streaming", boolNode(s.Streaming), "")
 	put(src, "memory_bytes_max", sizeNode(s.MemoryBytesMax), "per transaction; larger transactions spill to disk")
+	if s.VerifyCAReason != "" {
+		put(src, "verify_ca_reason", strNode(s.VerifyCAReason), "why sslmode=verify-ca is enough in production")
+	}
 	putSection(root, "source", src, "The database changes are captured from.")
 
 	tr := mapping(false)
@@ -127,6 +130,9 @@ func Marshal(c *Config) ([]byte, error) {
 		put(tn, "schema", strNode(t.Schema), "Trellara-owned schema on the target (checkpoints, quarantine)")
 		put(tn, "create_tables", boolNode(t.CreateTables), "true: create missing target tables from the source definitions")
 		put(tn, "synchronous_commit", strNode(t.SynchronousCommit), "off | on: off commits asynchronously; the log cursor waits for the target's flush")
+		if t.VerifyCAReason != "" {
+			put(tn, "verify_ca_reason", strNode(t.VerifyCAReason), "why sslmode=verify-ca is enough in production")
+		}
 		return tn
 	}
 	if t := c.Target; t != nil {
@@ -158,6 +164,10 @@ func Marshal(c *Config) ([]byte, error) {
 	put(listen, "relay", strNode(c.Run.Listen.Relay), "")
 	put(listen, "applier", strNode(c.Run.Listen.Applier), "")
 	put(run, "listen", listen, "health and metrics endpoints (/livez /readyz /healthz /metrics)")
+	if c.Run.ListenPublic || c.Run.ListenPublicReason != "" {
+		put(run, "listen_public", boolNode(c.Run.ListenPublic), "endpoints on a non-loopback address in production (no authentication)")
+		put(run, "listen_public_reason", strNode(c.Run.ListenPublicReason), "")
+	}
 	putSection(root, "run", run, "")
 
 	if c.Chaos.SourceRestart != "" || c.Chaos.TargetRestart != "" {

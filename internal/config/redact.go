@@ -17,12 +17,16 @@ import (
 //
 // What it removes, and why each rule exists:
 //
-//   - The value of any key named like a credential (password, passwd, pwd,
-//     passphrase, secret, token, key, api_key, private_key, credential) becomes
-//     "<redacted>", unless the value is a reference ({env: NAME} or
-//     {file: /absolute/path}): references name where a secret lives, not the
-//     secret, and keeping them keeps the copy useful. Keys ending in _file,
-//     _path or _dir (tls.key_file) hold paths and are kept.
+//   - The value of any key in a credential position (credential.go: named
+//     like a credential — password, passwd, pwd, passphrase, secret, token,
+//     key, api_key, private_key, credential — or like a connection string —
+//     database_url, url, uri, dsn) becomes "<redacted>", unless the value
+//     is a well-formed reference ({env: NAME} or {file: /absolute/path}):
+//     references name where a secret lives, not the secret, and keeping
+//     them keeps the copy useful. A connection string under a connection
+//     key is scrubbed by its structure (below). A malformed reference
+//     ({env: "Pw-7rX9!q"}, {file: {x: ...}}) is redacted whole. Keys ending
+//     in _file, _path or _dir (tls.key_file) hold paths and are kept.
 //   - A PostgreSQL URL anywhere in a value keeps only scheme, host, port and
 //     database name: postgres://<redacted>@db.internal:5432/sales. User and
 //     password are removed; query parameters other than connection options
@@ -99,8 +103,8 @@ func redactNode(n *yaml.Node) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			redactNode(k)
-			if k.Kind == yaml.ScalarNode && isSecretKey(k.Value) && !isRefNode(v) {
-				redactAll(v)
+			if k.Kind == yaml.ScalarNode && IsCredentialKey(k.Value) {
+				redactCredential(k.Value, v) // the one rule (credential.go)
 				continue
 			}
 			redactNode(v)
@@ -148,9 +152,9 @@ func isRefNode(n *yaml.Node) bool {
 	}
 	switch k.Value {
 	case "env":
-		return envVarRE.MatchString(v.Value)
+		return ValidEnvName(v.Value)
 	case "file":
-		return strings.HasPrefix(v.Value, "/") && !strings.ContainsAny(v.Value, " \t\n")
+		return ValidFilePath(v.Value)
 	}
 	return false
 }

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -109,14 +108,14 @@ const notShown = "<not a name: not shown>"
 // an absolute path, notShown otherwise. Every message and rendering of a
 // reference goes through them.
 func (r SecretRef) envShown() string {
-	if envVarRE.MatchString(r.Env) {
+	if ValidEnvName(r.Env) {
 		return r.Env
 	}
 	return notShown
 }
 
 func (r SecretRef) fileShown() string {
-	if filepath.IsAbs(r.File) {
+	if ValidFilePath(r.File) {
 		return r.File
 	}
 	return notShown
@@ -128,12 +127,12 @@ func (r SecretRef) fileShown() string {
 func (r SecretRef) shapeError(path string) (sub, msg, fix string) {
 	env, file := refExamples(path)
 	switch {
-	case r.Env != "" && !envVarRE.MatchString(r.Env):
+	case r.Env != "" && !ValidEnvName(r.Env):
 		return "env", "is not an environment variable name (the value is not shown: it may be the credential itself)",
 			fmt.Sprintf("write the NAME of the variable that holds the credential, e.g. %s: {env: %s}, and put the credential into that variable (export %s=...)",
 				lastSegment(path), env, env)
-	case r.File != "" && !filepath.IsAbs(r.File):
-		return "file", "is not an absolute path (the value is not shown: it may be the credential itself; a relative path would also depend on the directory the service starts in)",
+	case r.File != "" && !ValidFilePath(r.File):
+		return "file", "is not an absolute path without spaces (the value is not shown: it may be the credential itself; a relative path would also depend on the directory the service starts in)",
 			fmt.Sprintf("write the absolute path of a file that holds the credential, e.g. %s: {file: %s}", lastSegment(path), file)
 	}
 	return "", "", ""
@@ -366,6 +365,9 @@ func (c *Config) ResolveSecretsWith(res Resolver) (Secrets, error) {
 	if k := c.Transport.Kafka; k != nil && k.SASL != nil {
 		one("transport.kafka.sasl.password", k.SASL.Password, &out.KafkaSASLPassword)
 	}
+	// The production TLS rule (tls.go) reads the resolved strings: here,
+	// so config validate, preflight and run refuse before connecting.
+	errs = append(errs, c.checkTLS(out)...)
 	if err := newValidationError(c.file(), errs); err != nil {
 		return Secrets{}, err
 	}

@@ -275,14 +275,16 @@ func TestResolveSecretsReportsAll(t *testing.T) {
 		}
 	}
 
+	// Production: the URLs verify TLS (tls.go).
+	const sURL, tURL = "postgres://s/db?sslmode=verify-full&sslrootcert=/etc/ca.pem", "host=t sslmode=verify-full sslrootcert=/etc/ca.pem"
 	s, err := c.ResolveSecretsWith(fakeResolver{
-		env:   map[string]string{"TRELLARA_TARGET_URL": "t-url", "TRELLARA_KAFKA_PASSWORD": "k-pw"},
-		files: map[string]string{"/etc/trellara/source-url": "s-url\n"},
+		env:   map[string]string{"TRELLARA_TARGET_URL": tURL, "TRELLARA_KAFKA_PASSWORD": "k-pw"},
+		files: map[string]string{"/etc/trellara/source-url": sURL + "\n"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.SourceDatabaseURL.Reveal() != "s-url" || s.TargetDatabaseURL.Reveal() != "t-url" || s.KafkaSASLPassword.Reveal() != "k-pw" {
+	if s.SourceDatabaseURL.Reveal() != sURL || s.TargetDatabaseURL.Reveal() != tURL || s.KafkaSASLPassword.Reveal() != "k-pw" {
 		t.Error("resolved values wrong")
 	}
 }

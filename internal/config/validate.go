@@ -100,6 +100,7 @@ func (c *Config) validate() []FieldError {
 			"must be hold_flow or hold_table, not %s", quoteValue(string(c.Schema.OnBlocked)))
 	}
 	v.run(&c.Run, prod)
+	v.listeners(c, prod)
 	v.chaos(c, prod)
 	return v.errs
 }
@@ -630,5 +631,80 @@ func (v *validator) schemas(s *Source) {
 			continue
 		}
 		seen[n] = i
+	}
+}
+
+// Listener is one health-and-metrics endpoint of the flow: the key that
+// sets it and its address.
+type Listener struct {
+	Key  string // run.listen.relay, run.listen.applier, sinks.NAME.listen
+	Addr string
+}
+
+// Listeners are the flow's endpoint addresses: the relay's and each sink's
+// applier (run.listen.applier when the flow has no sink).
+func (c *Config) Listeners() []Listener {
+	c.deriveSinks()
+	out := []Listener{{"run.listen.relay", c.Run.Listen.Relay}}
+	if len(c.Sinks) == 0 {
+		return append(out, Listener{"run.listen.applier", c.Run.Listen.Applier})
+	}
+	for _, s := range c.Sinks {
+		key := "run.listen.applier"
+		if p := c.SinkPath(s); p != "" {
+			key = p + ".listen"
+		}
+		out = append(out, Listener{key, s.Listen})
+	}
+	return out
+}
+
+// PublicListeners are the Listeners whose address is not loopback: an
+// empty host (":9401"), an unspecified one (0.0.0.0, ::), any other IP or
+// a host name other than localhost.
+func (c *Config) PublicListeners() []Listener {
+	var out []Listener
+	for _, l := range c.Listeners() {
+		if !IsLoopbackAddr(l.Addr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// IsLoopbackAddr reports whether host:port listens on loopback only. An
+// address that does not parse counts as loopback: validation reports it.
+func IsLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// listeners enforces the production listener rule: the endpoints have no
+// authentication, so a non-loopback address needs run.listen_public: true
+// and a run.listen_public_reason. The opt-in is stated in trellara status.
+func (v *validator) listeners(c *Config, prod bool) {
+	r := &c.Run
+	if r.ListenPublic && strings.TrimSpace(r.ListenPublicReason) == "" {
+		v.add("run.listen_public_reason", `say why unauthenticated endpoints on a non-loopback address are safe here, e.g. listen_public_reason: "firewalled to the monitoring subnet 10.0.9.0/24"`,
+			"required with run.listen_public: true")
+	}
+	if !r.ListenPublic && r.ListenPublicReason != "" {
+		v.add("run.listen_public", "set run.listen_public: true, or remove run.listen_public_reason", "run.listen_public_reason is set but run.listen_public is not true")
+	}
+	if !prod || r.ListenPublic {
+		return
+	}
+	for _, l := range c.PublicListeners() {
+		_, port, _ := net.SplitHostPort(l.Addr)
+		v.add(l.Key, fmt.Sprintf(`listen on loopback (127.0.0.1:%s) and scrape through an agent on the host, or opt in with run.listen_public: true and run.listen_public_reason: "why it is safe"`, port),
+			"%s listens beyond loopback; the endpoints (/livez /readyz /healthz /metrics) have no authentication, and environment production refuses that without run.listen_public",
+			quoteValue(l.Addr))
 	}
 }

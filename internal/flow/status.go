@@ -283,6 +283,9 @@ func (f *Flow) lastVerify(s config.Sink) *verify.Result {
 func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 	st := &Status{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Tables: []TableStatus{}, Snapshots: []SnapshotStatus{}, Notes: []string{}}
 	st.Log = &LogStatus{Dir: f.dir, Cursors: []CursorStatus{}}
+	if n := listenNote(f.Cfg); n != "" {
+		st.Notes = append(st.Notes, n)
+	}
 	switch {
 	case f.logHeld && f.heldLog != nil:
 		st.Log.Exists, st.Log.Held = true, true
@@ -659,4 +662,23 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// listenNote states the flow's endpoints beyond loopback: they have no
+// authentication, so status says so, with the run.listen_public opt-in and
+// its reason when given (config.validator.listeners).
+func listenNote(c *config.Config) string {
+	pub := c.PublicListeners()
+	if len(pub) == 0 {
+		return ""
+	}
+	var addrs []string
+	for _, l := range pub {
+		addrs = append(addrs, l.Key+" "+l.Addr)
+	}
+	n := "endpoints beyond loopback, without authentication: " + strings.Join(addrs, ", ")
+	if c.Run.ListenPublic {
+		return n + "; run.listen_public: true, reason: " + c.Run.ListenPublicReason
+	}
+	return n + "; environment production would refuse them without run.listen_public (docs/SECURITY.md)"
 }

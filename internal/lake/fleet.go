@@ -68,6 +68,9 @@ type Sink struct {
 	// region, REST credentials by reference are not supported: use the
 	// environment iceberg-go reads).
 	Properties map[string]string
+	// Production is set when any source flow is environment: production:
+	// a sql-postgres catalog then needs verified TLS (config.CheckPostgresTLS).
+	Production bool
 }
 
 // Catalog is lake.catalog.
@@ -75,6 +78,9 @@ type Catalog struct {
 	Kind string           // kind: sql-sqlite, sql-postgres or rest
 	Name string           // name: the catalog name recorded in the catalog tables
 	URI  config.SecretRef // uri: file path (sqlite), postgres:// URL, or REST base URL
+	// VerifyCAReason (verify_ca_reason): why sslmode=verify-ca is enough
+	// for a sql-postgres catalog of a production fleet.
+	VerifyCAReason string
 }
 
 // EpochPolicy is epochs: how often an epoch closes and how far behind a
@@ -203,25 +209,13 @@ func (d *fleetDecoder) duration(dst *time.Duration) func(string, *yaml.Node) {
 	}
 }
 
+// secret decodes a credential reference by trellara.yml's rule
+// (config.DecodeSecretRef): no error shows the value.
 func (d *fleetDecoder) secret(dst *config.SecretRef) func(string, *yaml.Node) {
 	return func(p string, n *yaml.Node) {
-		switch n.Kind {
-		case yaml.ScalarNode:
-			*dst = config.InlineRef(n.Value)
-		case yaml.MappingNode:
-			var env, file string
-			d.mapping(p, n, map[string]func(string, *yaml.Node){"env": d.str(&env), "file": d.str(&file)})
-			switch {
-			case env != "" && file == "":
-				*dst = config.EnvRef(env)
-			case file != "" && env == "":
-				*dst = config.FileRef(file)
-			default:
-				d.fail(p, n, "write {env: VARIABLE} or {file: /path}", "give exactly one of env or file")
-			}
-		default:
-			d.fail(p, n, "write {env: VARIABLE}, {file: /path} or a plain value", "must be a value or a reference")
-		}
+		r, errs := config.DecodeSecretRef(p, n)
+		d.errs = append(d.errs, errs...)
+		*dst = r
 	}
 }
 
@@ -255,9 +249,10 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 			d.mapping(p, n, map[string]func(string, *yaml.Node){
 				"catalog": func(p string, n *yaml.Node) {
 					d.mapping(p, n, map[string]func(string, *yaml.Node){
-						"kind": d.str(&f.Lake.Catalog.Kind),
-						"name": d.str(&f.Lake.Catalog.Name),
-						"uri":  d.secret(&f.Lake.Catalog.URI),
+						"kind":             d.str(&f.Lake.Catalog.Kind),
+						"name":             d.str(&f.Lake.Catalog.Name),
+						"uri":              d.secret(&f.Lake.Catalog.URI),
+						"verify_ca_reason": d.str(&f.Lake.Catalog.VerifyCAReason),
 					}, "kind", "uri")
 				},
 				"warehouse": d.str(&f.Lake.Warehouse),
@@ -314,6 +309,7 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 					continue
 				}
 				s.Config, s.ID, s.Flow = cp, fc.Source.ID, fc
+				f.Lake.Production = f.Lake.Production || fc.Environment == config.Production
 				f.Sources = append(f.Sources, s)
 			}
 		}

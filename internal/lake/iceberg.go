@@ -46,6 +46,12 @@ func Open(ctx context.Context, sink Sink) (*Lake, error) {
 		return nil, fmt.Errorf("lake: lake.catalog.uri: %w", err)
 	}
 	uri := sec.Reveal()
+	if sink.Production && sink.Catalog.Kind == CatalogPostgres {
+		// The production TLS rule, as for the flows' own connections.
+		if fe := config.CheckPostgresTLS("lake.catalog.uri", uri, "lake.catalog.verify_ca_reason", sink.Catalog.VerifyCAReason); fe != nil {
+			return nil, fmt.Errorf("lake: %s (fix: %s)", fe.Message, fe.Fix)
+		}
+	}
 	props := iceberg.Properties{"warehouse": sink.Warehouse}
 	for k, v := range sink.Properties {
 		props[k] = v

@@ -114,7 +114,21 @@ func Handler(metrics prometheus.Gatherer, h *Health) http.Handler {
 		_ = json.NewEncoder(w).Encode(snap)
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
-	return mux
+	return readOnly(mux)
+}
+
+// readOnly answers only GET and HEAD: the endpoints are read-only and have
+// no authentication, so no other method may reach a handler (405, with
+// Allow).
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed: these endpoints answer GET and HEAD only", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Serve listens on addr until ctx ends. It returns once listening, with a

@@ -2,8 +2,10 @@ package obs
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -209,3 +211,40 @@ func TestHealthEndpoints(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// The endpoints are read-only and unauthenticated: every path answers GET
+// and HEAD, and any other method gets 405 with Allow, over a real listener.
+//
+// Mutation tried: Handler returning mux without readOnly — POST, PUT and
+// DELETE answer 200 (0335858's behaviour): red.
+func TestEndpointsAnswerOnlyGetAndHead(t *testing.T) {
+	h := NewHealth()
+	h.Set("running", true, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, wait, err := Serve(ctx, "127.0.0.1:0", Handler(prometheus.NewRegistry(), h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = wait() }()
+	for _, path := range []string{"/livez", "/readyz", "/healthz", "/metrics", "/nope"} {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch, http.MethodOptions, "TRACE"} {
+			req, _ := http.NewRequest(m, "http://"+addr+path, strings.NewReader("x"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := http.StatusOK
+			switch {
+			case m != http.MethodGet && m != http.MethodHead:
+				want = http.StatusMethodNotAllowed
+			case path == "/nope":
+				want = http.StatusNotFound
+			}
+			if resp.StatusCode != want || (want == http.StatusMethodNotAllowed && resp.Header.Get("Allow") != "GET, HEAD") {
+				t.Errorf("%s %s: %d (Allow %q), want %d", m, path, resp.StatusCode, resp.Header.Get("Allow"), want)
+			}
+		}
+	}
+}

@@ -8,15 +8,13 @@
 package pilot
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"debug/buildinfo"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"github.com/trellara/trellara/internal/shell"
 	"io"
@@ -24,11 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	tbuild "github.com/trellara/trellara/internal/buildinfo"
 	"github.com/trellara/trellara/internal/chaoslive"
@@ -72,13 +67,17 @@ var Binaries = []string{"trellara", "trellara-check", "trellara-full"}
 
 // Manifest is manifest.json.
 type Manifest struct {
-	FormatVersion int        `json:"format_version"`
-	CreatedAt     time.Time  `json:"created_at"`
-	Flow          string     `json:"flow"`
-	Config        string     `json:"config"`
-	Version       string     `json:"trellara_version"`
-	Files         []FileInfo `json:"files"`
-	NotRun        []NotRun   `json:"not_run"`
+	FormatVersion int       `json:"format_version"`
+	CreatedAt     time.Time `json:"created_at"`
+	Flow          string    `json:"flow"`
+	Config        string    `json:"config"`
+	Version       string    `json:"trellara_version"`
+	// SigningKey is the key id (sign.KeyID) of the key that signs this
+	// manifest, or empty for an unsigned package. It is inside the signed
+	// bytes, so a verified signature also proves the claim.
+	SigningKey string     `json:"signing_key,omitempty"`
+	Files      []FileInfo `json:"files"`
+	NotRun     []NotRun   `json:"not_run"`
 }
 
 // FileInfo is one file of the package.
@@ -97,9 +96,16 @@ type NotRun struct {
 }
 
 // Package is a package in memory: the manifest and each file's bytes.
+// A package Read returns holds only the files the scorecard parses
+// (Scored); every other file was hashed as it streamed past and checked
+// against the manifest, not kept.
 type Package struct {
 	Manifest Manifest
 	Files    map[string][]byte
+	// Signature is what Read found about the manifest's signature.
+	Signature Signature
+
+	signer ed25519.PrivateKey // set by SignWith; Write signs with it
 }
 
 // Options are what Build needs besides the config.
@@ -265,6 +271,7 @@ func Build(ctx context.Context, opts Options) (*Package, error) {
 	if err := scanSecrets(b.p, sec); err != nil {
 		return nil, err
 	}
+	b.p.Signature = Signature{State: Unsigned, Statement: "UNSIGNED: built in memory by this command from " + opts.ConfigPath + "; no package was read"}
 	b.progress("package: %d files, %d items not run", len(b.p.Manifest.Files), len(b.p.Manifest.NotRun))
 	return b.p, nil
 }
@@ -431,127 +438,6 @@ func stamped(bi *buildinfo.BuildInfo) (version, commit string) {
 		version = bi.Main.Version
 	}
 	return version, commit
-}
-
-// ErrSecret is what Build returns when a file would carry a credential.
-var ErrSecret = errors.New("a package file contains a credential of the config")
-
-// scanSecrets refuses a package in which any file holds a credential the
-// config resolves to, or the password inside a connection string. The
-// message names the file, never the value.
-func scanSecrets(p *Package, sec config.Secrets) error {
-	var needles []string
-	for _, s := range []config.Secret{sec.SourceDatabaseURL, sec.TargetDatabaseURL, sec.KafkaSASLPassword} {
-		v := s.Reveal()
-		if v == "" {
-			continue
-		}
-		needles = append(needles, v)
-		if c, err := pgconn.ParseConfig(v); err == nil && c.Password != "" {
-			needles = append(needles, c.Password)
-		}
-	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range p.Files {
-			if !yield(n) {
-				return
-			}
-		}
-	})
-	for _, n := range names {
-		for _, s := range needles {
-			if len(s) >= 4 && bytes.Contains(p.Files[n], []byte(s)) {
-				return fmt.Errorf("pilot: %s: %w; nothing was written (report this as a bug: every file is built from redacted sources)", n, ErrSecret)
-			}
-		}
-	}
-	return nil
-}
-
-// Write writes the package as a gzip'd tar: manifest.json first, then the
-// files in manifest order.
-func (p *Package) Write(w io.Writer) error {
-	man, err := json.MarshalIndent(p.Manifest, "", "  ")
-	if err != nil {
-		return err
-	}
-	gz := gzip.NewWriter(w)
-	tw := tar.NewWriter(gz)
-	mtime := p.Manifest.CreatedAt
-	put := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: mtime, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	if err := put(FileManifest, append(man, '\n')); err != nil {
-		return err
-	}
-	for _, f := range p.Manifest.Files {
-		if err := put(f.Path, p.Files[f.Path]); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return gz.Close()
-}
-
-// Read reads a package Write wrote and checks every file against the
-// manifest: a file missing, added or altered since is an error naming it.
-func Read(r io.Reader) (*Package, error) {
-	gz, err := gzip.NewReader(r)
-	if err != nil {
-		return nil, fmt.Errorf("pilot: not a gzip'd evidence package: %w", err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("pilot: read the package: %w", err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, fmt.Errorf("pilot: read %s from the package: %w", h.Name, err)
-		}
-		files[h.Name] = data
-	}
-	man, ok := files[FileManifest]
-	if !ok {
-		return nil, fmt.Errorf("pilot: the package has no %s: build it with trellara pilot-package", FileManifest)
-	}
-	delete(files, FileManifest)
-	p := &Package{Files: files}
-	if err := json.Unmarshal(man, &p.Manifest); err != nil {
-		return nil, fmt.Errorf("pilot: %s: %w", FileManifest, err)
-	}
-	if p.Manifest.FormatVersion != FormatVersion {
-		return nil, fmt.Errorf("pilot: %s format_version %d: this trellara reads %d", FileManifest, p.Manifest.FormatVersion, FormatVersion)
-	}
-	listed := map[string]bool{}
-	for _, f := range p.Manifest.Files {
-		listed[f.Path] = true
-		data, ok := files[f.Path]
-		if !ok {
-			return nil, fmt.Errorf("pilot: %s lists %s, which the package lacks", FileManifest, f.Path)
-		}
-		sum := sha256.Sum256(data)
-		if got := hex.EncodeToString(sum[:]); got != f.SHA256 {
-			return nil, fmt.Errorf("pilot: %s: SHA-256 %s, but %s says %s: the file was altered after the package was built", f.Path, got, FileManifest, f.SHA256)
-		}
-	}
-	for n := range files {
-		if !listed[n] {
-			return nil, fmt.Errorf("pilot: %s is in the package but not in %s: the package was altered after it was built", n, FileManifest)
-		}
-	}
-	return p, nil
 }
 
 // lastVerify decodes last-verify.json.

@@ -39,7 +39,7 @@ func TestReadChecksManifest(t *testing.T) {
 	if err := p.Write(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Read(bytes.NewReader(buf.Bytes())); err != nil {
+	if _, err := Read(bytes.NewReader(buf.Bytes()), nil); err != nil {
 		t.Fatalf("an intact package: %v", err)
 	}
 	p.Files["a.json"] = []byte(`{"x":1}`)
@@ -47,7 +47,7 @@ func TestReadChecksManifest(t *testing.T) {
 	if err := p.Write(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Read(bytes.NewReader(buf.Bytes())); err == nil || !strings.Contains(err.Error(), "a.json") {
+	if _, err := Read(bytes.NewReader(buf.Bytes()), nil); err == nil || !strings.Contains(err.Error(), "a.json") {
 		t.Errorf("an altered file: %v, want an error naming a.json", err)
 	}
 }

@@ -31,9 +31,12 @@ type Claim struct {
 
 // Scorecard is `trellara pilot-scorecard`.
 type Scorecard struct {
-	Flow    string  `json:"flow"`
-	Package string  `json:"package"`
-	Claims  []Claim `json:"claims"`
+	Flow    string `json:"flow"`
+	Package string `json:"package"`
+	// Signature says who the package can be shown to come from: UNSIGNED,
+	// or signed-by-KEY-ID (verified or not).
+	Signature Signature `json:"signature"`
+	Claims    []Claim   `json:"claims"`
 }
 
 // Failed reports whether any claim failed.
@@ -57,7 +60,10 @@ const (
 // Score derives each claim's verdict from the package's files; source
 // names the package in the output.
 func Score(p *Package, source string) *Scorecard {
-	sc := &Scorecard{Flow: p.Manifest.Flow, Package: source}
+	sc := &Scorecard{Flow: p.Manifest.Flow, Package: source, Signature: p.Signature}
+	if sc.Signature.State == "" {
+		sc.Signature = unsignedSignature()
+	}
 	chaos, chaosErr := chaosReport(p)
 	live, liveFile, liveErr := liveReport(p)
 	sc.Claims = []Claim{
@@ -289,7 +295,8 @@ func scoreFleet(p *Package) Claim {
 
 // RenderText writes the scorecard for a terminal.
 func (s *Scorecard) RenderText(w io.Writer) error {
-	fmt.Fprintf(w, "pilot scorecard · flow %s · %s\n\n", s.Flow, s.Package)
+	fmt.Fprintf(w, "pilot scorecard · flow %s · %s\n", s.Flow, s.Package)
+	fmt.Fprintf(w, "signature: %s\n\n", s.Signature.Statement)
 	for _, c := range s.Claims {
 		fmt.Fprintf(w, "claim %d  %-8s %s\n", c.ID, strings.ToUpper(c.Verdict), c.Claim)
 		fmt.Fprintf(w, "         evidence: %s\n", strings.Join(c.Evidence, ", "))

@@ -7,6 +7,7 @@ package sign
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -131,4 +132,25 @@ func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("signing key %s: %w", path, err)
 	}
 	return k, nil
+}
+
+// LoadPublicKey reads and parses the public key file at path.
+func LoadPublicKey(path string) (ed25519.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the public key: %w", err)
+	}
+	k, err := ParsePublicKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("public key %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// KeyID names a public key in output: "ed25519:" and the first 8 bytes of
+// the SHA-256 of its 32 raw bytes, in hex. It identifies, it does not
+// authenticate: only Verify against the key itself does.
+func KeyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return "ed25519:" + hex.EncodeToString(sum[:8])
 }
