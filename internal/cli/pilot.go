@@ -22,7 +22,7 @@ func pilotPackageCommand() *cli.Command {
 		Usage:  "exportable evidence package: redacted config, versions, SBOM, check, status, last verify, failure matrix",
 		Hidden: true,
 		Flags: []cli.Flag{configFlag(), formatFlag(),
-			&cli.StringFlag{Name: "output", Usage: "the .tar.gz file to write", Value: "evidence.tar.gz"},
+			&cli.StringFlag{Name: "output", Usage: "where to write the package: a directory (new or empty), or a .tar.gz file", Value: "evidence.tar.gz"},
 			&cli.DurationFlag{Name: "chaos-budget", Usage: "how long the failure-matrix catalogue may run; unfinished, it is listed as not run", Value: 5 * time.Minute},
 			&cli.StringFlag{Name: "signing-key", EnvVars: []string{"TRELLARA_SIGNING_KEY"}, Usage: "sign the manifest with the ed25519 private key in this FILE (the key format make release uses); " +
 				"or the path in $TRELLARA_SIGNING_KEY. Without it the package is UNSIGNED"},
@@ -40,6 +40,13 @@ func pilotPackageCommand() *cli.Command {
 					return failure(fmt.Errorf("pilot-package: %w (create one with: openssl genpkey -algorithm ed25519 -out operator.pem)", err))
 				}
 			}
+			out := c.String("output")
+			if !pilot.IsArchivePath(out) {
+				// Refused before the work, not after it.
+				if err := pilot.CheckDirOutput(out); err != nil {
+					return failure(err)
+				}
+			}
 			ctx, stop := signalContext(c)
 			defer stop()
 			p, err := pilot.Build(ctx, pilotOptions(c))
@@ -51,13 +58,16 @@ func pilotPackageCommand() *cli.Command {
 				p.SignWith(key)
 				signature = "signed-by-" + p.Manifest.SigningKey
 			}
-			var buf bytes.Buffer
-			if err := p.Write(&buf); err != nil {
-				return failure(fmt.Errorf("pilot-package: encode: %w", err))
-			}
-			out := c.String("output")
-			if err := os.WriteFile(out, buf.Bytes(), 0o600); err != nil {
-				return failure(fmt.Errorf("pilot-package: write %s: %w", out, err))
+			if pilot.IsArchivePath(out) {
+				var buf bytes.Buffer
+				if err := p.Write(&buf); err != nil {
+					return failure(fmt.Errorf("pilot-package: encode: %w", err))
+				}
+				if err := os.WriteFile(out, buf.Bytes(), 0o600); err != nil {
+					return failure(fmt.Errorf("pilot-package: write %s: %w", out, err))
+				}
+			} else if err := p.WriteDir(out); err != nil {
+				return failure(fmt.Errorf("pilot-package: %w", err))
 			}
 			if format == "json" {
 				return writeJSON(c, true, map[string]any{"output": out, "signature": signature, "manifest": p.Manifest})
@@ -93,7 +103,7 @@ func pilotScorecardCommand() *cli.Command {
 		Usage:  "the four claims, each pass, fail or not run, with the package file that proves it",
 		Hidden: true,
 		Flags: []cli.Flag{configFlag(), formatFlag(),
-			&cli.StringFlag{Name: "package", Usage: "score this evidence package (pilot-package's output) instead of building one"},
+			&cli.StringFlag{Name: "package", Usage: "score this evidence package (pilot-package's output: a directory or a .tar.gz) instead of building one"},
 			&cli.DurationFlag{Name: "chaos-budget", Usage: "without --package: how long the failure-matrix catalogue may run", Value: 5 * time.Minute},
 			&cli.StringFlag{Name: "public-key", Usage: "with --package: the sender's ed25519 public key FILE; the package must be signed by it, or it is refused"},
 		},
@@ -114,12 +124,14 @@ func pilotScorecardCommand() *cli.Command {
 				}
 			}
 			if path := c.String("package"); path != "" {
-				f, err := os.Open(path)
-				if err != nil {
-					return failure(fmt.Errorf("pilot-scorecard: open the package: %w", err))
+				if st, serr := os.Stat(path); serr == nil && st.IsDir() {
+					p, err = pilot.ReadDir(path, pub)
+				} else if f, oerr := os.Open(path); oerr != nil {
+					return failure(fmt.Errorf("pilot-scorecard: open the package: %w", oerr))
+				} else {
+					p, err = pilot.Read(f, pub)
+					f.Close()
 				}
-				p, err = pilot.Read(f, pub)
-				f.Close()
 				if err != nil {
 					return failure(fmt.Errorf("%w (package %s)", err, path))
 				}
