@@ -1,0 +1,476 @@
+package flow
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/envelope"
+	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/obs"
+	"github.com/trellara/trellara/internal/verify"
+	"github.com/trellara/trellara/lsn"
+	"github.com/trellara/trellara/relay"
+	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/transport"
+)
+
+// A flow is at rest or in motion (STYLE.md, rule 14). It is in motion
+// while a pipeline holds it: a service (`trellara run`, its relay or
+// sidecar role), a bounded run, or a command of this process that moves
+// the stream itself (withPipeline). The one test is the flow's lock, the
+// local log's writer lock (segmentlog: one writer per log, held by the
+// process that captures): a flow whose lock this process can take is at
+// rest, and stays so while it holds it. A slot's active flag is not the
+// test: a walsender outlives its client by a moment, and the extension's
+// decoder holds its slot whether or not a sidecar runs.
+//
+// A Kafka flow has no local lock: there, the pgoutput slot's active flag
+// is all there is (its capture refuses an active slot, so two pipelines
+// cannot both capture).
+
+// restLock is the flow's lock, taken because no pipeline held the flow.
+type restLock struct {
+	f      *Flow
+	opened bool // this lock opened f.Log (and closes it on release)
+}
+
+// release gives the lock back: the flow is at rest and any pipeline may
+// take it.
+func (l *restLock) release() {
+	if l.opened && l.f.Log != nil {
+		_ = l.f.Log.Close()
+		l.f.Log = nil
+	}
+}
+
+// errInMotion: a pipeline holds the flow's lock.
+var errInMotion = errors.New("a pipeline holds the flow")
+
+// lockAtRest takes the flow's lock when no pipeline holds it. It returns
+// errInMotion when one does (another process holds the local log, or this
+// process is running the flow's pipeline), and (nil, nil) for a flow that
+// has no lock to take: a Kafka flow, or a local flow whose log directory
+// does not exist yet (it has never run here, so nothing holds it; the
+// directory is not created by a command that only reads).
+func (f *Flow) lockAtRest() (*restLock, error) {
+	if f.moving.Load() > 0 {
+		return nil, errInMotion
+	}
+	if f.broker != nil {
+		return nil, nil
+	}
+	if f.Log != nil {
+		return &restLock{f: f}, nil // this process is the log's writer, and runs no pipeline
+	}
+	if _, err := os.Stat(f.logDir()); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err := f.openLog(); errors.Is(err, segmentlog.ErrLocked) {
+		return nil, errInMotion
+	} else if err != nil {
+		return nil, err
+	}
+	return &restLock{f: f, opened: true}, nil
+}
+
+// pendingLogMax and pendingSlotChangesMax bound the counts of a verify at
+// rest: a flow that is that far behind is BEHIND "at least" so many.
+const (
+	pendingLogMax         = 100_000
+	pendingSlotChangesMax = 100_000
+	pendingPeekTimeout    = 2 * time.Minute
+)
+
+// pendingAtRest counts the committed transactions that touch the flow's
+// tables and that sink s's target has not applied, for a flow at rest
+// (the caller holds its lock, or it has no log yet). It is called after
+// the source snapshot of a verify: every transaction that snapshot saw is
+// either applied (its end is at or before the target checkpoint cp), or in
+// the local log past cp, or committed at the source and not yet captured,
+// that is, after the slot's confirmed position, where the slot is peeked
+// without moving it. A commit racing the snapshot is counted or not, but
+// a transaction the snapshot saw is always counted: CONVERGED at rest
+// never hides one. newest is the end LSN of the newest transaction
+// counted (0 when none).
+func (f *Flow) pendingAtRest(ctx context.Context, src *pgx.Conn, s config.Sink, cp uint64) (p verify.Pending, newest uint64, err error) {
+	logEnd := uint64(0)
+	if f.Log != nil {
+		var inLog int64
+		inLog, newest, logEnd, p.AtLeast, err = pendingInLog(ctx, f.Log, s.Cursor(), cp)
+		if err != nil {
+			return p, 0, fmt.Errorf("flow %s: count the local log's entries past sink %s's checkpoint %s: %w", f.Cfg.Flow, s.Name, lsn.Format(cp), err)
+		}
+		p.InLog = inLog
+	}
+	floor := max(cp, logEnd)
+	if f.Cfg.Source.Capture == config.CaptureExtension {
+		// The extension's decoder worker holds its slot (active) whether
+		// or not a sidecar runs, so the slot cannot be peeked; the worker
+		// keeps nothing past what a sidecar acknowledged but its queue.
+		p.NotCounted = fmt.Sprintf("transactions committed after the extension slot %s's confirmed position and not yet in the local log: "+
+			"its decoder worker holds the slot, which cannot be read without moving it; a change among them shows as a table that differs", f.Cfg.Source.Slot)
+	} else {
+		inSlot, end, atLeast, note, err := f.peekPending(ctx, src, floor)
+		if err != nil {
+			return p, 0, err
+		}
+		p.InSlot, p.AtLeast, p.NotCounted = inSlot, p.AtLeast || atLeast, note
+		newest = max(newest, end)
+	}
+	p.Transactions = p.InLog + p.InSlot
+	return p, newest, nil
+}
+
+// pendingInLog counts the transactions of l past the checkpoint cp, from
+// cursor's offset (the applier commits its cursor after the target, so
+// the cursor is never past what the target holds): distinct end LSNs of
+// entries with a row change or a schema change. Fences and other logical
+// messages, and snapshot units before cp, are not changes the target is
+// missing. logEnd is the end LSN of the log's newest entry.
+func pendingInLog(ctx context.Context, l *segmentlog.Log, cursor string, cp uint64) (n int64, newest, logEnd uint64, atLeast bool, err error) {
+	res, err := relay.ResumeFrom(ctx, transport.Local{Log: l})
+	if err != nil {
+		return 0, 0, 0, false, err
+	}
+	if !res.Empty {
+		logEnd = res.DurableEnd
+	}
+	if logEnd <= cp {
+		return 0, 0, logEnd, false, nil
+	}
+	from, ok, err := l.CursorOffset(cursor)
+	if err != nil || !ok {
+		from = l.FirstOffset() // past retention, or not registered: the gap is reseed's (sinkGap)
+	}
+	end := l.NextOffset()
+	rd := l.NewReader(from)
+	defer rd.Close()
+	seen := map[uint64]bool{}
+	for off, read := from, 0; off < end; off, read = off+1, read+1 {
+		if read == pendingLogMax {
+			return n, newest, logEnd, true, nil
+		}
+		_, b, err := rd.Next(ctx)
+		if err != nil {
+			return n, newest, logEnd, false, fmt.Errorf("read offset %d: %w", off, err)
+		}
+		e, err := envelope.Decode(b)
+		if err != nil {
+			return n, newest, logEnd, false, fmt.Errorf("decode offset %d: %w", off, err)
+		}
+		if e.EndLsn <= cp || seen[e.EndLsn] || !changes(e) {
+			continue
+		}
+		seen[e.EndLsn] = true
+		n++
+		newest = max(newest, e.EndLsn)
+	}
+	return n, newest, logEnd, false, nil
+}
+
+// changes reports whether e changes a table: a row change or a schema
+// change, not only logical messages (fences, barriers' messages).
+func changes(e *pb.Envelope) bool {
+	if len(e.DdlEvents) > 0 {
+		return true
+	}
+	for _, r := range e.Rows {
+		if r.Op != pb.Op_OP_MESSAGE {
+			return true
+		}
+	}
+	return false
+}
+
+// peekSQL reads the slot's pending pgoutput messages without moving it
+// (pg_logical_slot_peek_binary_changes), up to the current WAL position
+// and a bounded number of messages. Only each message's kind and, for a
+// COMMIT, its end LSN leave the server. publication_names is the flow's
+// publication, so only its tables' changes come out; logical messages are
+// not asked for ('messages' is off), so Trellara's fences never count.
+const peekSQL = `SELECT get_byte(data, 0), CASE WHEN get_byte(data, 0) = 67 THEN substring(data FROM 11 FOR 8) END
+FROM pg_logical_slot_peek_binary_changes($1, pg_current_wal_lsn(), $2, 'proto_version', $3, 'publication_names', $4)`
+
+// peekPending counts the transactions committed after the slot's
+// confirmed position that end past floor and change one of the
+// publication's tables: pgoutput BEGIN .. COMMIT with at least one change
+// (INSERT, UPDATE, DELETE, TRUNCATE) in between. PostgreSQL 15 and later
+// skip empty transactions; older servers send them, and they are not
+// counted. end is the newest counted one's end LSN.
+func (f *Flow) peekPending(ctx context.Context, src *pgx.Conn, floor uint64) (n int64, end uint64, atLeast bool, note string, err error) {
+	slot := f.Cfg.Source.Slot
+	si, err := f.lookupReleasedSlot(ctx, src, slot)
+	if err != nil {
+		return 0, 0, false, "", err
+	}
+	if !si.Exists {
+		return 0, 0, false, fmt.Sprintf("changes at the source: slot %s does not exist, so nothing was captured and nothing pends", slot), nil
+	}
+	if si.Active {
+		return 0, 0, false, "", fmt.Errorf("flow %s: slot %s is active although no pipeline holds the flow's lock: another process streams from it "+
+			"(SELECT active_pid FROM pg_replication_slots WHERE slot_name = '%s'); stop it, then verify again", f.Cfg.Flow, slot, slot)
+	}
+	var version int
+	if err := src.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return 0, 0, false, "", fmt.Errorf("flow %s: read server_version_num: %w", f.Cfg.Flow, err)
+	}
+	proto := "2"
+	if version < 140000 {
+		proto = "1"
+	}
+	pctx, cancel := context.WithTimeout(ctx, pendingPeekTimeout)
+	defer cancel()
+	rows, err := src.Query(pctx, peekSQL, slot, pendingSlotChangesMax, proto, pgx.Identifier{f.Cfg.Source.Publication}.Sanitize())
+	if err != nil {
+		return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s: %w", f.Cfg.Flow, slot, err)
+	}
+	defer rows.Close()
+	var messages int
+	changed := false
+	for rows.Next() {
+		var kind int
+		var commitEnd []byte
+		if err := rows.Scan(&kind, &commitEnd); err != nil {
+			return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s: %w", f.Cfg.Flow, slot, err)
+		}
+		messages++
+		switch kind {
+		case 'B':
+			changed = false
+		case 'I', 'U', 'D', 'T':
+			changed = true
+		case 'C':
+			if len(commitEnd) != 8 {
+				return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s: a COMMIT message without its end LSN (%d bytes)", f.Cfg.Flow, slot, len(commitEnd))
+			}
+			if e := binary.BigEndian.Uint64(commitEnd); changed && e > floor {
+				n++
+				end = max(end, e)
+			}
+			changed = false
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s (bounded at %s): %w", f.Cfg.Flow, slot, pendingPeekTimeout, err)
+	}
+	// The server stops after the transaction that reaches the bound.
+	return n, end, messages >= pendingSlotChangesMax, "", nil
+}
+
+// verifyAtRest fills opts for a verify of sink s of a flow found at rest:
+// no fence (nothing would apply it); the watermark is the end of the
+// newest pending transaction counted after the source snapshot, or the
+// target checkpoint when none pends, so the target is caught up exactly
+// when nothing it lacks was committed. The flow's lock is held only while
+// counting (a service starting meanwhile is refused it for that moment
+// only): a pipeline that takes the flow later can only bring the target
+// closer to the source snapshot, and one that holds it by the time of the
+// count turns this round back into a verify in motion (a fence). Nothing
+// moves a flow at rest, so verify does not wait, unless wait (an explicit
+// --wait) says a service may be starting. pending receives the last count
+// (nil when the round ran in motion).
+func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.Sink, wait time.Duration, pending **verify.Pending) {
+	opts.WaitCaughtUp = verify.NoWait
+	if wait > 0 {
+		opts.WaitCaughtUp = wait
+	}
+	fence := opts.SourceLSN
+	opts.SourceLSN = func(ctx context.Context) (uint64, error) {
+		lock, err := f.lockAtRest()
+		if errors.Is(err, errInMotion) {
+			*pending = nil
+			return fence(ctx) // a pipeline took the flow since verify started
+		}
+		if err != nil {
+			return 0, err
+		}
+		if lock != nil {
+			defer lock.release()
+		}
+		st, err := apply.ReadStatus(ctx, tgt, s.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+		if err != nil {
+			return 0, err
+		}
+		p, newest, err := f.pendingAtRest(ctx, src, s, st.Checkpoint.EndLSN)
+		if err != nil {
+			return 0, err
+		}
+		*pending = &p
+		if p.Transactions == 0 {
+			return st.Checkpoint.EndLSN, nil
+		}
+		return newest, nil
+	}
+}
+
+// withPipeline runs fn while the flow's stream moves (STYLE.md, rule 14):
+// what fn writes to the source reaches the target, and the watermarks fn
+// waits for are applied. Beside a pipeline that holds the flow (a service
+// or a run), fn runs as it is: that pipeline moves the stream. When none
+// holds it, withPipeline takes the flow's lock (the local log, as its one
+// writer) and runs the flow's components in this process for as long as fn
+// runs: capture (relay or sidecar, as source.capture says) and every sink's
+// applier, each restarted after an error with the service's backoff
+// (supervise), as `trellara run` runs them. Then it stops them, waits for
+// the slot to be released and gives the lock back: the flow is at rest
+// again. A command that needs the stream to move (reseed, reseed
+// --all-tables, semantics) goes through here, never waiting on a pipeline
+// that does not exist.
+func (f *Flow) withPipeline(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	lock, err := f.lockAtRest()
+	if errors.Is(err, errInMotion) {
+		return fn(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if lock == nil && f.broker != nil {
+		// A Kafka flow: its service's relay holds the slot.
+		conn, err := f.ConnectSource(ctx)
+		if err != nil {
+			return err
+		}
+		si, err := relay.LookupSlot(ctx, conn, f.Cfg.Source.Slot)
+		conn.Close(context.Background())
+		if err != nil {
+			return err
+		}
+		if si.Active {
+			return fn(ctx)
+		}
+	}
+	if lock == nil && f.broker == nil {
+		// No log yet: the pipeline creates it, and with it takes the lock.
+		if err := os.MkdirAll(f.dir, 0o700); err != nil {
+			return fmt.Errorf("flow %s: create %s: %w", f.Cfg.Flow, f.dir, err)
+		}
+		if err := f.openLog(); err != nil {
+			if errors.Is(err, segmentlog.ErrLocked) {
+				return fn(ctx)
+			}
+			return err
+		}
+		lock = &restLock{f: f, opened: true}
+	}
+	if lock != nil {
+		defer lock.release()
+	}
+	if f.Pins == nil {
+		if f.Pins, err = capture.OpenPins(filepath.Join(f.dir, "pins.json")); err != nil {
+			return err
+		}
+	}
+	for _, sk := range f.Sinks() {
+		if err := f.registerCursor(sk); err != nil {
+			return err
+		}
+	}
+	f.Logger.Info("no pipeline holds the flow: running its capture and appliers in this process for "+what, "flow", f.Cfg.Flow)
+	f.moving.Add(1)
+	defer f.moving.Add(-1)
+	p := f.startPipeline(ctx)
+	err = fn(ctx)
+	perr := p.stop()
+	f.awaitSlotReleased(context.WithoutCancel(ctx))
+	if err != nil && perr != nil {
+		return fmt.Errorf("%w (the flow's pipeline, which %s ran while the flow was at rest, last failed with: %v)", err, what, perr)
+	}
+	return err
+}
+
+// pipeline is the flow's components run in this process by withPipeline.
+type pipeline struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	last   error // the last error a component stopped with
+}
+
+// startPipeline starts capture and every sink's applier under supervise,
+// as the service does (serveOnce), without its listeners.
+func (f *Flow) startPipeline(ctx context.Context) *pipeline {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &pipeline{cancel: cancel}
+	m := obs.NewMetrics(obs.Build{})
+	run := func(component string, c obs.Component, body func(context.Context, *obs.Health) error) {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			supervise(ctx, component, f.Logger, obs.NewHealth(), c, f.labels(serviceOf(component)), func(ctx context.Context, h *obs.Health) error {
+				err := body(ctx, h)
+				if err != nil && ctx.Err() == nil {
+					p.mu.Lock()
+					p.last = err
+					p.mu.Unlock()
+				}
+				return err
+			})
+		}()
+	}
+	run(obs.ServiceRelay, m.Relay.Component, func(ctx context.Context, h *obs.Health) error {
+		if f.Cfg.Source.Capture == config.CaptureExtension {
+			h.Set("streaming", true, nil)
+			return f.CaptureExtension(ctx, CaptureOptions{})
+		}
+		return f.Capture(ctx, CaptureOptions{Session: func(*relay.Session) { h.Set("streaming", true, nil) }})
+	})
+	for _, sk := range f.Sinks() {
+		run(sk.Cursor(), m.Applier.Component, func(ctx context.Context, h *obs.Health) error {
+			tgt, err := f.ConnectSink(ctx, sk)
+			if err != nil {
+				return err
+			}
+			defer tgt.Close(context.Background())
+			if sk.Target.CreateTables {
+				if err := f.createTargetTables(ctx, tgt); err != nil {
+					return err
+				}
+			}
+			a, err := f.Applier(tgt, sk, nil)
+			if err != nil {
+				return err
+			}
+			h.Set("applying", true, nil)
+			return f.Apply(ctx, tgt, sk, a, nil)
+		})
+	}
+	return p
+}
+
+// stop cancels the components, waits for them, and returns the last
+// error one of them stopped with while running.
+func (p *pipeline) stop() error {
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// awaitSlotReleased waits, up to slotReleaseWait, until the flow's
+// pgoutput slot is no longer active: its walsender notices the closed
+// connection a moment after the client, and the next command finds the
+// flow at rest.
+func (f *Flow) awaitSlotReleased(ctx context.Context) {
+	if f.Cfg.Source.Capture == config.CaptureExtension {
+		return // the decoder worker holds it for good
+	}
+	conn, err := f.ConnectSource(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.Background())
+	_, _ = f.lookupReleasedSlot(ctx, conn, f.Cfg.Source.Slot)
+}
