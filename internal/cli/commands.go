@@ -463,6 +463,10 @@ func verifyCommand() *cli.Command {
 			var worst error // the first sink's verdict that is not CONVERGED
 			for _, s := range sinks {
 				res, err := f.VerifySink(ctx, s, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait, SQLRowHash: rowHash == "sql"})
+				var notFlow *flow.NotFlowTableError
+				if errors.As(err, &notFlow) {
+					return usageError("%s", notFlow) // no verdict, none stored
+				}
 				if err != nil {
 					return failure(fmt.Errorf("sink %s: %w", s.Name, err))
 				}

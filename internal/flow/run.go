@@ -367,7 +367,7 @@ func (f *Flow) flowTables(names []string) error {
 		if err != nil {
 			return err
 		}
-		if !slices.Contains(f.Tables(), t) {
+		if !slices.Contains(f.Tables(), t) && !(len(f.Cfg.Source.Schemas) > 0 && f.captures(t.Schema)) {
 			return &NotFlowTableError{Flow: f.Cfg.Flow, Table: t.String(), Tables: tableStrings(f.Tables())}
 		}
 	}
