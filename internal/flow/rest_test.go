@@ -232,3 +232,136 @@ func TestVerifyAtRestCountsTheLog(t *testing.T) {
 		t.Fatalf("run --local --verify: exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// shellWords splits a printed command line as a POSIX shell would, for
+// the quoting shell.Trellara prints: single quotes and plain words.
+func shellWords(t *testing.T, line string) []string {
+	t.Helper()
+	var out []string
+	var cur strings.Builder
+	inWord, quoted := false, false
+	for _, r := range line {
+		switch {
+		case quoted && r == '\'':
+			quoted = false
+		case quoted:
+			cur.WriteRune(r)
+		case r == '\'':
+			quoted, inWord = true, true
+		case r == ' ' || r == '\t':
+			if inWord {
+				out = append(out, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quoted {
+		t.Fatalf("unbalanced quote in %q", line)
+	}
+	if inWord {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// slotActive reports whether the flow's slot is held by a process.
+func slotActive(t *testing.T, src *pgtest.Cluster, slot string) bool {
+	t.Helper()
+	conn := src.Connect(t.Context())
+	defer conn.Close(t.Context())
+	var active bool
+	if err := conn.QueryRow(t.Context(), `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
+		t.Fatal(err)
+	}
+	return active
+}
+
+// The page's DROP COLUMN: `run --local` stops with a plan whose first
+// recovery is the reseed of the table; typed as printed with no service
+// running, the reseed runs the flow's pipeline itself, ends CONVERGED, and
+// leaves the flow at rest (slot released, no process holding the log):
+// the next run and verify converge.
+func TestReseedAtRestAfterDropColumn(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE "Sales" (id int PRIMARY KEY, amount int NOT NULL, gone text)`,
+		`INSERT INTO "Sales" SELECT g, g * 10, 'g' || g FROM generate_series(1, 200) g`)
+	f := newSchemaFlow(t, src, dst, `public."Sales"`)
+	f.mustConverge("first run")
+	src.Exec(t, `ALTER TABLE "Sales" DROP COLUMN gone`, `INSERT INTO "Sales" VALUES (201, 2010)`, `UPDATE "Sales" SET amount = 0 WHERE id = 1`)
+	out, code := f.run("run", "--local")
+	if code == 0 {
+		t.Fatalf("run over DROP COLUMN: exit 0, want a stop at the schema change\n%s", out)
+	}
+	recovery := ""
+	if _, after, ok := strings.Cut(out, "Recovery: "); ok {
+		recovery, _, _ = strings.Cut(after, ". Recovery:")
+	}
+	want := `trellara reseed --config ` + f.cfg + ` --table 'public."Sales"'`
+	if recovery != want {
+		t.Fatalf("the first recovery printed is %q, want %q\n%s", recovery, want, out)
+	}
+	words := shellWords(t, want)
+	cmd := exec.Command(f.bin, words[1:]...)
+	cmd.Dir = f.dir
+	rout, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(rout), `CONVERGED public."Sales"`) {
+		t.Fatalf("%s, typed as printed at rest: %v\n%s", want, err, rout)
+	}
+	if slotActive(t, src, "trellara_ddl") {
+		t.Errorf("slot still active after the reseed: the flow must be left at rest")
+	}
+	if out, code := f.run("verify"); code != 0 || !strings.Contains(out, "CONVERGED") {
+		t.Fatalf("verify after the reseed at rest: exit %d\n%s", code, out)
+	}
+	f.mustConverge("run --local --verify after the reseed")
+}
+
+// semantics on a flow at rest runs the pipeline itself and removes its
+// tables only once the target has applied every change to them; beside a
+// running service it uses the service. Either way the flow is intact: the
+// next `run --local --verify` is CONVERGED, and no semantics table is left.
+func TestSemanticsLeavesTheFlowIntact(t *testing.T) {
+	pgtest.Require(t)
+	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
+	src.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, v int)`, `INSERT INTO items VALUES (1, 1)`)
+	f := newSchemaFlow(t, src, dst, "public.items")
+	f.mustConverge("first run")
+	noTables := func(when string) {
+		t.Helper()
+		for _, c := range []*pgtest.Cluster{src, dst} {
+			conn := c.Connect(t.Context())
+			var n int
+			err := conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_tables WHERE tablename LIKE 'trellara_semantics%'`).Scan(&n)
+			conn.Close(t.Context())
+			if err != nil || n != 0 {
+				t.Fatalf("%s: %d semantics tables left (%v)", when, n, err)
+			}
+		}
+	}
+
+	out, code := f.run("semantics", "--duration", "2s", "--wait", "60s")
+	if code != 0 || !strings.Contains(out, "no half-applied transaction observed") {
+		t.Fatalf("semantics at rest: exit %d\n%s", code, out)
+	}
+	noTables("after semantics at rest")
+	if slotActive(t, src, "trellara_ddl") {
+		t.Errorf("slot still active after semantics at rest: the flow must be left at rest")
+	}
+	f.mustConverge("run --local --verify after semantics at rest")
+
+	stop := f.startService()
+	out, code = f.run("semantics", "--duration", "2s", "--wait", "60s")
+	stop()
+	if code != 0 || !strings.Contains(out, "no half-applied transaction observed") {
+		t.Fatalf("semantics beside the service: exit %d\n%s\nservice:\n%s", code, out, f.serviceLog())
+	}
+	noTables("after semantics beside the service")
+	f.mustConverge("run --local --verify after semantics beside the service")
+}
