@@ -115,20 +115,22 @@ func (f *Flow) pendingAtRest(ctx context.Context, src *pgx.Conn, s config.Sink, 
 		p.InLog = inLog
 	}
 	floor := max(cp, logEnd)
+	var (
+		inSlot  int64
+		end     uint64
+		atLeast bool
+		note    string
+	)
 	if f.Cfg.Source.Capture == config.CaptureExtension {
-		// The extension's decoder worker holds its slot (active) whether
-		// or not a sidecar runs, so the slot cannot be peeked; the worker
-		// keeps nothing past what a sidecar acknowledged but its queue.
-		p.NotCounted = fmt.Sprintf("transactions committed after the extension slot %s's confirmed position and not yet in the local log: "+
-			"its decoder worker holds the slot, which cannot be read without moving it; a change among them shows as a table that differs", f.Cfg.Source.Slot)
+		inSlot, end, atLeast, note, err = f.peekExtensionPending(ctx, src, floor)
 	} else {
-		inSlot, end, atLeast, note, err := f.peekPending(ctx, src, floor)
-		if err != nil {
-			return p, 0, err
-		}
-		p.InSlot, p.AtLeast, p.NotCounted = inSlot, p.AtLeast || atLeast, note
-		newest = max(newest, end)
+		inSlot, end, atLeast, note, err = f.peekPending(ctx, src, floor)
 	}
+	if err != nil {
+		return p, 0, err
+	}
+	p.InSlot, p.AtLeast, p.NotCounted = inSlot, p.AtLeast || atLeast, note
+	newest = max(newest, end)
 	p.Transactions = p.InLog + p.InSlot
 	return p, newest, nil
 }
@@ -237,13 +239,84 @@ func (f *Flow) peekPending(ctx context.Context, src *pgx.Conn, floor uint64) (n 
 		return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s: %w", f.Cfg.Flow, slot, err)
 	}
 	defer rows.Close()
+	n, end, atLeast, err = countCommits(rows, floor)
+	if err != nil {
+		return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s: %w", f.Cfg.Flow, slot, err)
+	}
+	return n, end, atLeast, "", nil
+}
+
+// peekExtensionSQL peeks a slot of the trellara output plugin (frames,
+// ext/trellara.h: version byte, kind byte; a COMMIT's end LSN at bytes
+// 11..18), with the decoder worker's own table filter and no messages.
+// The tables option is left out when the worker has none (all tables),
+// as the worker leaves it out.
+const peekExtensionSQL = `SELECT get_byte(data, 1), CASE WHEN get_byte(data, 1) = 67 THEN substring(data FROM 12 FOR 8) END
+FROM pg_logical_slot_peek_binary_changes($1, pg_current_wal_lsn(), $2, VARIADIC
+	CASE WHEN $3 = '' THEN ARRAY['include_messages', 'false'] ELSE ARRAY['tables', $3, 'include_messages', 'false'] END)`
+
+// peekExtensionPending is peekPending for source.capture: extension. The
+// extension's decoder worker holds its slot (active) whether or not a
+// sidecar runs, so the slot itself cannot be peeked; a temporary copy of
+// it can (pg_copy_logical_replication_slot: same plugin, same confirmed
+// position, gone with this session, never confirmed), peeked with the
+// worker's table filter (trellara.tables). The trellara plugin sends a
+// transaction's frames only when it has a change for those tables, so a
+// COMMIT after a change frame is one pending transaction.
+func (f *Flow) peekExtensionPending(ctx context.Context, src *pgx.Conn, floor uint64) (n int64, end uint64, atLeast bool, note string, err error) {
+	var slot string
+	var exists bool
+	var tables *string
+	if err := src.QueryRow(ctx, `SELECT s.name, EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = s.name), current_setting('trellara.tables', true)
+		FROM (SELECT coalesce(nullif(current_setting('trellara.slot_name', true), ''), $1) AS name) s`, f.Cfg.Source.Slot).
+		Scan(&slot, &exists, &tables); err != nil {
+		return 0, 0, false, "", fmt.Errorf("flow %s: look up the extension's slot %s: %w", f.Cfg.Flow, slot, err)
+	}
+	if !exists {
+		return 0, 0, false, fmt.Sprintf("changes at the source: the extension's slot %s does not exist", slot), nil
+	}
+	copyName := fmt.Sprintf("trellara_verify_%d", src.PgConn().PID())
+	if _, err := src.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, slot, copyName); err != nil {
+		return 0, 0, false, fmt.Sprintf("transactions committed after the extension slot %s's confirmed position and not yet in the local log "+
+			"(a temporary copy of the slot, to read them without moving it, failed: %v); a change among them shows as a table that differs", slot, err), nil
+	}
+	defer func() {
+		if _, derr := src.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, copyName); derr != nil && err == nil {
+			f.Logger.Warn("could not drop verify's temporary slot; it goes with the session", "slot", copyName, "err", derr)
+		}
+	}()
+	filter := ""
+	if tables != nil {
+		filter = *tables
+	}
+	pctx, cancel := context.WithTimeout(ctx, pendingPeekTimeout)
+	defer cancel()
+	rows, err := src.Query(pctx, peekExtensionSQL, copyName, pendingSlotChangesMax, filter)
+	if err != nil {
+		return 0, 0, false, "", fmt.Errorf("flow %s: peek a copy of the extension's slot %s: %w", f.Cfg.Flow, slot, err)
+	}
+	defer rows.Close()
+	n, end, atLeast, err = countCommits(rows, floor)
+	if err != nil {
+		return 0, 0, false, "", fmt.Errorf("flow %s: peek a copy of the extension's slot %s: %w", f.Cfg.Flow, slot, err)
+	}
+	return n, end, atLeast, "", nil
+}
+
+// countCommits counts, over rows of (kind, commit end LSN) read from a
+// peek, the transactions that end past floor with at least one change
+// (INSERT, UPDATE, DELETE, TRUNCATE) between their BEGIN and COMMIT; the
+// same letters in pgoutput's messages and the trellara plugin's frames.
+// atLeast: the peek returned pendingSlotChangesMax messages or more (the
+// server stops after the transaction that reaches the bound).
+func countCommits(rows pgx.Rows, floor uint64) (n int64, end uint64, atLeast bool, err error) {
 	var messages int
 	changed := false
 	for rows.Next() {
 		var kind int
 		var commitEnd []byte
 		if err := rows.Scan(&kind, &commitEnd); err != nil {
-			return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s: %w", f.Cfg.Flow, slot, err)
+			return 0, 0, false, err
 		}
 		messages++
 		switch kind {
@@ -253,7 +326,7 @@ func (f *Flow) peekPending(ctx context.Context, src *pgx.Conn, floor uint64) (n 
 			changed = true
 		case 'C':
 			if len(commitEnd) != 8 {
-				return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s: a COMMIT message without its end LSN (%d bytes)", f.Cfg.Flow, slot, len(commitEnd))
+				return 0, 0, false, fmt.Errorf("a COMMIT without its end LSN (%d bytes)", len(commitEnd))
 			}
 			if e := binary.BigEndian.Uint64(commitEnd); changed && e > floor {
 				n++
@@ -263,10 +336,9 @@ func (f *Flow) peekPending(ctx context.Context, src *pgx.Conn, floor uint64) (n 
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return 0, 0, false, "", fmt.Errorf("flow %s: peek slot %s (bounded at %s): %w", f.Cfg.Flow, slot, pendingPeekTimeout, err)
+		return 0, 0, false, fmt.Errorf("bounded at %s: %w", pendingPeekTimeout, err)
 	}
-	// The server stops after the transaction that reaches the bound.
-	return n, end, messages >= pendingSlotChangesMax, "", nil
+	return n, end, messages >= pendingSlotChangesMax, nil
 }
 
 // verifyAtRest fills opts for a verify of sink s of a flow found at rest:
