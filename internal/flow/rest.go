@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,16 @@ import (
 // A Kafka flow has no local lock: there, the pgoutput slot's active flag
 // is all there is (its capture refuses an active slot, so two pipelines
 // cannot both capture).
+
+// brokerAtRest reports whether a Kafka flow is at rest: its slot is not
+// active (or does not exist).
+func (f *Flow) brokerAtRest(ctx context.Context, src *pgx.Conn) (bool, error) {
+	si, err := relay.LookupSlot(ctx, src, f.Cfg.Source.Slot)
+	if err != nil {
+		return false, err
+	}
+	return !si.Active, nil
+}
 
 // restLock is the flow's lock, taken because no pipeline held the flow.
 type restLock struct {
@@ -114,6 +125,28 @@ func (f *Flow) pendingAtRest(ctx context.Context, src *pgx.Conn, s config.Sink, 
 		}
 		p.InLog = inLog
 	}
+	if bs, ok := f.broker.(brokerStatuser); ok {
+		// A Kafka flow: its units past the target checkpoint are not read
+		// one by one; the topic's newest unit, unapplied, is at least one.
+		st, err := bs.Status(ctx, []config.Sink{s})
+		if err != nil {
+			return p, 0, fmt.Errorf("flow %s: read the topic's newest unit: %w", f.Cfg.Flow, err)
+		}
+		if st.ProduceAckedCommitLSN != "" {
+			acked, err := lsn.Parse(st.ProduceAckedCommitLSN)
+			if err != nil {
+				return p, 0, fmt.Errorf("flow %s: topic %s: newest commit LSN %q: %w", f.Cfg.Flow, st.Topic, st.ProduceAckedCommitLSN, err)
+			}
+			logEnd = uint64(acked)
+			if logEnd > cp {
+				p.InLog, p.AtLeast = 1, true
+				newest = logEnd
+				p.NotCounted = fmt.Sprintf("the units of topic %s past the target checkpoint one by one: its newest unit (commit %s) is not applied, so at least one is pending", st.Topic, st.ProduceAckedCommitLSN)
+			}
+		}
+	} else if f.broker != nil {
+		p.NotCounted = "the units in the broker past the target checkpoint: this transport does not report its newest unit"
+	}
 	floor := max(cp, logEnd)
 	var (
 		inSlot  int64
@@ -129,7 +162,10 @@ func (f *Flow) pendingAtRest(ctx context.Context, src *pgx.Conn, s config.Sink, 
 	if err != nil {
 		return p, 0, err
 	}
-	p.InSlot, p.AtLeast, p.NotCounted = inSlot, p.AtLeast || atLeast, note
+	p.InSlot, p.AtLeast = inSlot, p.AtLeast || atLeast
+	if note != "" {
+		p.NotCounted = strings.TrimPrefix(p.NotCounted+"; "+note, "; ")
+	}
 	newest = max(newest, end)
 	p.Transactions = p.InLog + p.InSlot
 	return p, newest, nil
@@ -371,6 +407,14 @@ func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.S
 		if lock != nil {
 			defer lock.release()
 		}
+		if f.broker != nil {
+			if rest, err := f.brokerAtRest(ctx, src); err != nil {
+				return 0, err
+			} else if !rest {
+				*pending = nil
+				return fence(ctx)
+			}
+		}
 		st, err := apply.ReadStatus(ctx, tgt, s.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
 		if err != nil {
 			return 0, err
@@ -414,12 +458,12 @@ func (f *Flow) withPipeline(ctx context.Context, what string, fn func(ctx contex
 		if err != nil {
 			return err
 		}
-		si, err := relay.LookupSlot(ctx, conn, f.Cfg.Source.Slot)
+		rest, err := f.brokerAtRest(ctx, conn)
 		conn.Close(context.Background())
 		if err != nil {
 			return err
 		}
-		if si.Active {
+		if !rest {
 			return fn(ctx)
 		}
 	}
