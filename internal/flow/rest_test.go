@@ -2,8 +2,10 @@ package flow_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -132,11 +134,15 @@ func TestVerifyAtRest(t *testing.T) {
 	}
 	f.src.Exec(t, `VACUUM ANALYZE`, `CHECKPOINT`)
 	confirmed, _ := f.slot()
+	logBefore := dirDigest(t, filepath.Join(f.dir, "data", "log"))
 	for i := range 10 {
 		v, out, code := f.verify()
 		if code != 0 || v.Verdict != "CONVERGED" || v.Watermark.Pending == nil || v.Watermark.Pending.Transactions != 0 || !v.Watermark.CaughtUp {
 			t.Fatalf("verify %d at rest: exit %d, want CONVERGED with nothing pending\n%s", i+1, code, out)
 		}
+	}
+	if after := dirDigest(t, filepath.Join(f.dir, "data", "log")); after != logBefore {
+		t.Errorf("the local log changed over ten verifies at rest:\nbefore %s\nafter  %s", logBefore, after)
 	}
 	if now, active := f.slot(); now != confirmed || active {
 		t.Errorf("slot after ten verifies: confirmed %s (was %s), active %v; verify at rest must not move or hold it", now, confirmed, active)
@@ -364,4 +370,27 @@ func TestSemanticsLeavesTheFlowIntact(t *testing.T) {
 	}
 	noTables("after semantics beside the service")
 	f.mustConverge("run --local --verify after semantics beside the service")
+}
+
+// dirDigest lists every file under dir (but the writer's LOCK file) with
+// the SHA-256 of its bytes.
+func dirDigest(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "LOCK" {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		fmt.Fprintf(&b, "%s %x; ", rel, sha256.Sum256(data))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
