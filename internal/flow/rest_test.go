@@ -290,7 +290,7 @@ func slotActive(t *testing.T, src *pgtest.Cluster, slot string) bool {
 // recovery is the reseed of the table; typed as printed with no service
 // running, the reseed runs the flow's pipeline itself, ends CONVERGED, and
 // leaves the flow at rest (slot released, no process holding the log):
-// the next run and verify converge.
+// the next run and verify converge. reseed --all-tables at rest likewise.
 func TestReseedAtRestAfterDropColumn(t *testing.T) {
 	pgtest.Require(t)
 	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
@@ -326,6 +326,18 @@ func TestReseedAtRestAfterDropColumn(t *testing.T) {
 		t.Fatalf("verify after the reseed at rest: exit %d\n%s", code, out)
 	}
 	f.mustConverge("run --local --verify after the reseed")
+
+	// --all-tables, at rest, likewise.
+	src.Exec(t, `UPDATE "Sales" SET amount = 7 WHERE id <= 5`)
+	if out, code := f.run("reseed", "--all-tables"); code != 0 || !strings.Contains(out, `CONVERGED public."Sales"`) {
+		t.Fatalf("reseed --all-tables at rest: exit %d\n%s", code, out)
+	}
+	if slotActive(t, src, "trellara_ddl") {
+		t.Errorf("slot still active after reseed --all-tables: the flow must be left at rest")
+	}
+	if out, code := f.run("verify"); code != 0 || !strings.Contains(out, "CONVERGED") {
+		t.Fatalf("verify after reseed --all-tables at rest: exit %d\n%s", code, out)
+	}
 }
 
 // semantics on a flow at rest runs the pipeline itself and removes its
