@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -520,11 +521,15 @@ func (f *Flow) startPipeline(ctx context.Context) *pipeline {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &pipeline{cancel: cancel}
 	m := obs.NewMetrics(obs.Build{})
+	// A restart is routine here (capture stopped at the schema change the
+	// reseed takes over restarts until it does): logged at debug level,
+	// and the last error is reported if the command fails.
+	quiet := slog.New(debugHandler{f.Logger.Handler()})
 	run := func(component string, c obs.Component, body func(context.Context, *obs.Health) error) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			supervise(ctx, component, f.Logger, obs.NewHealth(), c, f.labels(serviceOf(component)), func(ctx context.Context, h *obs.Health) error {
+			supervise(ctx, component, quiet, obs.NewHealth(), c, f.labels(serviceOf(component)), func(ctx context.Context, h *obs.Health) error {
 				err := body(ctx, h)
 				if err != nil && ctx.Err() == nil {
 					p.mu.Lock()
@@ -589,4 +594,24 @@ func (f *Flow) awaitSlotReleased(ctx context.Context) {
 	}
 	defer conn.Close(context.Background())
 	_, _ = f.lookupReleasedSlot(ctx, conn, f.Cfg.Source.Slot)
+}
+
+// debugHandler passes every record on at debug level.
+type debugHandler struct{ slog.Handler }
+
+func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return debugHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h debugHandler) WithGroup(name string) slog.Handler {
+	return debugHandler{h.Handler.WithGroup(name)}
 }

@@ -316,6 +316,7 @@ func TestReseedAtRestAfterDropColumn(t *testing.T) {
 	cmd := exec.Command(f.bin, words[1:]...)
 	cmd.Dir = f.dir
 	rout, err := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", want, rout)
 	if err != nil || !strings.Contains(string(rout), `CONVERGED public."Sales"`) {
 		t.Fatalf("%s, typed as printed at rest: %v\n%s", want, err, rout)
 	}
