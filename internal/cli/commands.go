@@ -540,7 +540,7 @@ func verifyCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "table", Usage: "verify only this schema.table (repeatable)"},
 			&cli.StringFlag{Name: "sink", Usage: "verify only this sink (default: every sink, each reported)"},
 			&cli.DurationFlag{Name: "wait", Value: 30 * time.Second, Usage: "how long to wait for the target to reach the watermark before answering BEHIND; 0 does not wait. " +
-				"Unset, a flow whose slot is not active (no pipeline running) is not waited for"},
+				"Unset, a flow at rest (no pipeline holds it) is not waited for: verify counts what its target lacks instead"},
 			&cli.StringFlag{Name: "row-hash", Value: "auto", Usage: "auto: hash rows with the trellara extension's C function on a side where it is installed, in SQL elsewhere " +
 				"(the same hash either way); sql: in SQL on both sides"}},
 		Before: func(c *cli.Context) error {
@@ -574,6 +574,10 @@ func verifyCommand() *cli.Command {
 			var worst error // the first sink's verdict that is not CONVERGED
 			for _, s := range sinks {
 				res, err := f.VerifySink(ctx, s, flow.VerifyOptions{Tables: c.StringSlice("table"), Wait: wait, SQLRowHash: rowHash == "sql"})
+				var notFlow *flow.NotFlowTableError
+				if errors.As(err, &notFlow) {
+					return usageError("%s", notFlow) // no verdict, none stored
+				}
 				if err != nil {
 					return failure(fmt.Errorf("sink %s: %w", s.Name, err))
 				}

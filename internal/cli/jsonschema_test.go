@@ -137,16 +137,22 @@ func TestJSONOutputsMatchSchemas(t *testing.T) {
 		END IF; END $$`)
 	pg.ExecDB(t, "shop", `INSERT INTO public.users VALUES (51, 'late', NULL)`)
 	v.jsonRun(t, ExitOK, "run", "--config", cfg, "--local")
-	// With the pipeline stopped, a standalone verify's fence is never
-	// applied: BEHIND (exit 3), validated like the rest.
-	if vr := v.jsonRun(t, ExitBehind, "verify", "--config", cfg); vr["verdict"] != "BEHIND" {
-		t.Errorf("standalone verify with the pipeline stopped: verdict %v, want BEHIND", vr["verdict"])
+	// The flow at rest, caught up: CONVERGED; one committed change the
+	// target lacks: BEHIND (exit 3) naming it, validated like the rest.
+	if vr := v.jsonRun(t, ExitOK, "verify", "--config", cfg); vr["verdict"] != "CONVERGED" {
+		t.Errorf("standalone verify of a caught-up flow at rest: verdict %v, want CONVERGED", vr["verdict"])
 	}
-	st := v.jsonRun(t, ExitFindings, "status", "--config", cfg) // the slot is inactive and retains WAL between runs
-	if probs, _ := st["problems"].([]any); len(probs) == 0 {
-		t.Errorf("status between runs reports no problem: %v", st["problems"])
+	pg.ExecDB(t, "shop", `INSERT INTO public.users VALUES (53, 'pending', NULL)`)
+	vr := v.jsonRun(t, ExitBehind, "verify", "--config", cfg)
+	wm, _ := vr["watermark"].(map[string]any)
+	if pending, _ := wm["pending"].(map[string]any); vr["verdict"] != "BEHIND" || pending["transactions"] != float64(1) {
+		t.Errorf("standalone verify with one change pending at rest: verdict %v, watermark %v; want BEHIND with 1 pending transaction", vr["verdict"], vr["watermark"])
 	}
-	v.jsonRun(t, ExitFindings, "status", "--config", cfg, "--view", "diagnostics")
+	st := v.jsonRun(t, ExitOK, "status", "--config", cfg) // an inactive slot retaining a little WAL between runs is no problem
+	if probs, _ := st["problems"].([]any); len(probs) != 0 {
+		t.Errorf("status of a flow at rest reports problems: %v", st["problems"])
+	}
+	v.jsonRun(t, ExitOK, "status", "--config", cfg, "--view", "diagnostics")
 
 	// A quarantined transaction: a target-only row holds the key.
 	pg.ExecDB(t, "shop_target", `INSERT INTO public.users VALUES (52, 'target only', NULL)`)

@@ -15,7 +15,7 @@ import (
 func reseedCommand() *cli.Command {
 	return &cli.Command{
 		Name: "reseed",
-		Usage: "copy tables again while the flow runs: watermarked primary-key chunks into a shadow table, swapped in at the handoff, " +
+		Usage: "copy tables again, beside the running service or, with none, running the flow's pipeline itself: watermarked primary-key chunks into a shadow table, swapped in at the handoff, " +
 			"then verified (exit 0 CONVERGED, 1 DIVERGED or BEHIND, 2 error); run it again to resume",
 		Hidden: true,
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
@@ -24,7 +24,7 @@ func reseedCommand() *cli.Command {
 				"or whose target was restored from a backup older than the log"},
 			&cli.StringFlag{Name: "sink", Usage: "the sink whose target is reseeded (default: the flow's only sink)"},
 			&cli.IntFlag{Name: "chunk-rows", Value: 10000, Usage: "rows per primary-key chunk"},
-			&cli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "how long to wait for the running flow's applier to apply each watermark"},
+			&cli.DurationFlag{Name: "wait", Value: 5 * time.Minute, Usage: "how long to wait for the flow's applier (the service's, or the one reseed runs itself when no service runs) to apply each watermark"},
 		},
 		Before: func(c *cli.Context) error {
 			if len(c.StringSlice("table")) == 0 && !c.Bool("all-tables") {

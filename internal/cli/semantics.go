@@ -19,7 +19,7 @@ func semanticsCommand() *cli.Command {
 		Flags: []cli.Flag{configFlag(), formatFlag(), verboseFlag(),
 			&cli.StringFlag{Name: "sink", Usage: "the sink whose target is read (default: the flow's only sink)"},
 			&cli.DurationFlag{Name: "duration", Value: 10 * time.Second, Usage: "how long to commit transactions"},
-			&cli.DurationFlag{Name: "wait", Value: 2 * time.Minute, Usage: "how long to wait for the running flow to apply the last one"},
+			&cli.DurationFlag{Name: "wait", Value: 2 * time.Minute, Usage: "how long to wait for the flow's applier (the service's, or the one semantics runs itself when no service runs) to apply the last one, and before its tables are removed"},
 		},
 		Action: databaseAction(func(c *cli.Context, f *flow.Flow, format string) error {
 			if d := c.Duration("duration"); d <= 0 {

@@ -40,6 +40,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,6 +81,9 @@ type Flow struct {
 	// before the initial snapshot (resolveTables).
 	resolvedMu sync.Mutex
 	resolved   []config.TableName
+	// moving counts this process's withPipeline calls running the flow's
+	// pipeline: the flow is in motion while it is positive (lockAtRest).
+	moving atomic.Int32
 }
 
 // Open loads path, resolves its secrets and opens the local log.

@@ -544,3 +544,44 @@ func TestKafkaEditionVersion(t *testing.T) {
 		t.Fatalf("--version says %q; the full edition must name the Kafka transport and its modes", v)
 	}
 }
+
+// A Kafka flow at rest (its slot inactive, no local lock to tell) verifies
+// without a fence: CONVERGED when caught up, again and again, and BEHIND
+// naming the one transaction committed since.
+func TestKafkaVerifyAtRest(t *testing.T) {
+	h := newKafkaHarness(t)
+	h.workload(10)
+	h.runVerify()
+	verify := func() (map[string]any, int) {
+		t.Helper()
+		out, err := h.cmd("verify", "--config", h.cfg, "--format", "json").Output()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		var res map[string]any
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("verify output: %v\n%s", err, out)
+		}
+		return res, code
+	}
+	pending := func(res map[string]any) map[string]any {
+		wm, _ := res["watermark"].(map[string]any)
+		p, _ := wm["pending"].(map[string]any)
+		return p
+	}
+	for i := range 3 {
+		if res, code := verify(); code != 0 || res["verdict"] != "CONVERGED" || pending(res)["transactions"] != float64(0) {
+			t.Fatalf("verify %d of the Kafka flow at rest: exit %d, want CONVERGED with nothing pending: %v", i+1, code, res)
+		}
+	}
+	h.workload(1)
+	res, code := verify()
+	if p := pending(res); code != 3 || res["verdict"] != "BEHIND" || p["transactions"] != float64(1) || p["in_slot"] != float64(1) {
+		t.Fatalf("verify after one committed transaction at rest: exit %d, want BEHIND with 1 pending at the source: %v", code, res)
+	}
+	h.runVerify()
+}

@@ -168,8 +168,7 @@ func TestQuotedNamesEndToEnd(t *testing.T) {
 
 	// A divergence: verify's fix for the table names it so that it parses
 	// back to it, and a verify of that --table checks that table alone
-	// (BEHIND, exit 3: the pipeline is stopped, so nothing applies the
-	// verify's fence).
+	// (DIVERGED, exit 1: the flow is at rest with nothing pending).
 	dst.Exec(t, `DELETE FROM "Sch.ema ""Ü""; x"."Sa.les ""T""; ü" WHERE "Id" = 2`)
 	out, code = run("run", "--config", cfg, "--local", "--verify")
 	if code != 1 || !strings.Contains(out, "DIVERGED") {
@@ -183,7 +182,7 @@ func TestQuotedNamesEndToEnd(t *testing.T) {
 	if got, err := config.ParseTableName(arg); err != nil || got != odd {
 		t.Fatalf("verify's --table %q parses to %v (%v), want %v\n%s", arg, got, err, odd, out)
 	}
-	if out, code := run("verify", "--config", cfg, "--table", arg); code != 3 || !strings.Contains(out, "1 of 1 tables differ meanwhile ("+odd.String()+")") {
+	if out, code := run("verify", "--config", cfg, "--table", arg); code != 1 || !strings.Contains(out, "DIVERGED: 1 of 1 tables differ ("+odd.String()+")") {
 		t.Fatalf("verify --table %s: exit %d\n%s", arg, code, out)
 	}
 	if plan, code := run("repair-plan", "--config", cfg, "--table", arg); code != 1 || !strings.Contains(plan, odd.String()) {

@@ -141,7 +141,7 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 			}
 			p.Steps = append(p.Steps, RepairStep{Kind: "diverged", Table: t.Table, LSN: at,
 				Problem: where + fmt.Sprintf("%s diverged at the last verify: %s", t.Table, strings.Join(t.Reasons, "; ")),
-				Fix:     "with the flow running, copy the table again: " + ReseedCommand(f.ConfigPath, t.Table),
+				Fix:     "copy the table again (beside the running service, or running the pipeline itself at rest): " + ReseedCommand(f.ConfigPath, t.Table),
 				Then:    "the reseed ends with a verify of the table (CONVERGED or DIVERGED)",
 				Command: ReseedCommand(f.ConfigPath, t.Table),
 			})
@@ -160,7 +160,7 @@ func (f *Flow) RepairPlan(ctx context.Context) (*RepairPlan, error) {
 					if sk.Cursor() == c.Name {
 						cmd := f.reseedAllCommand(sk)
 						step.Problem = fmt.Sprintf("sink %s (cursor %s) is past the local log's retention at offset %d; the log no longer holds what it has not applied", sk.Name, c.Name, c.Offset)
-						step.Fix = "with the flow running, copy every table of the sink again (the slot and the other sinks are kept): " + cmd + "; or " + shell.Resnapshot(f.ConfigPath)
+						step.Fix = "copy every table of the sink again (the slot and the other sinks are kept): " + cmd + "; or " + shell.Resnapshot(f.ConfigPath)
 						step.Then, step.Command = "the reseed ends with a verify of each table (CONVERGED or DIVERGED)", cmd
 					}
 				}

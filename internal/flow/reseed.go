@@ -33,8 +33,9 @@ type ReseedOptions struct {
 	Sink string
 	// ChunkRows bounds one chunk; 0 means 10000.
 	ChunkRows int
-	// Wait bounds the wait for the running flow's applier at each
-	// watermark; 0 means 5 minutes.
+	// Wait bounds the wait for the flow's applier (the service's, or the
+	// one Reseed runs on a flow at rest) at each watermark; 0 means 5
+	// minutes.
 	Wait time.Duration
 	// Progress is told about each merged chunk.
 	Progress func(apply.ReseedProgress)
@@ -87,8 +88,10 @@ func ReseedCommand(configPath, table string) string {
 
 // Reseed copies each of o.Tables again into sink's target while the flow
 // keeps running (apply.Reseed: watermarked chunks, a shadow table swapped
-// in at the handoff), then verifies the table. The flow's applier must be
-// running: it applies the watermarks.
+// in at the handoff), then verifies the table. The flow's applier applies
+// the watermarks: beside a running service that is the service's; on a
+// flow at rest Reseed runs the flow's pipeline itself for as long as it
+// takes, under the flow's lock, and leaves the flow at rest (withPipeline).
 func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, error) {
 	s, err := f.Sink(o.Sink)
 	if err != nil {
@@ -151,30 +154,39 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 				"can reach the target; reseed that table too: %s", f.Cfg.Flow, rel, shell.Trellara("schema ddl-plan", f.ConfigPath), ReseedCommand(f.ConfigPath, rel))
 		}
 	}
+	res := &ReseedResult{Flow: f.Cfg.Flow, Sink: s.Name, Tables: []ReseedTable{}}
+	err = f.withPipeline(ctx, "the reseed", func(ctx context.Context) error {
+		return f.reseed(ctx, o, s, tables, blocked, held, res)
+	})
+	return res, err
+}
+
+// reseed is Reseed's copy, handoff and verify of each table, while the
+// flow's stream moves (withPipeline).
+func (f *Flow) reseed(ctx context.Context, o ReseedOptions, s config.Sink, tables []config.TableName, blocked, held map[string]bool, res *ReseedResult) error {
 	src, tgt, closeBoth, err := f.connectBoth(ctx, s)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer closeBoth()
 	gap, err := f.sinkGap(ctx, s, tgt)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	replaceAll := false
 	if gap != nil {
 		defer gap.close()
 		if !o.AllTables {
-			return nil, fmt.Errorf("flow %s: sink %s %s; every table must be copied again: %s", f.Cfg.Flow, s.Name, gap, f.reseedAllCommand(s))
+			return fmt.Errorf("flow %s: sink %s %s; every table must be copied again: %s", f.Cfg.Flow, s.Name, gap, f.reseedAllCommand(s))
 		}
 		if len(blocked) > 0 {
-			return nil, fmt.Errorf("flow %s: sink %s %s, and capture is stopped at a schema change; recover with: %s", f.Cfg.Flow, s.Name, gap, f.resnapshot())
+			return fmt.Errorf("flow %s: sink %s %s, and capture is stopped at a schema change; recover with: %s", f.Cfg.Flow, s.Name, gap, f.resnapshot())
 		}
 		if err := f.bridgeGap(ctx, src, tgt, s, tables, gap); err != nil {
-			return nil, err
+			return err
 		}
 		replaceAll = true
 	}
-	res := &ReseedResult{Flow: f.Cfg.Flow, Sink: s.Name, Tables: []ReseedTable{}}
 	for _, t := range tables {
 		ro := apply.ReseedOptions{
 			Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Schema: s.Target.Schema,
@@ -199,11 +211,11 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 			err = f.clearHeld(t.String())
 		}
 		if err != nil {
-			return res, fmt.Errorf("flow %s: %w (resume: %s)", f.Cfg.Flow, err, ro.Command)
+			return fmt.Errorf("flow %s: %w (resume: %s)", f.Cfg.Flow, err, ro.Command)
 		}
 		vr, err := f.VerifySink(ctx, s, VerifyOptions{Tables: []string{t.String()}, Wait: o.Wait})
 		if err != nil {
-			return res, fmt.Errorf("flow %s: reseed %d of %s handed off, but its verify failed: %w (verify it with %s)",
+			return fmt.Errorf("flow %s: reseed %d of %s handed off, but its verify failed: %w (verify it with %s)",
 				f.Cfg.Flow, r.ID, t, err, shell.Trellara("verify", f.ConfigPath, "--table", t.String()))
 		}
 		rt := ReseedTable{ReseedResult: *r, Verdict: vr.Verdict}
@@ -212,12 +224,12 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 		}
 		if vr.Verdict != verify.Behind {
 			if err := apply.FinishReseed(ctx, tgt, s.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID, r.ID, vr.Verdict == verify.Converged); err != nil {
-				return res, err
+				return err
 			}
 		}
 		res.Tables = append(res.Tables, rt)
 	}
-	return res, nil
+	return nil
 }
 
 // reseedRepairSteps lists the unfinished reseeds of every sink.
@@ -231,7 +243,7 @@ func (f *Flow) reseedRepairSteps(ctx context.Context) ([]RepairStep, error) {
 		for _, r := range rs {
 			out = append(out, RepairStep{Kind: "reseed", Table: r.Relation,
 				Problem: fmt.Sprintf("reseed %d of %s is unfinished (%s, %d chunks and %d rows merged); the target table is the old copy until its handoff", r.ID, r.Relation, r.Status, r.Chunks, r.Rows),
-				Fix:     "with the flow running, resume it: " + r.Command,
+				Fix:     "resume it (it runs the flow's pipeline itself when no service runs): " + r.Command,
 				Then:    "it ends with a verify of the table (CONVERGED or DIVERGED)",
 				Command: r.Command,
 			})
@@ -258,7 +270,7 @@ func (f *Flow) reseedNotes(ctx context.Context, tgt apply.DB, sk config.Sink) []
 	}
 	var out []string
 	for _, r := range rs {
-		out = append(out, fmt.Sprintf("reseed %d of %s in progress (%s, %d chunks and %d rows merged); it needs the flow running, resume it with %s",
+		out = append(out, fmt.Sprintf("reseed %d of %s in progress (%s, %d chunks and %d rows merged); resume it with %s",
 			r.ID, r.Relation, r.Status, r.Chunks, r.Rows, r.Command))
 	}
 	return out

@@ -24,7 +24,7 @@ import (
 )
 
 // startService runs the flow (`trellara run`, no --local) until the test
-// ends.
+// ends, and returns once it holds the flow.
 func (f *schemaFlow) startService() func() {
 	f.t.Helper()
 	svc := exec.Command(f.bin, "run", "--config", f.cfg)
@@ -36,6 +36,13 @@ func (f *schemaFlow) startService() func() {
 	svc.Stdout, svc.Stderr = log, log
 	if err := svc.Start(); err != nil {
 		f.t.Fatal(err)
+	}
+	// The service listens once it holds the flow's lock: from then on a
+	// command runs beside it, never at rest in its place.
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(f.serviceLog(), "listening"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the service did not start listening:\n%s", f.serviceLog())
+		}
 	}
 	var once sync.Once
 	stop := func() {
@@ -308,7 +315,7 @@ func tableDiff(t *testing.T, src, dst *pgtest.Cluster, table string) string {
 // DROP COLUMN, SET NOT NULL (with a type change pgoutput shows) and a
 // primary-key change each stop capture at the real commit LSN with a plan
 // that names the reseed of the table; the reseed takes the change over
-// while the service runs: the target table is replaced by a copy in the
+// beside the running service (TestReseedAtRestAfterDropColumn: at rest): the target table is replaced by a copy in the
 // new shape, it verifies CONVERGED, and the other table kept its data and
 // the changes after the block.
 func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
@@ -352,25 +359,15 @@ func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
 			t.Fatalf("%s: repair-plan names no reseed\n%s", c.kind, rp)
 		}
 
-		// The reseed first, then the service: capture takes the change
-		// over once the reseed is recorded.
+		// Beside the running service, which is stopped at the change:
+		// its capture takes the change over once the reseed is recorded.
+		stop := f.startService()
 		cmd := exec.Command(f.bin, "reseed", "--config", f.cfg, "--table", "public.a", "--chunk-rows", "7", "--wait", "60s")
 		cmd.Dir = f.dir
-		var rout bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &rout, &rout
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for n := 0; n == 0; {
-			_ = tc.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = $1`,
-				fmt.Sprintf("reseed_%d_shadow", id)).Scan(&n)
-			time.Sleep(10 * time.Millisecond)
-		}
-		stop := f.startService()
-		err := cmd.Wait()
-		if err != nil || !strings.Contains(rout.String(), "CONVERGED public.a") {
+		rout, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(rout), "CONVERGED public.a") || strings.Contains(string(rout), "no pipeline holds the flow") {
 			stop()
-			t.Fatalf("%s: reseed: %v\n%s\nservice:\n%s", c.kind, err, rout.String(), f.serviceLog())
+			t.Fatalf("%s: reseed beside the service: %v\n%s\nservice:\n%s", c.kind, err, rout, f.serviceLog())
 		}
 		if out, code := f.run("verify", "--wait", "120s"); code != 0 {
 			stop()

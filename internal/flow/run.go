@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -316,10 +318,9 @@ type VerifyOptions struct {
 	Tables []string
 	// Wait bounds the time spent waiting for the target to reach the
 	// watermark; a target still short of it is BEHIND. verify.NoWait does
-	// not wait. 0 means verify's default (30 s), except that a standalone
-	// verify of a pgoutput flow whose slot is not active does not wait:
-	// no process is decoding the source, so nothing can bring the verify's
-	// fence to the target.
+	// not wait. 0 means verify's default (30 s) for a flow in motion, and
+	// no wait for a flow at rest (nothing moves it; verifyAtRest), where a
+	// positive Wait is still honoured: a service may be starting.
 	Wait time.Duration
 	// SQLRowHash hashes rows in SQL on both sides even where the trellara
 	// extension provides its C row hash (verify.Options.SQLRowHash).
@@ -336,17 +337,63 @@ func (f *Flow) Verify(ctx context.Context, o VerifyOptions) (*verify.Result, err
 	return f.VerifySink(ctx, s, o)
 }
 
-// VerifySink compares the source with sink s's target. The checkpoint row
-// on that target is read, so a standalone verify reaches a common
-// watermark only while the pipeline runs (the service) and applies the
-// verify's fence; with the pipeline stopped the answer is BEHIND.
+// VerifySink compares the source with sink s's target, in either state
+// of the flow. In motion (a service or a run holds the flow) it writes a
+// fence after the source snapshot and waits for the target to apply it.
+// At rest it writes nothing: it holds the flow's lock while it compares,
+// and counts what the target lacks instead (pendingAtRest), so BEHIND
+// means committed changes to the flow's tables that the target has not
+// applied, never that the source's WAL moved.
 func (f *Flow) VerifySink(ctx context.Context, s config.Sink, o VerifyOptions) (*verify.Result, error) {
 	return f.verifyWith(ctx, s, nil, o)
+}
+
+// NotFlowTableError: verify --table named a table the flow does not
+// capture. No verdict is reached or stored.
+type NotFlowTableError struct {
+	Flow   string
+	Table  string
+	Tables []string // the flow's tables
+}
+
+func (e *NotFlowTableError) Error() string {
+	return fmt.Sprintf("flow %s: %s is not one of the flow's tables (%s); verify compares tables the flow captures: name one of them with --table, or none to verify them all",
+		e.Flow, e.Table, strings.Join(e.Tables, ", "))
+}
+
+// flowTables checks that every name is one of the flow's tables.
+func (f *Flow) flowTables(names []string) error {
+	for _, name := range names {
+		t, err := config.ParseTableName(name)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(f.Tables(), t) && !(len(f.Cfg.Source.Schemas) > 0 && f.captures(t.Schema)) {
+			return &NotFlowTableError{Flow: f.Cfg.Flow, Table: t.String(), Tables: tableStrings(f.Tables())}
+		}
+	}
+	return nil
 }
 
 // verifyWith verifies sink s; with its applier running in this process,
 // the applier's checkpoint is the watermark.
 func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.Applier, o VerifyOptions) (*verify.Result, error) {
+	if err := f.flowTables(o.Tables); err != nil {
+		return nil, err
+	}
+	atRest := false
+	if running == nil {
+		switch lock, err := f.lockAtRest(); {
+		case errors.Is(err, errInMotion):
+		case err != nil:
+			return nil, err
+		case lock != nil:
+			lock.release() // taken again for the count, after the source snapshot
+			atRest = true
+		case f.broker == nil:
+			atRest = true // no log yet: nothing was captured, nothing holds the flow
+		}
+	}
 	src, err := f.ConnectSource(ctx)
 	if err != nil {
 		return nil, err
@@ -366,26 +413,16 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 	if len(tables) == 0 {
 		tables = tableStrings(f.Tables())
 	}
-	// The applier holds at each round's fence until the target snapshot
-	// is taken (apply.HoldToken), on a connection of the holds' own.
+	// Beside a running applier, each round holds it at the round's fence
+	// until the target snapshot is taken (apply.HoldToken); a flow at
+	// rest has no applier to hold.
 	holds := &verifyHolds{f: f, s: s, fence: fenceConn}
 	defer holds.close()
-	idle := ""
-	if running == nil && o.Wait == 0 && f.Cfg.Source.Capture != config.CaptureExtension {
-		// The extension's decoder holds its slot whether or not a sidecar
-		// runs, so only a pgoutput slot says whether a pipeline captures.
-		si, err := relay.LookupSlot(ctx, fenceConn, f.Cfg.Source.Slot)
-		if err != nil {
+	if !atRest && running == nil && f.broker != nil {
+		// A Kafka flow has no lock to take: its slot, not active, says no
+		// pipeline captures (its capture refuses an active slot).
+		if atRest, err = f.brokerAtRest(ctx, fenceConn); err != nil {
 			return nil, err
-		}
-		switch {
-		case !si.Exists:
-			idle = "does not exist"
-		case !si.Active:
-			idle = "is not active"
-		}
-		if idle != "" {
-			o.Wait = verify.NoWait
 		}
 	}
 	opts := verify.Options{
@@ -415,14 +452,20 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 			return holds.position(ctx, cp)
 		},
 	}
+	holds.off = atRest
+	var pending *verify.Pending
+	if atRest {
+		f.verifyAtRest(&opts, fenceConn, tgt, s, o.Wait, &pending)
+	}
 	if opts.Held, err = f.heldForVerify(ctx, tgt, s); err != nil {
 		return nil, err
 	}
 	res, err := verify.Verify(ctx, src, tgt, opts)
-	if err == nil && idle != "" && res.Verdict == verify.Behind {
-		res.Notes = append(res.Notes, fmt.Sprintf("slot %s %s: no pipeline is capturing flow %s, so nothing applies the fence verify wrote, and verify did not wait for it; "+
-			"%s verifies at a common watermark (for a service that is starting, verify again or pass --wait)",
-			f.Cfg.Source.Slot, idle, f.Cfg.Flow, verify.CatchUpCommand(f.ConfigPath)))
+	if err == nil && pending != nil && res.Watermark != nil {
+		res.Watermark.Pending = pending
+		if pending.NotCounted != "" {
+			res.Notes = append(res.Notes, "the flow is at rest; not counted: "+pending.NotCounted)
+		}
 	}
 	if err == nil {
 		if rerr := f.RecordVerify(s, res); rerr != nil {

@@ -9,8 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/lsn"
+	"github.com/trellara/trellara/relay"
 )
 
 // SemanticsOptions are `trellara semantics`'s.
@@ -19,7 +22,9 @@ type SemanticsOptions struct {
 	Sink string
 	// Duration is how long transactions are committed at the source.
 	Duration time.Duration
-	// Wait bounds the wait for the running flow to apply the last one.
+	// Wait bounds each wait for the flow's applier (the service's, or the
+	// one Semantics runs on a flow at rest): for the last transaction, and
+	// before the tables are removed.
 	Wait time.Duration
 }
 
@@ -52,7 +57,7 @@ func (r *SemanticsResult) RenderText(w io.Writer) {
 	case r.Observations == 0:
 		verdict = "no observation made: nothing was shown"
 	case !r.Applied:
-		verdict = "the target did not receive every transaction in time: is the flow running?"
+		verdict = "the target did not receive every transaction in time"
 	}
 	fmt.Fprintf(w, "%s: %d transactions committed, %d target observations, %d violations\n", verdict, r.Transactions, r.Observations, r.Violations)
 	for _, e := range r.Examples {
@@ -78,8 +83,10 @@ var ErrSemanticsProduction = errors.New("semantics writes test transactions to t
 // flow's publication, commits transactions that each write a row to both
 // (and move a shared counter in both), and meanwhile reads the target many
 // times, each read comparing the tables in one snapshot. It then removes
-// the tables and their rows again. The flow (service or `trellara run`)
-// must be running to apply them.
+// the tables and their rows again, once the target has applied every
+// change to them. Beside a running service that service applies them; on
+// a flow at rest Semantics runs the flow's pipeline itself meanwhile and
+// leaves the flow at rest (withPipeline).
 func (f *Flow) Semantics(ctx context.Context, o SemanticsOptions) (*SemanticsResult, error) {
 	if f.Cfg.Environment == config.Production {
 		return nil, fmt.Errorf("flow %s: %w (environment: %s in %s)", f.Cfg.Flow, ErrSemanticsProduction, f.Cfg.Environment, f.ConfigPath)
@@ -97,44 +104,90 @@ func (f *Flow) Semantics(ctx context.Context, o SemanticsOptions) (*SemanticsRes
 	if o.Wait <= 0 {
 		o.Wait = 2 * time.Minute
 	}
+	res := &SemanticsResult{Flow: f.Cfg.Flow, Sink: s.Name, Examples: []string{}}
+	err = f.withPipeline(ctx, "semantics", func(ctx context.Context) error { return f.semantics(ctx, o, s, res) })
+	return res, err
+}
+
+// semantics is Semantics while the flow's stream moves (withPipeline):
+// the leftovers of an interrupted run go first, then the probe, then its
+// tables, each removal only once the target has applied every change to
+// them (retireSemantics).
+func (f *Flow) semantics(ctx context.Context, o SemanticsOptions, s config.Sink, res *SemanticsResult) error {
 	src, tgt, closeBoth, err := f.connectBoth(ctx, s)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer closeBoth()
 	ta, tb := f.semanticsTables()
 	pub := pgx.Identifier{f.Cfg.Source.Publication}.Sanitize()
 	create := fmt.Sprintf(`CREATE TABLE %[1]s (id bigint PRIMARY KEY, v bigint NOT NULL); CREATE TABLE %[2]s (id bigint PRIMARY KEY, v bigint NOT NULL);
 		INSERT INTO %[1]s VALUES (0, 0); INSERT INTO %[2]s VALUES (0, 0)`, ta.Sanitize(), tb.Sanitize())
-	// Leftovers of an interrupted run go first.
-	cleanup := func() error {
-		ctx := context.WithoutCancel(ctx)
-		var errs []error
-		var member bool
-		if err := src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3)`,
-			f.Cfg.Source.Publication, ta.Schema, ta.Name).Scan(&member); err != nil {
-			errs = append(errs, err)
-		} else if member {
-			if _, err := src.Exec(ctx, fmt.Sprintf(`ALTER PUBLICATION %s DROP TABLE %s, %s`, pub, ta.Sanitize(), tb.Sanitize())); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		for _, db := range []*pgx.Conn{src, tgt} {
-			if _, err := db.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s`, ta.Sanitize(), tb.Sanitize())); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(errs...)
+	if err := f.retireSemantics(ctx, src, tgt, s, o.Wait); err != nil {
+		return fmt.Errorf("flow %s: remove the tables of an earlier semantics run: %w", f.Cfg.Flow, err)
 	}
-	if err := cleanup(); err != nil {
-		return nil, fmt.Errorf("flow %s: remove the tables of an earlier semantics run: %w", f.Cfg.Flow, err)
-	}
-	res := &SemanticsResult{Flow: f.Cfg.Flow, Sink: s.Name, Examples: []string{}}
 	err = f.semanticsRun(ctx, src, tgt, ta, tb, pub, create, o, res)
-	if cerr := cleanup(); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("flow %s: remove the semantics tables %s and %s (drop them on the source and the target by hand): %w", f.Cfg.Flow, ta, tb, cerr))
+	if rerr := f.retireSemantics(ctx, src, tgt, s, o.Wait); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("flow %s: remove the semantics tables %s and %s: %w", f.Cfg.Flow, ta, tb, rerr))
 	}
-	return res, err
+	return err
+}
+
+// retireSemantics removes the probe's tables without breaking the flow:
+// out of the publication first (no further change to them is captured),
+// then a fence, and only once the target has applied it (so every change
+// to them before it) are they dropped on the source and the target. A
+// target that does not get there within wait keeps its tables, and so
+// does the source: the flow stays runnable, and the next semantics run
+// removes them.
+func (f *Flow) retireSemantics(ctx context.Context, src, tgt *pgx.Conn, s config.Sink, wait time.Duration) error {
+	ctx = context.WithoutCancel(ctx) // an interrupted probe still removes what it made
+	ta, tb := f.semanticsTables()
+	var members []string
+	var exists bool
+	if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(tablename::text), '{}') FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename IN ($3, $4)`,
+		f.Cfg.Source.Publication, ta.Schema, ta.Name, tb.Name).Scan(&members); err != nil {
+		return err
+	}
+	if err := src.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL`, ta.Sanitize(), tb.Sanitize()).Scan(&exists); err != nil {
+		return err
+	}
+	for _, name := range members {
+		t := config.TableName{Schema: ta.Schema, Name: name}
+		if _, err := src.Exec(ctx, fmt.Sprintf(`ALTER PUBLICATION %s DROP TABLE %s`, pgx.Identifier{f.Cfg.Source.Publication}.Sanitize(), t.Sanitize())); err != nil {
+			return err
+		}
+	}
+	member := len(members) > 0
+	if member || exists {
+		fence, err := relay.EmitFence(ctx, src, "semantics")
+		if err != nil {
+			return err
+		}
+		var cp uint64
+		for deadline := time.Now().Add(wait); ; {
+			st, err := apply.ReadStatus(ctx, tgt, s.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID)
+			if err != nil {
+				return err
+			}
+			if cp = st.Checkpoint.EndLSN; cp >= fence {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the target has not applied every change to %s and %s (checkpoint %s, fence %s) within %s, so both are left in place "+
+					"and the flow stays runnable; once the flow runs, remove them with %s", ta, tb, lsn.Format(cp), lsn.Format(fence), wait,
+					shell.Trellara("semantics", f.ConfigPath, "--duration", "1s"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var errs []error
+	for _, db := range []*pgx.Conn{src, tgt} {
+		if _, err := db.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s`, ta.Sanitize(), tb.Sanitize())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (f *Flow) semanticsRun(ctx context.Context, src, tgt *pgx.Conn, ta, tb config.TableName, pub, create string,
@@ -221,7 +274,7 @@ func (f *Flow) semanticsRun(ctx context.Context, src, tgt *pgx.Conn, ta, tb conf
 	<-readerDone
 	if werr == nil && !res.Applied {
 		f.Logger.Warn("semantics: the target did not receive every transaction", "flow", f.Cfg.Flow, "wait", o.Wait,
-			"hint", "start the flow: "+shell.Trellara("run", f.ConfigPath))
+			"hint", "see what holds the applier: "+shell.Trellara("status", f.ConfigPath))
 	}
 	return werr
 }

@@ -145,10 +145,10 @@ func (f *Flow) sinkLogError(s config.Sink, err error) error {
 	switch {
 	case errors.As(err, &pr):
 		return fmt.Errorf("flow %s: sink %s (cursor %s) is past the local log's retention; the other sinks are unaffected: %w; "+
-			"or keep the slot and the other sinks, and with the flow running copy every table of this sink again: %s",
+			"or keep the slot and the other sinks, and copy every table of this sink again: %s",
 			f.Cfg.Flow, s.Name, s.Cursor(), err, f.reseedAllCommand(s))
 	case errors.As(err, &cb):
-		return fmt.Errorf("flow %s: sink %s: %w; or keep the slot and the other sinks, and with the flow running copy every table of this sink again: %s",
+		return fmt.Errorf("flow %s: sink %s: %w; or keep the slot and the other sinks, and copy every table of this sink again: %s",
 			f.Cfg.Flow, s.Name, err, f.reseedAllCommand(s))
 	}
 	return err

@@ -90,6 +90,12 @@ type SlotStatus struct {
 	CurrentLSN        string `json:"current_wal_lsn"`
 	RetainedWALBytes  int64  `json:"retained_wal_bytes"`
 	LagBytes          int64  `json:"lag_bytes"`
+	// SafeWALBytes is pg_replication_slots.safe_wal_size: how much more
+	// WAL can be written before the slot is lost to
+	// max_slot_wal_keep_size; nil when that is unlimited (-1).
+	SafeWALBytes *int64 `json:"safe_wal_bytes"`
+	// MaxSlotWALKeepBytes is max_slot_wal_keep_size in bytes, -1 unlimited.
+	MaxSlotWALKeepBytes int64 `json:"max_slot_wal_keep_bytes"`
 }
 
 // LogStatus is the local segment log.
@@ -197,19 +203,27 @@ type StatusProblem struct {
 const (
 	ProblemQuarantineOpen      = "quarantine_open"
 	ProblemSlotRetainingWAL    = "slot_inactive_retaining_wal"
+	ProblemSlotLost            = "slot_lost"
 	ProblemCursorPastRetention = "consumer_past_retention"
 	ProblemTableHeld           = "table_held"
 	// ProblemConsumerStalled is in stall.go, with its rule.
 )
 
+// slotWALUnlimitedMax is the WAL an inactive slot may retain on a server
+// without max_slot_wal_keep_size (no cap, so the disk is the limit, and
+// SQL does not show the disk) before status calls it a problem.
+const slotWALUnlimitedMax = 1 << 30
+
 // StatusProblems judges one sample of the report. It is a problem when:
-// a quarantined unit is open; the slot exists, is inactive (no process
-// streams from it, so the flow is not running) and has WAL past its
-// confirmed position (lag_bytes > 0): the WAL it retains then grows with
-// every source write until the flow runs again (a slot confirmed up to the
-// current position retains only what the next start needs, and is no
-// problem); a consumer of the local log is past retention; a consumer of
-// the local log is stalled (stall.go).
+// a quarantined unit is open; the slot is lost (wal_status lost) or about
+// to be (unreserved); the slot exists, is inactive (no process streams
+// from it: the flow is at rest) and retains WAL that puts it at risk:
+// more than half of max_slot_wal_keep_size (safe_wal_size is below what
+// it retains), or, with no cap, more than slotWALUnlimitedMax. A flow at
+// rest whose slot retains a little WAL (autovacuum, checkpoints, a
+// verify) is the state after `run --local`, not a problem; a consumer of
+// the local log is past retention; a consumer of the local log is stalled
+// (stall.go).
 func StatusProblems(st *Status, configPath string) []StatusProblem {
 	out := stalledConsumerProblems(st, configPath)
 	for _, sk := range st.Sinks {
@@ -223,10 +237,20 @@ func StatusProblems(st *Status, configPath string) []StatusProblem {
 				Fix:     shell.Trellara("repair-plan", configPath)})
 		}
 	}
-	if s := st.Slot; s != nil && s.Exists && !s.Active && s.LagBytes > 0 {
-		out = append(out, StatusProblem{Code: ProblemSlotRetainingWAL,
-			Message: fmt.Sprintf("slot %s is inactive with %s of WAL not yet consumed (%s retained on the source), growing with every write until the flow runs", s.Name, bytesString(s.LagBytes), bytesString(s.RetainedWALBytes)),
-			Fix:     "start the flow: " + shell.Trellara("run", configPath) + " (or " + shell.Trellara("run", configPath, "--local") + "); to stop for good, " + shell.Trellara("run", configPath, "--cleanup")})
+	start := "start the flow: " + shell.Trellara("run", configPath) + " (or " + shell.Trellara("run", configPath, "--local") + "); to stop for good, " + shell.Trellara("run", configPath, "--cleanup")
+	if s := st.Slot; s != nil && s.Exists {
+		switch {
+		case s.WALStatus == "lost" || s.WALStatus == "unreserved":
+			out = append(out, StatusProblem{Code: ProblemSlotLost,
+				Message: fmt.Sprintf("slot %s is %s: the source removed (or is about to remove) WAL it had not streamed, past max_slot_wal_keep_size; "+
+					"the changes in it are gone for this flow", s.Name, s.WALStatus),
+				Fix: shell.Resnapshot(configPath)})
+		case !s.Active && s.LagBytes > 0 && slotAtRisk(s):
+			out = append(out, StatusProblem{Code: ProblemSlotRetainingWAL,
+				Message: fmt.Sprintf("slot %s is inactive with %s of WAL not yet consumed (%s retained on the source, %s), growing with every write until the flow runs",
+					s.Name, bytesString(s.LagBytes), bytesString(s.RetainedWALBytes), slotLimitText(s)),
+				Fix: start})
+		}
 	}
 	for _, h := range st.Held {
 		out = append(out, StatusProblem{Code: ProblemTableHeld,
@@ -244,6 +268,23 @@ func StatusProblems(st *Status, configPath string) []StatusProblem {
 		}
 	}
 	return out
+}
+
+// slotAtRisk: the WAL the slot retains is more than half of what the
+// server lets it keep (safe_wal_size below the retained amount), or more
+// than slotWALUnlimitedMax with no cap.
+func slotAtRisk(s *SlotStatus) bool {
+	if s.SafeWALBytes != nil && s.MaxSlotWALKeepBytes >= 0 {
+		return *s.SafeWALBytes < s.RetainedWALBytes
+	}
+	return s.RetainedWALBytes > slotWALUnlimitedMax
+}
+
+func slotLimitText(s *SlotStatus) string {
+	if s.SafeWALBytes != nil && s.MaxSlotWALKeepBytes >= 0 {
+		return fmt.Sprintf("%s more before max_slot_wal_keep_size (%s) loses the slot", bytesString(max(0, *s.SafeWALBytes)), bytesString(s.MaxSlotWALKeepBytes))
+	}
+	return fmt.Sprintf("over %s with no max_slot_wal_keep_size: only the source's disk bounds it", bytesString(slotWALUnlimitedMax))
 }
 
 // lastVerifyPath is where sink s's last verify result is kept:
@@ -316,6 +357,13 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 				if l, err := lsn.Parse(cur); err == nil && si.Exists {
 					ss.RetainedWALBytes = int64(uint64(l) - min(uint64(l), si.RestartLSN))
 					ss.LagBytes = int64(uint64(l) - min(uint64(l), si.ConfirmedFlush))
+				}
+			}
+			ss.MaxSlotWALKeepBytes = -1
+			if si.Exists {
+				if err := src.QueryRow(ctx, `SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size')), safe_wal_size
+					FROM pg_replication_slots WHERE slot_name = $1`, f.Cfg.Source.Slot).Scan(&ss.MaxSlotWALKeepBytes, &ss.SafeWALBytes); err != nil {
+					st.Notes = append(st.Notes, fmt.Sprintf("slot %s: read max_slot_wal_keep_size and safe_wal_size: %v", f.Cfg.Source.Slot, err))
 				}
 			}
 			st.Slot = ss

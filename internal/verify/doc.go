@@ -133,8 +133,12 @@
 // keepalive-confirmed position) or SourceLSN must return a position the
 // applier will pass, such as a logical message written for the purpose;
 // otherwise a source with no writes to the flow's tables never counts as
-// caught up. The flow writes such a fence, so a standalone verify of a
-// stopped pipeline is always BEHIND: its fence has nobody to apply it.
+// caught up. The flow writes such a fence while a pipeline runs. For a flow
+// at rest nothing would apply one, so the flow's SourceLSN hook instead
+// counts, after the source snapshot, the committed transactions the target
+// lacks and returns the end of the newest (or the target checkpoint when
+// there is none), recording the count in Watermark.Pending: BEHIND then
+// means changes the target has not applied, never WAL that merely moved.
 //
 // # Output
 //

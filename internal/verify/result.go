@@ -200,6 +200,42 @@ type Watermark struct {
 	// TargetAppliedAt is when the target last applied a transaction, on
 	// the target's clock; zero when unknown.
 	TargetAppliedAt time.Time
+	// Pending is set when no pipeline held the flow: instead of waiting
+	// at a fence nobody would apply, the caller counted the committed
+	// transactions the target has not applied (SourceLSN is then the end
+	// of the newest of them, or the checkpoint when there is none).
+	Pending *Pending
+}
+
+// Pending is what a verify of a flow at rest counted after its source
+// snapshot: committed source transactions that touch the flow's tables
+// and that the target has not applied. BEHIND at rest means Transactions
+// > 0, never that the source's WAL position moved.
+type Pending struct {
+	// Transactions is InLog + InSlot.
+	Transactions int64 `json:"transactions"`
+	// InLog are transactions in the flow's log past the target's
+	// checkpoint; InSlot those committed at the source and not yet in the
+	// log (read from the slot without moving it).
+	InLog  int64 `json:"in_log"`
+	InSlot int64 `json:"in_slot"`
+	// AtLeast: a count stopped at its bound, so there may be more.
+	AtLeast bool `json:"at_least"`
+	// NotCounted names what could not be counted ("" when everything was).
+	NotCounted string `json:"not_counted,omitempty"`
+}
+
+// text is the count in words: "1 committed transaction", "at least 10000
+// committed transactions".
+func (p *Pending) text() string {
+	s := fmt.Sprintf("%d committed transaction", p.Transactions)
+	if p.Transactions != 1 {
+		s += "s"
+	}
+	if p.AtLeast {
+		s = "at least " + s
+	}
+	return s
 }
 
 // CaughtUp says whether the target had applied everything the compared
@@ -346,12 +382,13 @@ type watermarkJSON struct {
 	WaitedMS         int64      `json:"waited_ms,omitempty"` // format 1, read only
 	CheckedAt        *time.Time `json:"checked_at"`
 	TargetAppliedAt  *time.Time `json:"target_applied_at"`
+	Pending          *Pending   `json:"pending,omitempty"`
 }
 
 // MarshalJSON renders LSNs as "X/X" and unknown times as null.
 func (w Watermark) MarshalJSON() ([]byte, error) {
 	return json.Marshal(watermarkJSON{SourceLSN: w.SourceLSN.String(), TargetCheckpoint: w.TargetCheckpoint.String(), CaughtUp: w.CaughtUp(),
-		WaitedSeconds: w.Waited.Seconds(), CheckedAt: timeOrNil(w.CheckedAt), TargetAppliedAt: timeOrNil(w.TargetAppliedAt)})
+		WaitedSeconds: w.Waited.Seconds(), CheckedAt: timeOrNil(w.CheckedAt), TargetAppliedAt: timeOrNil(w.TargetAppliedAt), Pending: w.Pending})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote, so a stored result can be
@@ -369,7 +406,7 @@ func (w *Watermark) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("verify: watermark target_checkpoint: %w", err)
 	}
-	*w = Watermark{SourceLSN: src, TargetCheckpoint: dst, Waited: time.Duration(j.WaitedMS) * time.Millisecond}
+	*w = Watermark{SourceLSN: src, TargetCheckpoint: dst, Waited: time.Duration(j.WaitedMS) * time.Millisecond, Pending: j.Pending}
 	if j.WaitedSeconds != 0 {
 		w.Waited = seconds(j.WaitedSeconds)
 	}
@@ -461,7 +498,10 @@ func (r *Result) Headline() string {
 		return fmt.Sprintf("HELD: %d of %d tables held at a blocked schema change (%s); the others match", len(held), len(r.Tables), strings.Join(held, ", "))
 	case Behind:
 		s := "BEHIND: the target has not reached the watermark"
-		if wm := r.Watermark; wm != nil {
+		if wm := r.Watermark; wm != nil && wm.Pending != nil {
+			s = fmt.Sprintf("BEHIND: %s to the flow's tables not applied on the target (%d in the log, %d at the source; the flow is at rest, target checkpoint %s)",
+				wm.Pending.text(), wm.Pending.InLog, wm.Pending.InSlot, wm.TargetCheckpoint)
+		} else if wm != nil {
 			s = fmt.Sprintf("BEHIND: target checkpoint %s has not reached the watermark %s: %s behind", wm.TargetCheckpoint, wm.SourceLSN, bytesText(wm.LagBytes()))
 			if age, ok := wm.LagAge(); ok {
 				s += fmt.Sprintf(", last applied %s before the check", age.Round(time.Second))
