@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -119,6 +120,16 @@ run:
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Process.Signal(syscall.SIGTERM); _ = svc.Wait() }()
+	// The service listens once it holds the flow: from then on verify
+	// runs beside it.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(logf.Name()); strings.Contains(string(b), "listening") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the service did not start listening within 1m")
+		}
+	}
 	for i := range 2 {
 		out, code := run("verify", "--config", cfg, "--wait", "120s")
 		if code != 0 || !exactWatermark(out) {

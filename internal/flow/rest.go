@@ -390,7 +390,7 @@ func countCommits(rows pgx.Rows, floor uint64) (n int64, end uint64, atLeast boo
 // moves a flow at rest, so verify does not wait, unless wait (an explicit
 // --wait) says a service may be starting. pending receives the last count
 // (nil when the round ran in motion).
-func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.Sink, wait time.Duration, pending **verify.Pending) {
+func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.Sink, wait time.Duration, pending **verify.Pending, inMotion func()) {
 	opts.WaitCaughtUp = verify.NoWait
 	if wait > 0 {
 		opts.WaitCaughtUp = wait
@@ -400,6 +400,7 @@ func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.S
 		lock, err := f.lockAtRest()
 		if errors.Is(err, errInMotion) {
 			*pending = nil
+			inMotion()
 			return fence(ctx) // a pipeline took the flow since verify started
 		}
 		if err != nil {
@@ -413,6 +414,7 @@ func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.S
 				return 0, err
 			} else if !rest {
 				*pending = nil
+				inMotion()
 				return fence(ctx)
 			}
 		}

@@ -455,7 +455,9 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 	holds.off = atRest
 	var pending *verify.Pending
 	if atRest {
-		f.verifyAtRest(&opts, fenceConn, tgt, s, o.Wait, &pending)
+		// A pipeline that takes the flow mid-verify is held from the next
+		// round on.
+		f.verifyAtRest(&opts, fenceConn, tgt, s, o.Wait, &pending, func() { holds.off = false })
 	}
 	if opts.Held, err = f.heldForVerify(ctx, tgt, s); err != nil {
 		return nil, err
