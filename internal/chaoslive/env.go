@@ -36,6 +36,27 @@ func EvidenceDir(cfg *config.Config) string {
 	return filepath.Join(cfg.Transport.Local.Dir, "evidence")
 }
 
+// EvidenceSemantics is the last `trellara semantics` result, kept in the
+// evidence directory for pilot-package (claim 2's live attempt).
+const EvidenceSemantics = "semantics.json"
+
+// SaveJSON writes v as name in the flow's evidence directory (nothing for
+// a flow without one).
+func SaveJSON(cfg *config.Config, name string, v any) error {
+	dir := EvidenceDir(cfg)
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("evidence directory %s: %w", dir, err)
+	}
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name), append(js, '\n'), 0o600)
+}
+
 // SaveEvidence writes q's JSON and HTML into the flow's evidence
 // directory under the given names.
 func SaveEvidence(cfg *config.Config, jsonName, htmlName string, q *Qualification) error {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/trellara/trellara/internal/chaoslive"
 	"github.com/trellara/trellara/internal/flow"
 )
 
@@ -33,6 +34,15 @@ func semanticsCommand() *cli.Command {
 			res, err := f.Semantics(ctx, flow.SemanticsOptions{Sink: c.String("sink"), Duration: c.Duration("duration"), Wait: c.Duration("wait")})
 			if err != nil {
 				return failure(err)
+			}
+			// Kept for pilot-package: claim 2's live attempt.
+			rec := struct {
+				*flow.SemanticsResult
+				RanAt time.Time `json:"ran_at"`
+				OK    bool      `json:"ok"`
+			}{res, time.Now().UTC(), res.OK()}
+			if err := chaoslive.SaveJSON(f.Cfg, chaoslive.EvidenceSemantics, rec); err != nil {
+				logger(c).Warn("semantics: could not keep the result for pilot-package", "err", err)
 			}
 			if format == "json" {
 				if err := writeJSON(c, res.OK(), res); err != nil {

@@ -20,7 +20,8 @@ func TestLiveEvidence(t *testing.T) {
 	cfg := &config.Config{Transport: config.Transport{Local: &config.Local{Dir: dir}}}
 	b := &builder{opts: Options{ConfigPath: "flow.yml"}, p: &Package{Files: map[string][]byte{}, Manifest: Manifest{NotRun: []NotRun{}}}}
 	b.live(cfg)
-	if len(b.p.Files) != 0 || len(b.p.Manifest.NotRun) != 2 || !strings.Contains(b.p.Manifest.NotRun[1].Reason, "trellara qualify --config flow.yml") {
+	if len(b.p.Files) != 0 || len(b.p.Manifest.NotRun) != 3 || !strings.Contains(b.p.Manifest.NotRun[1].Reason, "trellara qualify --config flow.yml") ||
+		!strings.Contains(b.p.Manifest.NotRun[2].Reason, "trellara semantics --config flow.yml") {
 		t.Fatalf("without evidence: files %v, not run %+v", b.p.Files, b.p.Manifest.NotRun)
 	}
 
@@ -46,6 +47,27 @@ func TestLiveEvidence(t *testing.T) {
 			t.Errorf("claim %d does not cite the live evidence: %+v", c.ID, c)
 		}
 	}
+
+	// The last semantics run: claim 2 cites it, and fails on a violation.
+	if err := chaoslive.SaveJSON(cfg, chaoslive.EvidenceSemantics, map[string]any{"transactions": 40, "observations": 120, "violations": 0, "applied": true}); err != nil {
+		t.Fatal(err)
+	}
+	b = &builder{opts: Options{ConfigPath: "flow.yml"}, p: &Package{Files: map[string][]byte{}, Manifest: Manifest{NotRun: []NotRun{}}}}
+	b.live(cfg)
+	if c := Score(b.p, "mem").Claims[1]; !slices.Contains(c.Evidence, FileSemantics) || !strings.Contains(c.Detail, "120 target reads, 0 half-applied") {
+		t.Errorf("claim 2 does not cite the semantics run: %+v", c)
+	}
+	b.p.Files[FileSemantics] = []byte(`{"transactions": 40, "observations": 120, "violations": 3, "applied": true}`)
+	if c := Score(b.p, "mem").Claims[1]; c.Verdict != Fail {
+		t.Errorf("claim 2 with 3 half-applied observations: %s (%s)", c.Verdict, c.Detail)
+	}
+	delete(b.p.Files, FileSemantics)
+	for _, f := range []string{FileQualification, FileQualificationJSON} {
+		if _, ok := b.p.Files[f]; !ok {
+			b.p.Files[f] = nil
+		}
+	}
+	b.p.Files[FileQualificationJSON], _ = json.Marshal(q)
 
 	rep.Verdict = "FAIL"
 	rep.Violations = []chaoslive.Violation{{Source: "reader", Detail: "sum of balances 99990"}}

@@ -58,6 +58,9 @@ const (
 	// FileLiveChaosJSON and FileLiveChaosHTML are the last
 	// `trellara chaos live` run of the flow.
 	FileLiveChaosJSON = "live/chaos-live.json"
+	// FileSemantics is the flow's last `trellara semantics` result (the
+	// live attempt to observe a half-applied transaction), when recorded.
+	FileSemantics = "live/semantics.json"
 	FileLiveChaosHTML = "live/chaos-live.html"
 )
 
@@ -266,7 +269,8 @@ func Build(ctx context.Context, opts Options) (*Package, error) {
 
 	b.progress("live: the flow's last live chaos run and qualification, when recorded")
 	b.live(cfg)
-	b.notRun("fleet completeness", FileFleet, "trellara fleet is not implemented yet: this package covers one flow")
+	b.notRun("fleet completeness", FileFleet, "this package covers one flow; a fleet's completeness evidence is "+
+		shell.Command("trellara-full", "fleet", "scorecard", "--config", "fleet.yml")+" and "+shell.Command("trellara-full", "lake", "epoch", "--config", "fleet.yml"))
 
 	if err := scanSecrets(b.p, sec); err != nil {
 		return nil, err
@@ -368,6 +372,14 @@ func (b *builder) live(cfg *config.Config) {
 		}
 		b.add(e.jsonDst, "the "+e.item+" ("+e.jsonSrc+" from the flow's evidence directory)", js)
 		b.add(e.htmlDst, "the "+e.item+", self-contained HTML", page)
+	}
+	semantics := shell.Trellara("semantics", b.opts.ConfigPath)
+	if dir == "" {
+		b.notRun("live semantics attempt", FileSemantics, "the flow has no transport.local directory to keep live evidence in")
+	} else if js, err := os.ReadFile(filepath.Join(dir, chaoslive.EvidenceSemantics)); err != nil {
+		b.notRun("live semantics attempt", FileSemantics, "none is recorded in "+dir+": run "+semantics)
+	} else {
+		b.add(FileSemantics, "the flow's last live attempt to observe a half-applied transaction ("+semantics+")", js)
 	}
 }
 

@@ -118,7 +118,7 @@ var DefaultLimits = Limits{EntriesMax: 64, EntryBytesMax: 256 << 20, ScoredBytes
 
 // Scored are the files Score parses; Read keeps these and no others.
 var Scored = map[string]bool{FileCheck: true, FileStatus: true, FileLastVerify: true, FileChaosJSON: true,
-	FileQualificationJSON: true, FileLiveChaosJSON: true, FileFleet: true}
+	FileQualificationJSON: true, FileLiveChaosJSON: true, FileSemantics: true, FileFleet: true}
 
 // ErrUnsafeEntry is an entry Read refuses by its kind or name: a link, a
 // device, a directory, an absolute path or one with "..".
