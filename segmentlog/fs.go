@@ -134,6 +134,14 @@ func recordHolder(lock io.Closer) {
 	}
 }
 
+// clearHolder empties the lock file before the writer releases it, so no
+// PID names a writer that has gone.
+func clearHolder(lock io.Closer) {
+	if f, ok := lock.(*os.File); ok {
+		_ = f.Truncate(0)
+	}
+}
+
 // lockHolder reads the PID the lock file's holder recorded, 0 when none.
 func lockHolder(fsys FS, path string) int {
 	b, err := readFileBounded(fsys, path, 32)

@@ -136,11 +136,13 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 		if l.active != nil {
 			_ = l.active.Close()
 		}
+		clearHolder(lock)
 		_ = lock.Close()
 		return nil, nil, err
 	}
 	if err := l.publishDurable(l.activeSeg, l.next); err != nil {
 		_ = l.active.Close()
+		clearHolder(lock)
 		_ = lock.Close()
 		return nil, nil, fmt.Errorf("segmentlog: open %s: %w", dir, err)
 	}
@@ -243,6 +245,7 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	<-l.flusherDone
 	err := l.active.Close()
+	clearHolder(l.lock)
 	if lerr := l.lock.Close(); err == nil {
 		err = lerr
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // readOnlyPollInterval bounds how long a read-only log waits before it
@@ -71,6 +73,24 @@ func OpenReadOnly(dir string, opts Options) (*Log, error) {
 	}
 	go l.watch()
 	return l, nil
+}
+
+// WriterPID returns the PID of the process that holds dir for writing, or
+// 0 when no live process does. It reads the PID the writer recorded in its
+// lock file and asks the kernel whether that process exists; it takes no
+// lock and changes nothing, so it can never make a starting writer fail.
+// A writer killed with SIGKILL leaves its PID behind, so a PID reused by
+// an unrelated process reads as a writer: use the answer to describe, not
+// to decide what may be written.
+func WriterPID(dir string) int {
+	pid := lockHolder(OSFS{}, filepath.Join(dir, lockFileName))
+	if pid <= 0 {
+		return 0
+	}
+	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, unix.EPERM) {
+		return 0
+	}
+	return pid
 }
 
 // ReadOnly reports whether l was opened with OpenReadOnly.
