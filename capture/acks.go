@@ -27,6 +27,45 @@ type AckStore interface {
 	Record(lsn uint64) error
 }
 
+// basisStore is an AckStore that also keeps, with each position, the
+// transport's durable end when it was recorded (its basis): the record
+// says "every transaction before lsn is in the transport", and that holds
+// only while the transport still reaches the basis.
+type basisStore interface {
+	RecordOver(lsn, basis uint64) error
+	LoadBasis() (lsn, basis uint64, err error)
+}
+
+// recordAck records lsn in store, with the transport's durable end when
+// the store keeps one.
+func recordAck(store AckStore, lsn, durable uint64) error {
+	if b, ok := store.(basisStore); ok {
+		return b.RecordOver(lsn, durable)
+	}
+	return store.Record(lsn)
+}
+
+// AckedFor is the acknowledged position CheckResume may count for a
+// resume from res: the store's record, unless the transport now ends
+// before the durable end the record was made over. Then transactions the
+// record stood on are gone from the transport (a log that lost its tail),
+// and counting the record would hide that gap, so it counts nothing.
+func AckedFor(store AckStore, res Resume) (acked uint64, lost bool, err error) {
+	b, ok := store.(basisStore)
+	if !ok {
+		acked, err = store.Load()
+		return acked, false, err
+	}
+	acked, basis, err := b.LoadBasis()
+	if err != nil {
+		return 0, false, err
+	}
+	if acked > 0 && (res.Empty || basis > res.DurableEnd) && basis > 0 {
+		return 0, true, nil
+	}
+	return acked, false, nil
+}
+
 // AckFile is the name of a flow's acknowledgement store in its state
 // directory.
 const AckFile = "acks"
@@ -40,7 +79,9 @@ const (
 )
 
 // FileAcks is the AckStore in a flow's state directory: one small text
-// file holding one LSN as X/X ("0/16B3748\n"), replaced durably (write,
+// file holding one LSN as X/X ("0/16B3748\n"), optionally followed by the
+// transport's durable end it was recorded over ("0/16B3748 0/16B3700\n",
+// AckedFor), replaced durably (write,
 // fsync, rename, fsync directory) on every Record. Records come at most
 // about once a second (idle keepalives, progress frames), so the cost does
 // not matter.
@@ -49,9 +90,10 @@ const (
 // before this position is in the log", a statement about the source's WAL,
 // so one store serves both capture paths.
 type FileAcks struct {
-	path string
-	mu   sync.Mutex
-	lsn  uint64
+	path  string
+	mu    sync.Mutex
+	lsn   uint64
+	basis uint64
 }
 
 // OpenFileAcks opens the store AckFile in dir. The older files, when any
@@ -68,6 +110,11 @@ func OpenFileAcks(dir string) (*FileAcks, error) {
 		return nil, err
 	}
 	a.lsn = lsn
+	if ok {
+		if a.basis, err = readBasis(a.path); err != nil {
+			return nil, err
+		}
+	}
 	// The older files are read even beside the store: a previous release
 	// run on this directory after the store was written (a downgrade, then
 	// the upgrade again) recorded its acknowledgements there only, and the
@@ -88,7 +135,8 @@ func OpenFileAcks(dir string) (*FileAcks, error) {
 		return a, nil
 	}
 	if !ok || a.lsn > lsn {
-		if err := a.write(a.lsn); err != nil {
+		a.basis = 0 // a legacy record's basis is unknown
+		if err := a.write(a.lsn, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -113,27 +161,62 @@ func (a *FileAcks) Load() (uint64, error) {
 	return a.lsn, nil
 }
 
-// Record writes lsn durably.
-func (a *FileAcks) Record(lsn uint64) error {
+// Record writes lsn durably, with no basis.
+func (a *FileAcks) Record(lsn uint64) error { return a.RecordOver(lsn, 0) }
+
+// RecordOver writes lsn durably with the transport's durable end basis.
+func (a *FileAcks) RecordOver(lsn, basis uint64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.write(lsn); err != nil {
+	if err := a.write(lsn, basis); err != nil {
 		return err
 	}
-	a.lsn = lsn
+	a.lsn, a.basis = lsn, basis
 	return nil
 }
 
-func (a *FileAcks) write(lsn uint64) error {
-	if err := WriteFileDurable(a.path, []byte(envelope.FormatLSN(lsn)+"\n")); err != nil {
+// LoadBasis returns the recorded position and its basis (0: unknown).
+func (a *FileAcks) LoadBasis() (uint64, uint64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lsn, a.basis, nil
+}
+
+func (a *FileAcks) write(lsn, basis uint64) error {
+	line := envelope.FormatLSN(lsn)
+	if basis > 0 {
+		line += " " + envelope.FormatLSN(basis)
+	}
+	if err := WriteFileDurable(a.path, []byte(line+"\n")); err != nil {
 		return fmt.Errorf("capture: record acknowledged position %s in %s: %w", envelope.FormatLSN(lsn), a.path, err)
 	}
 	return nil
 }
 
+// parseXX parses the position: the first field of the line.
 func parseXX(s string) (uint64, error) {
+	if f := strings.Fields(s); len(f) == 2 {
+		s = f[0]
+	}
 	v, err := lsn.Parse(s)
 	return uint64(v), err
+}
+
+// readBasis reads the second field of the store's line, 0 when absent.
+func readBasis(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("capture: read acknowledged position %s: %w", path, err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, nil
+	}
+	v, err := lsn.Parse(f[1])
+	if err != nil {
+		return 0, fmt.Errorf("capture: %s is damaged (%q): %w", path, b, err)
+	}
+	return uint64(v), nil
 }
 
 func parseDecimal(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }

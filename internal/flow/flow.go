@@ -485,9 +485,15 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 
-	acked, err := acks.Load()
+	// An acknowledgement recorded over log entries the log no longer
+	// holds does not cover them: counted, it would hide the gap.
+	acked, lostBasis, err := capture.AckedFor(acks, res)
 	if err != nil {
 		return err
+	}
+	if lostBasis {
+		f.Logger.Warn("the acknowledgement store was recorded over log entries the local log no longer holds; it does not count for the gap check",
+			"flow", f.Cfg.Flow, "acks", acks.Path(), "log_durable_end", envelope.FormatLSN(res.DurableEnd))
 	}
 	_, markerErr := os.Stat(f.snapshotDonePath())
 	switch act := capture.DecideStart(capture.Start{SlotExists: si.Exists, OwnsSlot: src.OwnsSlot, SnapshotDone: markerErr == nil,
