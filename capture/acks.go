@@ -67,8 +67,11 @@ func AckedFor(store AckStore, res Resume) (acked uint64, lost bool, err error) {
 }
 
 // AckFile is the name of a flow's acknowledgement store in its state
-// directory.
-const AckFile = "acks"
+// directory, AckBasisFile of its basis.
+const (
+	AckFile      = "acks"
+	AckBasisFile = "acks.basis"
+)
 
 // Files that held acknowledgements before AckFile, in their formats:
 // "idle-ack" (the relay's, a decimal LSN) and "extension-progress" (the
@@ -79,9 +82,7 @@ const (
 )
 
 // FileAcks is the AckStore in a flow's state directory: one small text
-// file holding one LSN as X/X ("0/16B3748\n"), optionally followed by the
-// transport's durable end it was recorded over ("0/16B3748 0/16B3700\n",
-// AckedFor), replaced durably (write,
+// file holding one LSN as X/X ("0/16B3748\n"), replaced durably (write,
 // fsync, rename, fsync directory) on every Record. Records come at most
 // about once a second (idle keepalives, progress frames), so the cost does
 // not matter.
@@ -89,18 +90,24 @@ const (
 // The record means "every transaction the flow captures that committed
 // before this position is in the log", a statement about the source's WAL,
 // so one store serves both capture paths.
+//
+// Beside it, AckBasisFile holds the record's basis (AckedFor) as
+// "<lsn> <basis>" ("0/16B3748 0/16B3700\n"): the transport's durable end
+// the record at <lsn> was made over. It is its own file so that the
+// store's format stays the one older releases read; a basis whose <lsn>
+// is not the store's (written by a release without it) is unknown.
 type FileAcks struct {
-	path  string
-	mu    sync.Mutex
-	lsn   uint64
-	basis uint64
+	path, basisPath string
+	mu              sync.Mutex
+	lsn             uint64
+	basis           uint64
 }
 
 // OpenFileAcks opens the store AckFile in dir. The older files, when any
 // is there, are read too (the highest position of all is kept) and the
 // store is written durably; only once it is are the older files removed.
 func OpenFileAcks(dir string) (*FileAcks, error) {
-	a := &FileAcks{path: filepath.Join(dir, AckFile)}
+	a := &FileAcks{path: filepath.Join(dir, AckFile), basisPath: filepath.Join(dir, AckBasisFile)}
 	legacy := []struct {
 		name  string
 		parse func(string) (uint64, error)
@@ -111,7 +118,7 @@ func OpenFileAcks(dir string) (*FileAcks, error) {
 	}
 	a.lsn = lsn
 	if ok {
-		if a.basis, err = readBasis(a.path); err != nil {
+		if a.basis, err = readBasis(a.basisPath, lsn); err != nil {
 			return nil, err
 		}
 	}
@@ -136,7 +143,7 @@ func OpenFileAcks(dir string) (*FileAcks, error) {
 	}
 	if !ok || a.lsn > lsn {
 		a.basis = 0 // a legacy record's basis is unknown
-		if err := a.write(a.lsn, 0); err != nil {
+		if err := a.write(a.lsn); err != nil {
 			return nil, err
 		}
 	}
@@ -165,10 +172,18 @@ func (a *FileAcks) Load() (uint64, error) {
 func (a *FileAcks) Record(lsn uint64) error { return a.RecordOver(lsn, 0) }
 
 // RecordOver writes lsn durably with the transport's durable end basis.
+// The basis is written first: a crash between the two leaves a basis for
+// a record that is not the store's, which reads as unknown.
 func (a *FileAcks) RecordOver(lsn, basis uint64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.write(lsn, basis); err != nil {
+	if basis > 0 {
+		line := envelope.FormatLSN(lsn) + " " + envelope.FormatLSN(basis) + "\n"
+		if err := WriteFileDurable(a.basisPath, []byte(line)); err != nil {
+			return fmt.Errorf("capture: record the basis of acknowledged position %s in %s: %w", envelope.FormatLSN(lsn), a.basisPath, err)
+		}
+	}
+	if err := a.write(lsn); err != nil {
 		return err
 	}
 	a.lsn, a.basis = lsn, basis
@@ -182,41 +197,40 @@ func (a *FileAcks) LoadBasis() (uint64, uint64, error) {
 	return a.lsn, a.basis, nil
 }
 
-func (a *FileAcks) write(lsn, basis uint64) error {
-	line := envelope.FormatLSN(lsn)
-	if basis > 0 {
-		line += " " + envelope.FormatLSN(basis)
-	}
-	if err := WriteFileDurable(a.path, []byte(line+"\n")); err != nil {
+func (a *FileAcks) write(lsn uint64) error {
+	if err := WriteFileDurable(a.path, []byte(envelope.FormatLSN(lsn)+"\n")); err != nil {
 		return fmt.Errorf("capture: record acknowledged position %s in %s: %w", envelope.FormatLSN(lsn), a.path, err)
 	}
 	return nil
 }
 
-// parseXX parses the position: the first field of the line.
 func parseXX(s string) (uint64, error) {
-	if f := strings.Fields(s); len(f) == 2 {
-		s = f[0]
-	}
 	v, err := lsn.Parse(s)
 	return uint64(v), err
 }
 
-// readBasis reads the second field of the store's line, 0 when absent.
-func readBasis(path string) (uint64, error) {
+// readBasis reads the basis of the record at lsn, 0 when none is known.
+func readBasis(path string, at uint64) (uint64, error) {
 	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("capture: read acknowledged position %s: %w", path, err)
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
+	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
-	v, err := lsn.Parse(f[1])
 	if err != nil {
-		return 0, fmt.Errorf("capture: %s is damaged (%q): %w", path, b, err)
+		return 0, fmt.Errorf("capture: read %s: %w", path, err)
 	}
-	return uint64(v), nil
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, fmt.Errorf("capture: %s is damaged (%q); removing it makes the gap check trust the acknowledged position as older releases did", path, b)
+	}
+	rec, err1 := lsn.Parse(f[0])
+	basis, err2 := lsn.Parse(f[1])
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("capture: %s is damaged (%q): %w; removing it makes the gap check trust the acknowledged position as older releases did", path, b, err)
+	}
+	if uint64(rec) != at {
+		return 0, nil // the basis of an older record: unknown
+	}
+	return uint64(basis), nil
 }
 
 func parseDecimal(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }

@@ -196,7 +196,7 @@ func TestResumeRefusedWhenTheLogLostAcknowledgedTransactions(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(logDir, "DURABLE"), durable, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	acks, err := os.ReadFile(filepath.Join(f.dir, "data", "acks"))
+	acks, err := os.ReadFile(filepath.Join(f.dir, "data", "acks.basis"))
 	if err != nil || len(strings.Fields(string(acks))) != 2 {
 		t.Fatalf("the relay recorded no idle advance over the row (acks %q, %v): the test would not exercise the ack store", acks, err)
 	}
