@@ -109,3 +109,58 @@ func TestFileAcksRefusesDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestAckRecordedOverLostEntriesDoesNotHideTheGap: an idle advance
+// recorded after a transaction stands on that transaction being in the
+// transport. If the log later lost it (a damaged tail cut after a power
+// loss left DURABLE stale), the record must not cover the gap: the resume
+// is refused (issue 29: the slot past the lost row, the ack store past the
+// slot, and the relay streamed on to DIVERGED).
+//
+// Mutation tried: AckedFor ignoring the basis (returning the record) turns
+// it red: CheckResume accepts the resume.
+func TestAckRecordedOverLostEntriesDoesNotHideTheGap(t *testing.T) {
+	dir := t.TempDir()
+	a, err := capture.OpenFileAcks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rowEnd, idle = 0x15B3758, 0x15B3800
+	// The publisher recorded the idle advance over a transport ending at
+	// the row's transaction.
+	if err := a.RecordOver(idle, rowEnd); err != nil {
+		t.Fatal(err)
+	}
+	a, err = capture.OpenFileAcks(dir) // a restart reads it back
+	if err != nil {
+		t.Fatal(err)
+	}
+	intact := capture.Resume{DurableEnd: rowEnd, SkipThrough: 0x15B36F0, SkipEqual: true}
+	acked, lost, err := capture.AckedFor(a, intact)
+	if err != nil || lost || acked != idle {
+		t.Fatalf("intact log: AckedFor = %x, %v, %v; want the record %x", acked, lost, err, uint64(idle))
+	}
+	if err := capture.CheckResume("s", intact, idle, acked, "recover"); err != nil {
+		t.Fatalf("intact log refused: %v", err)
+	}
+	lostTail := capture.Resume{DurableEnd: 0x15B3600, SkipThrough: 0x15B3500, SkipEqual: true}
+	acked, lost, err = capture.AckedFor(a, lostTail)
+	if err != nil || !lost || acked != 0 {
+		t.Fatalf("log without the row: AckedFor = %x, %v, %v; want 0, lost", acked, lost, err)
+	}
+	var g *capture.GapError
+	if err := capture.CheckResume("s", lostTail, idle, acked, "recover"); !errors.As(err, &g) {
+		t.Fatalf("log without the row: CheckResume = %v, want a GapError", err)
+	}
+	// The store keeps the format older releases read.
+	if b, _ := os.ReadFile(filepath.Join(dir, capture.AckFile)); string(b) != "0/15B3800\n" {
+		t.Fatalf("acks holds %q, want the one-LSN format", b)
+	}
+	// A record an older release wrote after the basis (another LSN) has no
+	// known basis, and is counted as before.
+	os.WriteFile(filepath.Join(dir, capture.AckFile), []byte("0/15B3900\n"), 0o600)
+	a, _ = capture.OpenFileAcks(dir)
+	if acked, lost, _ := capture.AckedFor(a, lostTail); lost || acked != 0x15B3900 {
+		t.Fatalf("record without a basis: %x, %v", acked, lost)
+	}
+}

@@ -218,7 +218,7 @@ func (p *Publisher) Publish(ctx context.Context, b *Batch) error {
 			// No unit ends here: remember durably that we acknowledge it,
 			// or the next start would see the slot past the transport and
 			// report a gap.
-			if err := p.o.Acks.Record(b.Ack); err != nil {
+			if err := recordAck(p.o.Acks, b.Ack, st.Durable); err != nil {
 				return fmt.Errorf("%s: record acknowledgement at %s: %w", p.o.Name, envelope.FormatLSN(b.Ack), err)
 			}
 		}

@@ -85,9 +85,13 @@ func decodeDurable(b []byte) (durableRecord, error) {
 
 // publishDurable replaces DURABLE with the committed end of seg. Called by
 // the flusher after a successful fsync (and by Open), never before: the
-// record must not name a byte that is not yet durable. A failure costs
-// readers in other processes only freshness, so it is logged, not fatal.
-func (l *Log) publishDurable(seg *segment, next uint64) {
+// record must not name a byte that is not yet durable. It is also never
+// after: the flusher answers a group's appends only once the record names
+// the group, so "acknowledged" implies "at or below DURABLE", which is
+// what lets Open tell a torn tail (past it) from damaged acknowledged
+// data (at or below it). A failure is returned, and the flusher makes it
+// fatal: the group is durable but not acknowledged.
+func (l *Log) publishDurable(seg *segment, next uint64) error {
 	path := filepath.Join(l.dir, durableFileName)
 	b := encodeDurable(durableRecord{activeBase: seg.base, activeSize: seg.size, next: next})
 	tmp := path + tmpSuffix
@@ -107,8 +111,9 @@ func (l *Log) publishDurable(seg *segment, next uint64) {
 	}
 	if err != nil {
 		_ = l.fs.Remove(tmp)
-		l.logger.Warn("segmentlog: durable end not published; readers in other processes lag until the next commit", "path", path, "err", err)
+		return fmt.Errorf("publish the durable end at offset %d: %w", next, err)
 	}
+	return nil
 }
 
 // readDurable reads DURABLE.

@@ -50,7 +50,14 @@ type CorruptionError struct {
 	Offset   uint64 // logical offset being read, when known (HasOffset)
 	// HasOffset says whether Offset is meaningful.
 	HasOffset bool
-	Reason    string
+	// LostFrom and LostTo bound the acknowledged entries the damage
+	// takes, [LostFrom, LostTo), when the durable end tells (HasLost):
+	// LostFrom is the first offset lost, LostTo the durable end's next
+	// offset. The payloads are opaque to the log; the caller maps the
+	// offsets to what they held (the first lost LSN, for a flow).
+	LostFrom, LostTo uint64
+	HasLost          bool
+	Reason           string
 }
 
 func (e *CorruptionError) Error() string {
@@ -58,9 +65,30 @@ func (e *CorruptionError) Error() string {
 	if e.HasOffset {
 		at += fmt.Sprintf(" (offset %d)", e.Offset)
 	}
-	return fmt.Sprintf("segmentlog: corruption in %s: %s; acknowledged data is damaged, so the log will not truncate it: "+
-		"restore the directory from a replica or backup", at, e.Reason)
+	lost := ""
+	if e.HasLost && e.LostTo > e.LostFrom {
+		lost = fmt.Sprintf("; acknowledged entries at offsets %d to %d are lost", e.LostFrom, e.LostTo-1)
+	}
+	return fmt.Sprintf("segmentlog: corruption in %s: %s%s; acknowledged data is damaged, so the log will not truncate it and left every byte as it is: "+
+		"restore the directory from a replica or backup", at, e.Reason, lost)
 }
+
+// LockedError is a second writer refused: process PID (0 when the lock
+// file does not name one) holds the directory. It matches ErrLocked.
+type LockedError struct {
+	Dir string
+	PID int
+}
+
+func (e *LockedError) Error() string {
+	who := "another process"
+	if e.PID > 0 {
+		who = fmt.Sprintf("process %d", e.PID)
+	}
+	return fmt.Sprintf("segmentlog: %s is open for writing by %s (one writer per log; other processes read it with OpenReadOnly)", e.Dir, who)
+}
+
+func (e *LockedError) Unwrap() error { return ErrLocked }
 
 // AddRecovery ends err's message with the caller's recovery when err is or
 // wraps a *CorruptionError (", or <recovery>", after restoring from a

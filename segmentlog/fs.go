@@ -5,6 +5,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -115,4 +117,40 @@ func (o osFile) Size() (int64, error) {
 		return 0, err
 	}
 	return st.Size(), nil
+}
+
+// recordHolder writes this process's PID into the writer's lock file, so
+// a refused second writer can name the process to stop. The lock is the
+// flock, not the contents: a PID left by a dead writer is overwritten by
+// the next one and read only after a refusal. Best effort: the writer
+// runs without it on a filesystem that is not the OS's.
+func recordHolder(lock io.Closer) {
+	f, ok := lock.(*os.File)
+	if !ok {
+		return
+	}
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+}
+
+// clearHolder empties the lock file before the writer releases it, so no
+// PID names a writer that has gone.
+func clearHolder(lock io.Closer) {
+	if f, ok := lock.(*os.File); ok {
+		_ = f.Truncate(0)
+	}
+}
+
+// lockHolder reads the PID the lock file's holder recorded, 0 when none.
+func lockHolder(fsys FS, path string) int {
+	b, err := readFileBounded(fsys, path, 32)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }

@@ -99,13 +99,15 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 			return nil, nil, fmt.Errorf("segmentlog: sync directory %s: %w", d, err)
 		}
 	}
-	lock, err := o.FS.Lock(filepath.Join(dir, lockFileName))
+	lockPath := filepath.Join(dir, lockFileName)
+	lock, err := o.FS.Lock(lockPath)
 	if err != nil {
 		if errors.Is(err, ErrLocked) {
-			return nil, nil, fmt.Errorf("segmentlog: %s is open for writing by another process (one writer per log; other processes read it with OpenReadOnly): %w", dir, err)
+			return nil, nil, &LockedError{Dir: dir, PID: lockHolder(o.FS, lockPath)}
 		}
 		return nil, nil, fmt.Errorf("segmentlog: lock %s: %w", dir, err)
 	}
+	recordHolder(lock)
 	l := &Log{
 		dir:         dir,
 		opts:        o,
@@ -134,10 +136,16 @@ func Open(dir string, opts Options) (*Log, *RepairReport, error) {
 		if l.active != nil {
 			_ = l.active.Close()
 		}
+		clearHolder(lock)
 		_ = lock.Close()
 		return nil, nil, err
 	}
-	l.publishDurable(l.activeSeg, l.next)
+	if err := l.publishDurable(l.activeSeg, l.next); err != nil {
+		_ = l.active.Close()
+		clearHolder(lock)
+		_ = lock.Close()
+		return nil, nil, fmt.Errorf("segmentlog: open %s: %w", dir, err)
+	}
 	go l.run()
 	return l, rep, nil
 }
@@ -237,6 +245,7 @@ func (l *Log) Close() error {
 	l.mu.Unlock()
 	<-l.flusherDone
 	err := l.active.Close()
+	clearHolder(l.lock)
 	if lerr := l.lock.Close(); err == nil {
 		err = lerr
 	}
@@ -444,15 +453,22 @@ func (l *Log) writeGroup(seg *segment, reqs []*appendReq) error {
 	if err := l.active.Sync(); err != nil {
 		return l.setFatal("fdatasync", seg.path, err)
 	}
+	// Published before the group is acknowledged (publishDurable). The
+	// in-memory end moves with it: the bytes are durable either way, and
+	// a failure poisons the log before anyone is answered.
 	l.mu.Lock()
 	seg.size = pos
 	seg.end = off
 	seg.index = append(seg.index, idx...)
 	seg.lastIndexed = lastIndexed
 	l.next = off
+	l.mu.Unlock()
+	if err := l.publishDurable(seg, off); err != nil {
+		return l.setFatal("publish the durable end", seg.path, err)
+	}
+	l.mu.Lock()
 	l.wakeLocked()
 	l.mu.Unlock()
-	l.publishDurable(seg, off)
 	return nil
 }
 

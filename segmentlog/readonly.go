@@ -3,12 +3,15 @@ package segmentlog
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // readOnlyPollInterval bounds how long a read-only log waits before it
@@ -71,6 +74,24 @@ func OpenReadOnly(dir string, opts Options) (*Log, error) {
 	}
 	go l.watch()
 	return l, nil
+}
+
+// WriterPID returns the PID of the process that holds dir for writing, or
+// 0 when no live process does. It reads the PID the writer recorded in its
+// lock file and asks the kernel whether that process exists; it takes no
+// lock and changes nothing, so it can never make a starting writer fail.
+// A writer killed with SIGKILL leaves its PID behind, so a PID reused by
+// an unrelated process reads as a writer: use the answer to describe, not
+// to decide what may be written.
+func WriterPID(dir string) int {
+	pid := lockHolder(OSFS{}, filepath.Join(dir, lockFileName))
+	if pid <= 0 {
+		return 0
+	}
+	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, unix.EPERM) {
+		return 0
+	}
+	return pid
 }
 
 // ReadOnly reports whether l was opened with OpenReadOnly.
@@ -249,4 +270,27 @@ func (l *Log) oldestOnDisk() (uint64, error) {
 		return 0, fmt.Errorf("segmentlog: %s holds no segment", l.dir)
 	}
 	return oldest, nil
+}
+
+// HoldWriterLock takes the log directory's writer lock without opening the
+// log: no repair, no write, no file created or changed (the lock file must
+// exist, as it does once a writer has opened the log). While it is held no
+// writer can open the log, so a read-only reader sees a log at rest that
+// cannot move. It returns a *LockedError naming the writer's PID when one
+// holds the log, and an error wrapping fs.ErrNotExist when no writer ever
+// opened it.
+func HoldWriterLock(dir string) (io.Closer, error) {
+	path := filepath.Join(dir, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("segmentlog: lock %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, &LockedError{Dir: dir, PID: lockHolder(OSFS{}, path)}
+		}
+		return nil, &os.PathError{Op: "flock", Path: path, Err: err}
+	}
+	return f, nil
 }

@@ -304,14 +304,20 @@ func TestReaderProcessStopsAtDurableEnd(t *testing.T) {
 }
 
 // TestSecondWriterRefused: a second writer is refused with the directory
-// named, while read-only opens succeed next to the writer.
+// and the writer's PID named, while read-only opens succeed next to the
+// writer and change nothing in the directory.
+//
+// Mutation tried: not calling recordHolder in Open turns it red (PID 0).
 func TestSecondWriterRefused(t *testing.T) {
 	dir := t.TempDir()
 	c := startReaderChild(t, "writer", dir, "")
 	c.expect(t, "ready", nil)
+	before := dirDigest(t, dir)
 	_, _, err := Open(dir, Options{})
-	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) {
-		t.Fatalf("second writer: got %v, want ErrLocked naming %s", err, dir)
+	var le *LockedError
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) || !errors.As(err, &le) || le.PID != c.cmd.Process.Pid ||
+		!strings.Contains(err.Error(), fmt.Sprintf("process %d", c.cmd.Process.Pid)) {
+		t.Fatalf("second writer: got %v, want ErrLocked naming %s and process %d", err, dir, c.cmd.Process.Pid)
 	}
 	ro, err := OpenReadOnly(dir, Options{})
 	if err != nil {
@@ -325,6 +331,9 @@ func TestSecondWriterRefused(t *testing.T) {
 	}
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if d := diffDigest(before, dirDigest(t, dir)); d != "" {
+		t.Fatalf("a refused writer and a read-only open beside the writer changed the directory: %s", d)
 	}
 }
 

@@ -31,9 +31,22 @@ func framesOf(t testing.TB, b []byte) []frameAt {
 // buildLog appends payloads one per commit group and returns them.
 func buildLog(t testing.TB, dir string, opts Options, sizes []int) [][]byte {
 	t.Helper()
+	return buildLogTorn(t, dir, opts, sizes, len(sizes))
+}
+
+// buildLogTorn is buildLog that leaves the durable end where the writer
+// published it after the first acked entries: the later ones are on disk
+// but unacknowledged, as when a crash interrupts their commit group after
+// the write and before DURABLE names it. Only those can be a torn tail.
+func buildLogTorn(t testing.TB, dir string, opts Options, sizes []int, acked int) [][]byte {
+	t.Helper()
 	l := mustOpen(t, dir, opts)
 	var want [][]byte
+	var durable []byte
 	for i, size := range sizes {
+		if i == acked {
+			durable = readDurableFile(t, dir)
+		}
 		p := payloadFor(7, i, size)
 		mustAppend(t, l, p)
 		want = append(want, p)
@@ -41,7 +54,21 @@ func buildLog(t testing.TB, dir string, opts Options, sizes []int) [][]byte {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if durable != nil {
+		if err := os.WriteFile(filepath.Join(dir, durableFileName), durable, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return want
+}
+
+func readDurableFile(t testing.TB, dir string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, durableFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestTornTailRepair(t *testing.T) {
@@ -81,12 +108,14 @@ func TestTornTailRepair(t *testing.T) {
 			b[fr[len(fr)-3].pos+40] ^= 4
 			return b
 		}, 3},
-		{"only the header left", func(b []byte, fr []frameAt) []byte { return b[:segmentHeaderSize] }, 0},
+		{"cut back to the durable end", func(b []byte, fr []frameAt) []byte { return b[:fr[len(fr)-8].pos] }, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
-			want := buildLog(t, dir, opts, sizes)
+			// Entry 3 is the commit group a crash interrupted: on disk,
+			// not yet named by the durable end, never acknowledged.
+			want := buildLogTorn(t, dir, opts, sizes, 3)
 			path := filepath.Join(dir, segmentName(0))
 			orig, _ := os.ReadFile(path)
 			fr := framesOf(t, orig)
@@ -210,6 +239,7 @@ func TestDamageInsideLastCommitGroupIsTorn(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir, Options{})
 	mustAppend(t, l, []byte("acked"))
+	durable := readDurableFile(t, dir)
 	if _, err := l.AppendBatch([][]byte{make([]byte, 600), make([]byte, 600), make([]byte, 600)}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +249,8 @@ func TestDamageInsideLastCommitGroupIsTorn(t *testing.T) {
 	fr := framesOf(t, b)
 	clear(b[fr[2].pos : fr[2].pos+512]) // entry 2, inside group {1,2,3}
 	os.WriteFile(path, b, 0o644)
+	// The crash came before the durable end named the group.
+	os.WriteFile(filepath.Join(dir, durableFileName), durable, 0o644)
 	l, rep, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatalf("Open: %v", err)

@@ -364,7 +364,7 @@ func (s *Sidecar) checkGap(h Hello, res capture.Resume) error {
 	if s.o.Acks == nil || res.Empty {
 		return nil
 	}
-	saved, err := s.o.Acks.Load()
+	saved, _, err := capture.AckedFor(s.o.Acks, res)
 	if err != nil {
 		return err
 	}

@@ -405,6 +405,13 @@ func runCommand() *cli.Command {
 				defer stop()
 				return serve(c, ctx)
 			}
+			if c.Bool("cleanup") {
+				// The re-snapshot a damaged log prints starts here, so it
+				// must not need the log to open (flow.OpenForCleanup).
+				return openedAction(func(c *cli.Context) (*flow.Flow, error) {
+					return flow.OpenForCleanup(c.String("config"), logger(c))
+				}, func(c *cli.Context, f *flow.Flow, format string) error { return runLocal(c, f, format) })(c)
+			}
 			return flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 				return runLocal(c, f, format)
 			})(c)
@@ -652,7 +659,9 @@ func preflightCommand() *cli.Command {
 		Usage: "check connectivity, privileges, wal_level, slots, publication and target tables; each failure names its fix",
 		Flags: []cli.Flag{configFlag(), formatFlag(),
 			&cli.BoolFlag{Name: "create-target-tables", Usage: "create missing target tables from the source definitions"}},
-		Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
+		// Read-only on the local log (it only checks the databases), so it
+		// runs beside the service and on a flow at rest alike.
+		Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
 			rep := f.Preflight(c.Context, c.Bool("create-target-tables"))
 			if format == "json" {
 				if err := writeJSON(c, rep.OK, rep); err != nil {
@@ -753,7 +762,7 @@ func streamCommand() *cli.Command {
 				&cli.StringFlag{Name: "lsn", Usage: "commit LSN (X/X) of the transaction"},
 				&cli.Uint64Flag{Name: "offset", Usage: "log offset"},
 			},
-			Action: flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
+			Action: flowAction(true, func(c *cli.Context, f *flow.Flow, format string) error {
 				if c.IsSet("lsn") == c.IsSet("offset") {
 					return usageError("stream locate-local: give exactly one of --lsn or --offset")
 				}

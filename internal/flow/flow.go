@@ -71,12 +71,11 @@ type Flow struct {
 	dir        string
 	// broker is the transport when it is not the local log (Broker).
 	broker Broker
-	// logHeld: OpenReadOnly found the local log locked by the process
-	// running the flow, and left it closed.
-	logHeld bool
-	// heldLog is that log opened read-only, for status; nil when it could
-	// not be read.
-	heldLog *segmentlog.Log
+	// logHeld: OpenReadOnly found the local log held by the process
+	// running the flow (writerPID); f.Log then reads it beside that
+	// process, up to its published durable end.
+	logHeld   bool
+	writerPID int
 	// resolved are the tables of source.schemas the source catalog listed
 	// before the initial snapshot (resolveTables).
 	resolvedMu sync.Mutex
@@ -120,11 +119,16 @@ func Open(path string, logger *slog.Logger) (*Flow, error) {
 	return f, nil
 }
 
-// OpenReadOnly opens a flow for reports (status, repair-plan): it creates
-// nothing. Without a local log directory (the flow has not run here, or
-// --cleanup removed it), or while the process running the flow holds the
-// log's lock, f.Log is nil; otherwise the log is opened without
-// registering any cursor.
+// OpenReadOnly opens a flow for the read-only commands (status, verify's
+// report, repair-plan, preflight, stream locate-local, pilot-package): it
+// creates, removes and rewrites nothing, whether or not the process
+// running the flow holds the log. The log is always opened with
+// segmentlog.OpenReadOnly, which reads up to the durable end the writer
+// last published and never repairs: a torn tail past that end is left for
+// the writer's next Open to cut, and damage below it is reported by the
+// reader that reaches it. f.Log is nil without a local log directory (the
+// flow has not run here, or --cleanup removed it) or before a writer ever
+// published a durable end; no cursor is registered.
 func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 	f, err := OpenConfig(path, logger)
 	if err != nil {
@@ -141,19 +145,17 @@ func OpenReadOnly(path string, logger *slog.Logger) (*Flow, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("flow %s: local log %s: %w", f.Cfg.Flow, f.logDir(), err)
 	}
-	if err := f.openLog(); errors.Is(err, segmentlog.ErrLocked) {
-		// The running flow holds it: read it as its appliers do, up to
-		// the durable end it publishes (status reads; it never writes).
-		f.logHeld = true
-		l := f.Cfg.Transport.Local
-		ro, rerr := segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{SegmentBytesMax: int64(l.SegmentBytesMax), Logger: f.Logger})
-		if rerr != nil {
-			f.Logger.Warn("local log held by the running flow and not readable beside it", "dir", f.logDir(), "err", rerr)
-		} else {
-			f.heldLog = ro
-		}
-	} else if err != nil {
-		return nil, err
+	f.writerPID = segmentlog.WriterPID(f.logDir())
+	f.logHeld = f.writerPID > 0
+	l := f.Cfg.Transport.Local
+	ro, err := segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{SegmentBytesMax: int64(l.SegmentBytesMax), Logger: f.Logger})
+	switch {
+	case errors.Is(err, segmentlog.ErrNoDurableEnd):
+		f.Logger.Info("local log has no published durable end yet; reporting without it", "dir", f.logDir(), "err", err)
+	case err != nil:
+		return nil, fmt.Errorf("flow %s: open local log read-only: %w", f.Cfg.Flow, f.logError(err))
+	default:
+		f.Log = ro
 	}
 	return f, nil
 }
@@ -250,13 +252,101 @@ func (f *Flow) openLog() error {
 
 // logError adds the flow's recovery to an error from the local log, which
 // names no commands itself: damaged acknowledged data or a consumer past
-// retention means starting the flow over (segmentlog.AddRecovery), and a
-// read-only open before any writer opened the log means starting the relay.
+// retention means starting the flow over (segmentlog.AddRecovery), a
+// read-only open before any writer opened the log means starting the
+// relay, and a second writer is told which process holds the flow.
+//
+// Damaged acknowledged data is not recovered by a reseed: a reseed's
+// watermarks travel the stream, and the stream cannot run on a log that
+// refuses to open. The re-snapshot it prints starts with `run --cleanup`,
+// which opens no log (OpenForCleanup).
 func (f *Flow) logError(err error) error {
 	if errors.Is(err, segmentlog.ErrNoDurableEnd) {
 		return fmt.Errorf("%w; start the flow's relay once: `%s`", err, shell.Trellara("run", f.ConfigPath, "--role", "relay"))
 	}
+	var le *segmentlog.LockedError
+	if errors.As(err, &le) {
+		return &heldError{err: err, msg: f.heldMessage(le.PID), sep: "; "}
+	}
+	var ce *segmentlog.CorruptionError
+	if errors.As(err, &ce) && ce.HasLost {
+		lost := fmt.Sprintf(" (the flow lost the acknowledged transactions from log offset %d", ce.LostFrom)
+		if at, ok := f.lastIntactLSN(ce.LostFrom); ok {
+			lost += fmt.Sprintf(", the first of them committing after LSN %s, where the last intact one ends", envelope.FormatLSN(at))
+		}
+		lost += "; the source will not send them again, and a reseed cannot run on a log that does not open)"
+		return segmentlog.AddRecovery(&heldError{err: err, msg: lost, sep: ""}, f.resnapshot())
+	}
 	return segmentlog.AddRecovery(err, f.resnapshot())
+}
+
+// heldError is a log error with the flow's explanation after it.
+type heldError struct {
+	err      error
+	sep, msg string
+}
+
+func (e *heldError) Error() string { return e.err.Error() + e.sep + e.msg }
+func (e *heldError) Unwrap() error { return e.err }
+
+// heldMessage says which process holds the flow's log and what to do.
+func (f *Flow) heldMessage(pid int) string {
+	who := "another trellara process"
+	stop := "stop that process"
+	if pid > 0 {
+		who = fmt.Sprintf("trellara process %d", pid)
+		stop = fmt.Sprintf("stop it (`systemctl stop trellara@%s` or `systemctl stop trellara-relay@%s` when it runs as a service, otherwise `kill %d`)",
+			f.Cfg.Flow, f.Cfg.Flow, pid)
+	}
+	return fmt.Sprintf("flow %s is running in %s, which writes its local log %s, and a flow has one writer: %s before running this command, "+
+		"or use the read-only commands beside it (`%s`, `%s`, `%s`)", f.Cfg.Flow, who, f.logDir(), stop,
+		shell.Trellara("status", f.ConfigPath), shell.Trellara("verify", f.ConfigPath), shell.Trellara("stream locate-local", f.ConfigPath, "--lsn", "X/X"))
+}
+
+// lastIntactLSN is the end LSN of the newest transaction in the log before
+// offset lostFrom, read up to the durable end without repairing anything.
+func (f *Flow) lastIntactLSN(lostFrom uint64) (uint64, bool) {
+	if lostFrom == 0 {
+		return 0, false
+	}
+	ro, err := segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{Logger: f.Logger})
+	if err != nil {
+		return 0, false
+	}
+	defer ro.Close()
+	if lostFrom-1 < ro.FirstOffset() {
+		return 0, false
+	}
+	rd := ro.NewReader(lostFrom - 1)
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, b, err := rd.Next(ctx)
+	if err != nil {
+		return 0, false
+	}
+	e, err := envelope.Decode(b)
+	if err != nil || e.EndLsn == 0 {
+		return 0, false
+	}
+	return e.EndLsn, true
+}
+
+// OpenForCleanup opens a flow for `run --cleanup`, which removes the local
+// log with the rest of the flow's state and so must work when the log
+// refuses to open as damaged (the re-snapshot that damage prints starts
+// here). It still refuses while another process writes the log.
+func OpenForCleanup(path string, logger *slog.Logger) (*Flow, error) {
+	f, err := Open(path, logger)
+	if err == nil || !segmentlog.IsCorruption(err) {
+		return f, err
+	}
+	f, cerr := OpenConfig(path, logger)
+	if cerr != nil {
+		return nil, cerr
+	}
+	f.Logger.Warn("local log is damaged; run --cleanup removes it with the flow's other state", "dir", f.logDir(), "err", err)
+	return f, nil
 }
 
 // ApplyRetention drops what the retention policy allows (never what a
@@ -275,9 +365,6 @@ func (f *Flow) ApplyRetention() {
 
 // Close closes the log (if one was opened).
 func (f *Flow) Close() error {
-	if f.heldLog != nil {
-		_ = f.heldLog.Close()
-	}
 	if f.Log == nil {
 		return nil
 	}
@@ -402,9 +489,15 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 
-	acked, err := acks.Load()
+	// An acknowledgement recorded over log entries the log no longer
+	// holds does not cover them: counted, it would hide the gap.
+	acked, lostBasis, err := capture.AckedFor(acks, res)
 	if err != nil {
 		return err
+	}
+	if lostBasis {
+		f.Logger.Warn("the acknowledgement store was recorded over log entries the local log no longer holds; it does not count for the gap check",
+			"flow", f.Cfg.Flow, "acks", acks.Path(), "log_durable_end", envelope.FormatLSN(res.DurableEnd))
 	}
 	_, markerErr := os.Stat(f.snapshotDonePath())
 	switch act := capture.DecideStart(capture.Start{SlotExists: si.Exists, OwnsSlot: src.OwnsSlot, SnapshotDone: markerErr == nil,

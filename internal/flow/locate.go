@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"fmt"
+	"github.com/trellara/trellara/internal/shell"
 	"io"
 	"strings"
 
@@ -69,6 +70,10 @@ func (f *Flow) Locate(ctx context.Context, at string, offset uint64, byOffset bo
 	if f.broker != nil {
 		return nil, fmt.Errorf("flow %s has no local log to search (transport.kafka: the units are in topic %s)", f.Cfg.Flow, f.Cfg.Transport.Kafka.Topic)
 	}
+	if f.Log == nil {
+		return nil, fmt.Errorf("flow %s has no local log with a published durable end at %s: nothing to search; `%s` creates it",
+			f.Cfg.Flow, f.logDir(), shell.Trellara("run", f.ConfigPath, "--local"))
+	}
 	next := f.Log.NextOffset()
 	from := f.Log.FirstOffset()
 	if byOffset {
@@ -82,7 +87,7 @@ func (f *Flow) Locate(ctx context.Context, at string, offset uint64, byOffset bo
 	for o := from; o < next; o++ {
 		off, b, err := rd.Next(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("read offset %d: %w", o, err)
+			return nil, fmt.Errorf("flow %s: read local log offset %d: %w", f.Cfg.Flow, o, f.logError(err))
 		}
 		e, err := envelope.Decode(b)
 		if err != nil {

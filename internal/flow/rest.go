@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -55,7 +56,8 @@ func (f *Flow) brokerAtRest(ctx context.Context, src *pgx.Conn) (bool, error) {
 // restLock is the flow's lock, taken because no pipeline held the flow.
 type restLock struct {
 	f      *Flow
-	opened bool // this lock opened f.Log (and closes it on release)
+	opened bool      // this lock opened f.Log (and closes it on release)
+	flock  io.Closer // the writer lock held without a writer (read-only)
 }
 
 // release gives the lock back: the flow is at rest and any pipeline may
@@ -64,6 +66,9 @@ func (l *restLock) release() {
 	if l.opened && l.f.Log != nil {
 		_ = l.f.Log.Close()
 		l.f.Log = nil
+	}
+	if l.flock != nil {
+		_ = l.flock.Close()
 	}
 }
 
@@ -76,7 +81,11 @@ var errInMotion = errors.New("a pipeline holds the flow")
 // has no lock to take: a Kafka flow, or a local flow whose log directory
 // does not exist yet (it has never run here, so nothing holds it; the
 // directory is not created by a command that only reads).
-func (f *Flow) lockAtRest() (*restLock, error) {
+//
+// With write the log is opened as its writer (the pipeline will append);
+// without, the writer lock is held with no writer and the log is opened
+// read-only, so a command that only reads (verify) changes no byte of it.
+func (f *Flow) lockAtRest(write bool) (*restLock, error) {
 	if f.moving.Load() > 0 {
 		return nil, errInMotion
 	}
@@ -88,6 +97,27 @@ func (f *Flow) lockAtRest() (*restLock, error) {
 	}
 	if _, err := os.Stat(f.logDir()); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
+	}
+	if !write {
+		fl, err := segmentlog.HoldWriterLock(f.logDir())
+		switch {
+		case errors.Is(err, segmentlog.ErrLocked):
+			return nil, errInMotion
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, nil // no writer ever opened it: nothing was captured
+		case err != nil:
+			return nil, err
+		}
+		l := f.Cfg.Transport.Local
+		ro, err := segmentlog.OpenReadOnly(f.logDir(), segmentlog.Options{SegmentBytesMax: int64(l.SegmentBytesMax), Logger: f.Logger})
+		if errors.Is(err, segmentlog.ErrNoDurableEnd) {
+			return &restLock{f: f, flock: fl}, nil
+		} else if err != nil {
+			_ = fl.Close()
+			return nil, fmt.Errorf("flow %s: open local log read-only: %w", f.Cfg.Flow, f.logError(err))
+		}
+		f.Log = ro
+		return &restLock{f: f, opened: true, flock: fl}, nil
 	}
 	if err := f.openLog(); errors.Is(err, segmentlog.ErrLocked) {
 		return nil, errInMotion
@@ -397,7 +427,7 @@ func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.S
 	}
 	fence := opts.SourceLSN
 	opts.SourceLSN = func(ctx context.Context) (uint64, error) {
-		lock, err := f.lockAtRest()
+		lock, err := f.lockAtRest(false)
 		if errors.Is(err, errInMotion) {
 			*pending = nil
 			inMotion()
@@ -448,7 +478,7 @@ func (f *Flow) verifyAtRest(opts *verify.Options, src, tgt *pgx.Conn, s config.S
 // --all-tables, semantics) goes through here, never waiting on a pipeline
 // that does not exist.
 func (f *Flow) withPipeline(ctx context.Context, what string, fn func(ctx context.Context) error) error {
-	lock, err := f.lockAtRest()
+	lock, err := f.lockAtRest(true)
 	if errors.Is(err, errInMotion) {
 		return fn(ctx)
 	}

@@ -383,7 +383,7 @@ func (f *Flow) verifyWith(ctx context.Context, s config.Sink, running *apply.App
 	}
 	atRest := false
 	if running == nil {
-		switch lock, err := f.lockAtRest(); {
+		switch lock, err := f.lockAtRest(false); {
 		case errors.Is(err, errInMotion):
 		case err != nil:
 			return nil, err

@@ -328,12 +328,13 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 		st.Notes = append(st.Notes, n)
 	}
 	switch {
-	case f.logHeld && f.heldLog != nil:
+	case f.logHeld && f.Log != nil:
 		st.Log.Exists, st.Log.Held = true, true
-		f.logStatus(ctx, f.heldLog, st.Log)
-	case f.logHeld:
-		st.Log.Exists, st.Log.Held = true, true
-		st.Notes = append(st.Notes, fmt.Sprintf("the local log at %s is held by the process running the flow: its figures are on that process's /metrics (trellara_log_*)", f.dir))
+		f.logStatus(ctx, f.Log, st.Log)
+	case f.Log == nil && dirExists(f.logDir()):
+		st.Log.Exists, st.Log.Held = true, f.logHeld
+		st.Notes = append(st.Notes, fmt.Sprintf("the local log at %s has no published durable end yet: its writer has not opened it with this release (`%s` publishes it)",
+			f.dir, shell.Trellara("run", f.ConfigPath, "--local")))
 	case f.Log == nil:
 		st.Notes = append(st.Notes, fmt.Sprintf("no local log at %s: the flow has not run here, or was cleaned up", f.dir))
 	default:
@@ -729,4 +730,9 @@ func listenNote(c *config.Config) string {
 		return n + "; run.listen_public: true, reason: " + c.Run.ListenPublicReason
 	}
 	return n + "; environment production would refuse them without run.listen_public (docs/SECURITY.md)"
+}
+
+func dirExists(dir string) bool {
+	st, err := os.Stat(dir)
+	return err == nil && st.IsDir()
 }

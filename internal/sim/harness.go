@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1048,11 +1049,13 @@ func (h *harness) relayStep() {
 	if atEnd && r.open == nil && h.slot == r.sess.Stats().DurableEnd {
 		h.relayDone = true
 		h.tracef("relay", "caught up at %s", envelope.FormatLSN(h.slot))
-		switch h.at("relay.done") {
+		switch act := h.at("relay.done"); act {
 		case actCorrupt:
 			h.corruptSealed()
 		case actCorruptIdx:
 			h.corruptIndex()
+		case actCorruptAcked, actCorruptAtEnd, actTornPast:
+			h.damageNewest(act)
 		}
 	}
 }
@@ -1141,6 +1144,63 @@ func (h *harness) corruptIndex() {
 	h.fs.Flip(idx[0], len(h.fs.Bytes(idx[0]))/2)
 	h.tracef("fault", "flipped a byte in %s", idx[0])
 	h.reopenLog()
+}
+
+// damageNewest damages the newest segment at rest relative to the durable
+// end (act says where) and restarts the process. Below the durable end
+// the bytes were acknowledged: Open must refuse with a typed corruption
+// error and leave every byte as it was. At or past it they never were:
+// Open cuts them as a torn tail and nothing acknowledged is lost.
+func (h *harness) damageNewest(act string) {
+	segs := h.fs.Names(logDir, ".seg")
+	d := h.fs.Bytes(logDir + "/DURABLE")
+	if len(segs) == 0 || len(d) != 40 {
+		h.unfire(act)
+		return
+	}
+	name := segs[len(segs)-1]
+	end := int(binary.LittleEndian.Uint64(d[16:24])) // committed bytes of the active segment
+	b := h.fs.Bytes(name)
+	switch act {
+	case actCorruptAcked:
+		if end <= 32 || end > len(b) {
+			h.unfire(act)
+			return
+		}
+		b[end-1] ^= 0xff
+	case actCorruptAtEnd:
+		b = append(b[:end], make([]byte, 64)...)
+		for i := range 64 {
+			b[end+i] = byte(h.frng.IntN(256))
+		}
+	case actTornPast:
+		b = append(b, []byte("an unacknowledged, torn commit group")...)
+	}
+	h.fs.SetBytes(name, b)
+	h.detect("corrupted")
+	h.tracef("fault", "%s: damaged %s relative to its durable end at byte %d", act, name, end)
+	if act != actCorruptAcked {
+		h.reopenLog()
+		return
+	}
+	h.killRelay("log reopened")
+	h.killApplier("log reopened")
+	_ = h.lg.Close()
+	before := h.fs.Bytes(name)
+	err := h.openLog()
+	switch {
+	case err == nil:
+		h.chk.fail(InvNoLoss, "damage below the durable end of %s was opened as a torn tail: acknowledged entries cut", name)
+		h.chk.rescan(h.lg)
+		return
+	case !segmentlog.IsCorruption(err):
+		h.chk.fail(InvLiveness, "reopen the log: %v", err)
+	case !bytes.Equal(before, h.fs.Bytes(name)):
+		h.chk.fail(InvNoLoss, "the refused Open changed %s", name)
+	default:
+		h.detect("corruption")
+	}
+	h.relayStop, h.appStop = err, err
 }
 
 // --- apply --------------------------------------------------------------

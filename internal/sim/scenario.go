@@ -51,21 +51,26 @@ type Fault struct {
 
 // Fault actions.
 const (
-	actCrash       = "crash"           // the component at the point dies
-	actCrashAfter  = "crash-after"     // target commit: committed, reply lost
-	actPowerLoss   = "power-loss"      // the machine: unsynced data lost
-	actTornLoss    = "torn-power-loss" // the machine: unsynced data partly kept, with holes
-	actFsyncFail   = "fsync-fail"      // fsync reports EIO
-	actENOSPC      = "enospc"          // the disk fills up (Arg bytes left) for a while
-	actCorrupt     = "corrupt-segment" // a sealed segment the applier has not read is damaged
-	actCorruptIdx  = "corrupt-index"   // a sealed segment's index file is damaged
-	actAmbiguous   = "ambiguous-ack"   // the publish is durable but reports failure
-	actPartial     = "partial-batch"   // the relay dies after part of a publish is durable
-	actStorm       = "replay-storm"    // the applier's feed goes back Arg entries
-	actSwapChunks  = "swap-chunks"     // chunks 1 and 2 of the next sequence swap places
-	actFinalFirst  = "final-chunk-first"
-	actCutStream   = "cut-stream"   // the replication connection drops
-	actRestartFeed = "restart-feed" // the applier's log reader reconnects at its cursor
+	actCrash      = "crash"           // the component at the point dies
+	actCrashAfter = "crash-after"     // target commit: committed, reply lost
+	actPowerLoss  = "power-loss"      // the machine: unsynced data lost
+	actTornLoss   = "torn-power-loss" // the machine: unsynced data partly kept, with holes
+	actFsyncFail  = "fsync-fail"      // fsync reports EIO
+	actENOSPC     = "enospc"          // the disk fills up (Arg bytes left) for a while
+	actCorrupt    = "corrupt-segment" // a sealed segment the applier has not read is damaged
+	actCorruptIdx = "corrupt-index"   // a sealed segment's index file is damaged
+	// The newest segment damaged at rest relative to the durable end
+	// DURABLE names, then the process restarts (segmentlog's torn-tail rule).
+	actCorruptAcked = "corrupt-below-durable" // the last acknowledged byte flipped: Open refuses, changes nothing
+	actCorruptAtEnd = "corrupt-at-durable"    // the first byte past the durable end damaged: a torn tail, cut
+	actTornPast     = "torn-past-durable"     // garbage appended past the durable end: a torn tail, cut
+	actAmbiguous    = "ambiguous-ack"         // the publish is durable but reports failure
+	actPartial      = "partial-batch"         // the relay dies after part of a publish is durable
+	actStorm        = "replay-storm"          // the applier's feed goes back Arg entries
+	actSwapChunks   = "swap-chunks"           // chunks 1 and 2 of the next sequence swap places
+	actFinalFirst   = "final-chunk-first"
+	actCutStream    = "cut-stream"   // the replication connection drops
+	actRestartFeed  = "restart-feed" // the applier's log reader reconnects at its cursor
 	// Kafka partitioned mode.
 	actBrokerRestart = "broker-restart" // the produce fails after the chunks are durable; every connection drops
 	actManifestFirst = "manifest-first" // a batch's manifests are readable Arg steps before its chunks
