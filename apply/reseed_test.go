@@ -61,8 +61,18 @@ func TestReseedStatements(t *testing.T) {
 	row := &pb.Row{Op: pb.Op_OP_UPDATE, NewTuple: []*pb.Value{
 		{Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte("1")}, {Kind: pb.ValueKind_VALUE_KIND_TEXT, Data: []byte("2")},
 		{Kind: pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST}}}
-	sql, args := r.upsertValues(rel, row)
-	if sql != `INSERT INTO "trellara"."reseed_4_shadow" ("id", "k") VALUES ($1, $2) ON CONFLICT ("id", "k") DO NOTHING` || len(args) != 2 {
-		t.Errorf("upsertValues with an unchanged TOAST value: %s %v", sql, args)
+	// An unchanged TOAST value: the shadow never gets a row without it;
+	// the row waits in the toast table for its chunk's value.
+	if _, _, unchanged := r.upsertValues(rel, row); !unchanged {
+		t.Error("upsertValues does not report the unchanged TOAST value")
+	}
+	sts := r.toastValues(rel, row)
+	if len(sts) != 1 || sts[0].sql != `INSERT INTO "trellara"."reseed_4_toast" ("id", "k", "trellara_unchanged") VALUES ($1, $2, $3) ON CONFLICT ("id", "k") DO UPDATE SET "trellara_unchanged" = array(SELECT unnest("trellara"."reseed_4_toast"."trellara_unchanged") INTERSECT SELECT unnest(EXCLUDED."trellara_unchanged"))` ||
+		len(sts[0].args) != 3 {
+		t.Errorf("toastValues: %+v", sts)
+	}
+	if !strings.Contains(r.mergeSQL, `NOT EXISTS (SELECT 1 FROM "trellara"."reseed_4_toast" p`) ||
+		!strings.Contains(r.toastMergeSQL, `CASE WHEN 'note' = ANY(p.trellara_unchanged) THEN s."note" ELSE p."note" END`) {
+		t.Errorf("merge of the rows waiting for a TOAST value:\n%s\n%s", r.mergeSQL, r.toastMergeSQL)
 	}
 }
