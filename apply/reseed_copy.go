@@ -106,9 +106,6 @@ func Reseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*ReseedRe
 		if _, err := EmitWatermark(ctx, src, Watermark{ID: st.ID, Phase: PhaseBegin}); err != nil {
 			return nil, err
 		}
-		if err := d.waitVisible(ctx, PhaseBegin); err != nil {
-			return nil, err
-		}
 		for d.st.Status == ReseedCopying {
 			for !d.st.Copied {
 				if err := d.chunk(ctx); err != nil {

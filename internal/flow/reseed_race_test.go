@@ -265,8 +265,9 @@ var ghostSettings = map[string]string{"synchronous_standby_names": "ghost", "syn
 // but not yet visible (its commit waits for a synchronous standby) is
 // applied to T by the stream before the reseed starts; the first chunk's
 // snapshot must see it, or its old value is merged and handed off. The
-// reseed waits for it (waitVisible at begin), and the target ends equal
-// to the source row by row. Mutation: no wait at begin: the target keeps
+// reseed waits for it (waitVisible, at the first chunk's low watermark,
+// which follows begin), and the target ends equal to the source row by
+// row. Mutation: no wait before a chunk's snapshot: the target keeps
 // v = 5 for key 5 (red).
 func TestReseedWaitsForCommitsInvisibleAtBegin(t *testing.T) {
 	src, dst, f := newReseedRace(t, ghostSettings)
