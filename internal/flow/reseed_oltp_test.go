@@ -314,13 +314,16 @@ func TestReseedUnderOLTPWorkloadConverges(t *testing.T) {
 	}
 	t.Logf("%d reseeds: %d not CONVERGED, %d with rows that differ after catching up", runs, verdictsWrong, rowsWrong)
 	elapsed := time.Since(started)
-	w.gate.Lock()
+	cancel() // the workload ends
+	wg.Wait()
 	caughtUp(t, src, dst)
 	for i := 1; i <= tables; i++ {
 		if diff := rowDiff(t, src, dst, fmt.Sprintf("oltp%d", i)); diff != "" {
-			t.Fatalf("oltp%d differs after the reseeds:\n%s", i, diff)
+			t.Errorf("oltp%d differs after the reseeds:\n%s", i, diff)
 		}
 	}
-	w.gate.Unlock()
+	if t.Failed() {
+		return
+	}
 	t.Logf("%d reseeds CONVERGED and equal row by row; workload %.0f txn/s over %s", runs, float64(w.txns.get()-txns0)/elapsed.Seconds(), elapsed.Round(time.Second))
 }
