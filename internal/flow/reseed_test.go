@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/trellara/trellara/internal/pgtest"
@@ -82,10 +84,13 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
 	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
 	const rows = 3000
-	src.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
-		fmt.Sprintf(`INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, %d) g`, rows),
-		`INSERT INTO other SELECT g, 'o' || g FROM generate_series(1, 100) g`)
-	f := newSchemaFlow(t, src, dst, "public.items", "public.other")
+	// Every tenth row carries an 8 kB body stored out of line: the
+	// workload's updates leave it out of the stream (unchanged TOAST).
+	src.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text, body text)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
+		`ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL`,
+		fmt.Sprintf(`INSERT INTO items SELECT g, g, 'n' || g, CASE WHEN g %% 10 = 0 THEN repeat(md5(g::text), 300) END FROM generate_series(1, %d) g`, rows),
+		`INSERT INTO other SELECT g, 'o' || g FROM generate_series(1, 100) g`, `CREATE TABLE marks (id int PRIMARY KEY)`)
+	f := newSchemaFlow(t, src, dst, "public.items", "public.other", "public.marks")
 	f.mustConverge("first run")
 	// Damage the target copy where the workload does not write: a lost
 	// row, a changed row, a row the source never had.
@@ -149,11 +154,29 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 			switch op := rng.Intn(10); {
 			case op < 6:
 				_, err = conn.Exec(context.Background(), `UPDATE items SET v = v + 1, note = 'u' || v WHERE id = $1`, id)
-			case op < 8 && deleted.Load() < deletesMax:
+			case op < 7 && deleted.Load() < deletesMax:
 				var tag int64
 				ct, e := conn.Exec(context.Background(), `DELETE FROM items WHERE id = $1`, id)
 				err, tag = e, ct.RowsAffected()
 				deleted.Add(tag)
+			case op < 8 && deleted.Load() < deletesMax: // a primary-key change, out of the reader's range
+				var tag int64
+				ct, e := conn.Exec(context.Background(), `UPDATE items SET id = $2, note = 'moved' WHERE id = $1`, id, next)
+				err, tag = e, ct.RowsAffected()
+				deleted.Add(tag)
+				next++
+			case op < 9: // DELETE and INSERT of the same key, in one transaction
+				var tx pgx.Tx
+				if tx, err = conn.Begin(context.Background()); err == nil {
+					var ct pgconn.CommandTag
+					if ct, err = tx.Exec(context.Background(), `DELETE FROM items WHERE id = $1`, id); err == nil && ct.RowsAffected() == 1 {
+						_, err = tx.Exec(context.Background(), `INSERT INTO items VALUES ($1, -1, 'again', repeat(md5(random()::text), 300))`, id)
+					}
+					if err == nil {
+						err = tx.Commit(context.Background())
+					}
+					_ = tx.Rollback(context.Background())
+				}
 			default:
 				_, err = conn.Exec(context.Background(), `INSERT INTO items VALUES ($1, 0, 'new')`, next)
 				next++
@@ -254,6 +277,7 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	if out, code := f.run("verify", "--wait", "120s"); code != 0 || !strings.Contains(out, "CONVERGED") {
 		t.Fatalf("verify after the reseed: exit %d\n%s\nservice:\n%s", code, out, f.serviceLog())
 	}
+	rowsEqual(t, src, dst, "items", "after the reseed and the workload")
 	var reads bool
 	if err := tc.QueryRow(context.Background(), `SELECT has_table_privilege('reader', 'public.items', 'SELECT')`).Scan(&reads); err != nil || !reads {
 		t.Fatalf("after the handoff role reader may not read items (%v): the old table's grants were not carried over", err)
