@@ -102,16 +102,17 @@ func TestReseedWaitVisibleSeesCommitsAboveXmax(t *testing.T) {
 	if err := g.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil { // autocommit: one xid used up
 		t.Fatal(err)
 	}
+	pid := int(g.PgConn().PID())
 	done := make(chan error, 1)
 	go func() { _, err := g.Exec(ctx, `UPDATE items SET v = -999 WHERE id = 5`); done <- err }()
 	c := src.Connect(ctx)
 	defer c.Close(ctx)
 	for ev := ""; ev != "SyncRep"; time.Sleep(10 * time.Millisecond) {
-		_ = c.QueryRow(ctx, `SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1`, g.PgConn().PID()).Scan(&ev)
+		_ = c.QueryRow(ctx, `SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&ev)
 	}
 	var inXip bool
 	if err := c.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_snapshot_xip(pg_current_snapshot()) x
-		WHERE x = (SELECT backend_xid::text::xid8 FROM pg_stat_activity WHERE pid = $1))`, g.PgConn().PID()).Scan(&inXip); err != nil || inXip {
+		WHERE x = (SELECT backend_xid::text::xid8 FROM pg_stat_activity WHERE pid = $1))`, pid).Scan(&inXip); err != nil || inXip {
 		t.Fatalf("the waiting commit is in the in-progress list (%v): the case is not set up", err)
 	}
 	d := &reseedDriver{src: c, o: ReseedOptions{Table: config.TableName{Schema: "public", Name: "items"}, Wait: time.Second, Command: "trellara reseed"},
@@ -119,7 +120,7 @@ func TestReseedWaitVisibleSeesCommitsAboveXmax(t *testing.T) {
 	if err := d.waitVisible(ctx, PhaseLow); err == nil || !strings.Contains(err.Error(), "did not end within 1s") {
 		t.Fatalf("waitVisible with a commit in progress above xmax: %v", err)
 	}
-	if _, err := c.Exec(ctx, `SELECT pg_cancel_backend($1)`, int(g.PgConn().PID())); err != nil {
+	if _, err := c.Exec(ctx, `SELECT pg_cancel_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
