@@ -474,8 +474,13 @@ func (d *reseedDriver) waitingKeys(ctx context.Context) ([]string, error) {
 	for i, k := range d.st.KeyColumns {
 		texts[i] = pgx.Identifier{k}.Sanitize() + "::text"
 	}
+	toast := reseedToastTable(d.o.Schema, d.st.ID)
+	var present bool
+	if err := d.tgt.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, toast).Scan(&present); err != nil || !present {
+		return nil, err // none yet: a reseed recorded by an older version, its applier not restarted
+	}
 	rows, err := d.tgt.Query(ctx, fmt.Sprintf("SELECT ARRAY[%s] FROM %s WHERE (%s) <= (%s) ORDER BY %s LIMIT %d", strings.Join(texts, ", "),
-		reseedToastTable(d.o.Schema, d.st.ID), keyList, literals(d.st.ResumeKey), keyList, waitingKeysMax))
+		toast, keyList, literals(d.st.ResumeKey), keyList, waitingKeysMax))
 	if err != nil {
 		return nil, fmt.Errorf("apply: reseed %d of %s: read the rows waiting for a TOAST value on the target: %w", d.st.ID, d.o.Table, err)
 	}
