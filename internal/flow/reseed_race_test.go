@@ -334,6 +334,7 @@ func TestReseedReplaceKeepsUnchangedToast(t *testing.T) {
 	if err := d.QueryRow(context.Background(), `SELECT count(*) FROM items WHERE body IS NULL`).Scan(&nulls); err != nil || nulls != 0 {
 		t.Fatalf("%d rows with a NULL body (%v)", nulls, err)
 	}
+	t.Logf("%d writes during the copy; handoffs deferred for rows waiting for a TOAST value: %d", w.ops, strings.Count(f.serviceLog(), "handoff deferred"))
 }
 
 // A TRUNCATE of the table while a chunk is between its snapshot and its

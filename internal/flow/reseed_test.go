@@ -391,7 +391,40 @@ func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		stop := f.startService()
+		// Writes during the copy, until the last chunk is merged (the
+		// verify that ends the reseed then sees a quiet table): updates,
+		// deletes, DELETE + INSERT of one key, primary-key changes.
+		wdone := make(chan error, 1)
+		go func() {
+			ctx := context.Background()
+			sc := src.Connect(ctx)
+			defer sc.Close(ctx)
+			for n := 0; ; n++ {
+				var copying bool
+				if err := tc.QueryRow(ctx, `SELECT count(*) > 0 FROM trellara.reseeds WHERE id = $1 AND status = 'copying' AND NOT copied`, id).Scan(&copying); err != nil || !copying {
+					t.Logf("%s: %d writes during the copy", c.kind, n)
+					wdone <- err
+					return
+				}
+				k := 20 + n%30
+				q := []string{
+					fmt.Sprintf(`UPDATE a SET k = k + 1 WHERE id = %d`, k),
+					fmt.Sprintf(`DELETE FROM a WHERE id = %d`, 200+n),
+					fmt.Sprintf(`WITH d AS (DELETE FROM a WHERE id = %d RETURNING *) INSERT INTO a SELECT * FROM d`, k),
+					fmt.Sprintf(`UPDATE a SET id = %d WHERE id = %d`, 200+n+1, k),
+				}[n%4]
+				if _, err := sc.Exec(ctx, q); err != nil {
+					wdone <- fmt.Errorf("%s: %w", q, err)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
 		err := cmd.Wait()
+		if werr := <-wdone; werr != nil {
+			stop()
+			t.Fatalf("%s: writes during the reseed: %v", c.kind, werr)
+		}
 		if err != nil || !strings.Contains(rout.String(), "CONVERGED public.a") {
 			stop()
 			t.Fatalf("%s: reseed: %v\n%s\nservice:\n%s", c.kind, err, rout.String(), f.serviceLog())
@@ -401,6 +434,9 @@ func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
 			t.Fatalf("%s: verify after the reseed: exit %d\n%s\nservice:\n%s", c.kind, code, out, f.serviceLog())
 		}
 		stop()
+		if d := tableDiff(t, src, dst, "a"); d != "" {
+			t.Fatalf("%s: a differs row by row after the reseed:\n%s", c.kind, d)
+		}
 		var status string
 		var replace bool
 		if err := tc.QueryRow(context.Background(), `SELECT status, replace FROM trellara.reseeds WHERE id = $1`, id).Scan(&status, &replace); err != nil ||
