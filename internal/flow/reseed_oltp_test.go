@@ -44,6 +44,16 @@ func caughtUp(t *testing.T, src, dst *pgtest.Cluster) {
 	}
 }
 
+// rowsEqual compares every row of table on both sides (after caughtUp),
+// independently of the reseed's own verify.
+func rowsEqual(t *testing.T, src, dst *pgtest.Cluster, table, what string) {
+	t.Helper()
+	caughtUp(t, src, dst)
+	if diff := rowDiff(t, src, dst, table); diff != "" {
+		t.Fatalf("%s: %s differs row by row:\n%s", what, table, diff)
+	}
+}
+
 // rowDiff lists up to 20 rows of table (by id) that differ between src and
 // dst, each shown by its first 100 characters and the md5 of the whole row.
 func rowDiff(t *testing.T, src, dst *pgtest.Cluster, table string) string {

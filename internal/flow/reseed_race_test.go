@@ -37,16 +37,6 @@ func newReseedRace(t *testing.T, settings map[string]string) (src, dst *pgtest.C
 	return src, dst, f
 }
 
-// rowsEqual compares every row of table on both sides (after caughtUp),
-// independently of the reseed's own verify.
-func rowsEqual(t *testing.T, src, dst *pgtest.Cluster, table, what string) {
-	t.Helper()
-	caughtUp(t, src, dst)
-	if diff := rowDiff(t, src, dst, table); diff != "" {
-		t.Fatalf("%s: %s differs row by row:\n%s", what, table, diff)
-	}
-}
-
 // copyWriter writes to items while a reseed copies it, from a chunk's
 // BeforeStage (between its snapshot and its staging, the widest window):
 // updates of a non-TOAST column of rows with TOAST values (body then goes
