@@ -162,6 +162,16 @@ func reseedTables(schema string, id int64) (shadow, stage, keys string) {
 	return n("shadow"), n("stage"), n("keys")
 }
 
+// reseedToastTable is the reseed's table of rows waiting for an unchanged
+// TOAST value (replace mode, shadowRow), quoted.
+func reseedToastTable(schema string, id int64) string {
+	return pgx.Identifier{schema, "reseed_" + strconv.FormatInt(id, 10) + "_toast"}.Sanitize()
+}
+
+// unchangedColumn lists, in a row of the toast table, the columns whose
+// value the stream did not send (unchanged TOAST): the chunk's wins.
+const unchangedColumn = "trellara_unchanged"
+
 // windowColumn tags staged rows and recorded keys with their window.
 const windowColumn = "trellara_window"
 
@@ -172,6 +182,7 @@ type reseedRun struct {
 	targetSchema, targetNm string
 	target                 string // quoted
 	shadow, stage, keys    string // quoted
+	toast                  string // quoted
 	cols, key              []string
 	openWindow             int64 // 0: no window open
 	copied                 bool
@@ -182,12 +193,17 @@ type reseedRun struct {
 	replace bool
 
 	upsertSQL, deleteSQL, recordSQL, mergeSQL string
+	// Replace mode's rows waiting for an unchanged TOAST value: settleSQL
+	// drops the key's row once the shadow holds the key, dropToastSQL
+	// drops it, toastMergeSQL merges the chunk's values into them.
+	settleSQL, dropToastSQL, toastMergeSQL string
 }
 
 func newReseedRun(schema string, id int64, relation, ts, tn string, cols, key []string) *reseedRun {
 	r := &reseedRun{id: id, relation: relation, targetSchema: ts, targetNm: tn, cols: cols, key: key,
 		target: pgx.Identifier{ts, tn}.Sanitize()}
 	r.shadow, r.stage, r.keys = reseedTables(schema, id)
+	r.toast = reseedToastTable(schema, id)
 	q := func(names []string, prefix string) string {
 		out := make([]string, len(names))
 		for i, n := range names {
@@ -229,10 +245,33 @@ func newReseedRun(schema string, id int64, relation, ts, tn string, cols, key []
 	// commit precedes the low watermark in the WAL but was not yet visible
 	// to the chunk's snapshot (PostgreSQL makes a commit visible a moment
 	// after writing its record).
+	//
+	// A key waiting in the toast table (replace mode: the stream changed
+	// the row but left a TOAST value out, and the shadow did not hold the
+	// row) is touched too: toastMergeSQL writes it, with the stream's
+	// values and the chunk's for the columns the stream left out.
 	r.mergeSQL = fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s s WHERE s.%s = $1
 		AND NOT EXISTS (SELECT 1 FROM %s k WHERE (%s) = (%s))
+		AND NOT EXISTS (SELECT 1 FROM %s p WHERE (%s) = (%s))
 		ON CONFLICT (%s) DO NOTHING RETURNING 1`,
-		r.shadow, colList, q(cols, "s."), r.stage, windowColumn, r.keys, q(key, "k."), q(key, "s."), keyList)
+		r.shadow, colList, q(cols, "s."), r.stage, windowColumn, r.keys, q(key, "k."), q(key, "s."),
+		r.toast, q(key, "p."), q(key, "s."), keyList)
+	pick := make([]string, len(cols))
+	for i, c := range cols {
+		qc := pgx.Identifier{c}.Sanitize()
+		pick[i] = fmt.Sprintf("CASE WHEN %s = ANY(p.%s) THEN s.%s ELSE p.%s END", literal(c), unchangedColumn, qc, qc)
+		if containsString(key, c) {
+			pick[i] = "p." + qc
+		}
+	}
+	r.toastMergeSQL = fmt.Sprintf(`WITH m AS (INSERT INTO %s (%s) SELECT %s FROM %s p JOIN %s s ON (%s) = (%s) WHERE s.%s = $1
+		ON CONFLICT (%s) DO NOTHING)
+		DELETE FROM %s p USING %s s WHERE (%s) = (%s) AND s.%s = $1`,
+		r.shadow, colList, strings.Join(pick, ", "), r.toast, r.stage, q(key, "p."), q(key, "s."), windowColumn, keyList,
+		r.toast, r.stage, q(key, "p."), q(key, "s."), windowColumn)
+	r.settleSQL = fmt.Sprintf("DELETE FROM %s p WHERE (%s) = (%s) AND EXISTS (SELECT 1 FROM %s t WHERE (%s) = (%s))",
+		r.toast, q(key, "p."), params(1, len(key)), r.shadow, q(key, "t."), params(1, len(key)))
+	r.dropToastSQL = fmt.Sprintf("DELETE FROM %s WHERE (%s) = (%s)", r.toast, keyList, params(1, len(key)))
 	return r
 }
 
@@ -268,9 +307,41 @@ func (t *pgTarget) loadReseeds(ctx context.Context) (reseedSet, error) {
 	for _, st := range rows {
 		r := newReseedRun(t.cfg.Schema, st.ID, st.Relation, st.TargetSchema, st.TargetName, st.Columns, st.KeyColumns)
 		r.openWindow, r.copied, r.replace = st.OpenWindow, st.Copied, st.Replace
+		if err := ensureToastTable(ctx, t.conn, t.cfg.Schema, st); err != nil {
+			return nil, err
+		}
 		set[r.relation] = r
 	}
 	return set, nil
+}
+
+// toastTableDDL creates a reseed's toast table (reseedToastTable): the
+// shadow's columns without its constraints (a waiting row lacks the values
+// the stream left out), the columns left out, and a unique key.
+func toastTableDDL(schema string, id int64, cols, key []string) []string {
+	shadow, _, _ := reseedTables(schema, id)
+	toast := reseedToastTable(schema, id)
+	index := pgx.Identifier{"reseed_" + strconv.FormatInt(id, 10) + "_toast_key"}.Sanitize()
+	return []string{
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s AS SELECT %s FROM %s WITH NO DATA", toast, identList(cols), shadow),
+		fmt.Sprintf("ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s text[] NOT NULL", toast, unchangedColumn),
+		fmt.Sprintf("CREATE UNIQUE INDEX IF NOT EXISTS %s ON %s (%s)", index, toast, identList(key)),
+	}
+}
+
+// ensureToastTable creates the toast table of a reseed recorded by a
+// version that had none.
+func ensureToastTable(ctx context.Context, db DB, schema string, st ReseedState) error {
+	var present bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, reseedToastTable(schema, st.ID)).Scan(&present); err != nil || present {
+		return err
+	}
+	for _, q := range toastTableDDL(schema, st.ID, st.Columns, st.KeyColumns) {
+		if _, err := db.Exec(ctx, q); err != nil {
+			return fmt.Errorf("apply: reseed %d of %s: create its toast table (%s): %w", st.ID, st.Relation, q, err)
+		}
+	}
+	return nil
 }
 
 // ReseedState is one row of the reseeds table.
@@ -387,17 +458,34 @@ func (x *pgTx) reseedPass(ctx context.Context, ui int, env *pb.Envelope) error {
 		case pb.Op_OP_TRUNCATE:
 			rel := env.Relations[r.RelationIndex]
 			if rs := x.rs[relationName(rel)]; rs != nil {
-				// The staged chunk of an open window may predate the
-				// truncate: drop it with the shadow's rows; the chunk's
-				// high watermark then merges nothing, and verify at the
-				// handoff tells whether anything was missed.
-				if err := x.queue(ctx, stmtMeta{unit: -1}, "TRUNCATE "+rs.shadow+", "+rs.stage); err != nil {
+				if err := x.reseedTruncate(ctx, rs); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// reseedTruncate empties the reseed's tables at a TRUNCATE of T. Every row
+// T holds from here on reaches the shadow through the stream, so the copy
+// goes on where it was, except for the open window: its chunk's snapshot
+// may predate the TRUNCATE, and the copier may stage it after this
+// transaction, so the window is voided (open_window = -window) and its high
+// watermark merges nothing. A window whose low watermark follows the
+// TRUNCATE reads a snapshot that sees it (waitVisible).
+func (x *pgTx) reseedTruncate(ctx context.Context, rs *reseedRun) error {
+	if err := x.queue(ctx, stmtMeta{unit: -1}, "TRUNCATE "+rs.shadow+", "+rs.stage+", "+rs.keys+", "+rs.toast); err != nil {
+		return err
+	}
+	if rs.openWindow <= 0 {
+		return nil
+	}
+	x.ownReseeds()
+	rs = x.rs.byID(rs.id)
+	rs.openWindow = -rs.openWindow
+	x.t.log.Info("apply: TRUNCATE during a reseed; its open window merges nothing", "reseed", rs.id, "relation", rs.relation, "window", -rs.openWindow)
+	return x.queueState(ctx, x.reseedRowSQL(`open_window = $4`), x.t.cfg.Flow, x.t.cfg.SourceID, rs.id, rs.openWindow)
 }
 
 // activateReseed starts applying the reseeds recorded on the target that
@@ -420,6 +508,9 @@ func (x *pgTx) activateReseed(ctx context.Context, env *pb.Envelope, match func(
 		x.ownReseeds()
 		r := newReseedRun(t.cfg.Schema, st.ID, st.Relation, st.TargetSchema, st.TargetName, st.Columns, st.KeyColumns)
 		r.openWindow, r.copied, r.replace = st.OpenWindow, st.Copied, st.Replace
+		if err := ensureToastTable(ctx, x.tx, t.cfg.Schema, st); err != nil {
+			return err
+		}
 		x.rs[r.relation] = r
 		t.log.Info("apply: reseed started", "reseed", st.ID, "relation", st.Relation, "replaces_table", st.Replace,
 			"commit_lsn", envelope.FormatLSN(env.CommitLsn))
@@ -490,25 +581,49 @@ func (x *pgTx) shadowRow(ctx context.Context, ui int, rs *reseedRun, rel *pb.Rel
 		if err := x.queueState(ctx, rs.deleteSQL, oldKey...); err != nil {
 			return err
 		}
+		if rs.replace {
+			if err := x.queueState(ctx, rs.dropToastSQL, oldKey...); err != nil {
+				return err
+			}
+		}
 	}
 	if newKey == nil {
 		return nil
 	}
 	if rs.replace {
-		sql, args := rs.upsertValues(rel, r)
-		return x.queueState(ctx, sql, args...)
+		sql, args, unchanged := rs.upsertValues(rel, r)
+		if !unchanged {
+			if err := x.queueState(ctx, sql, args...); err != nil {
+				return err
+			}
+			return x.queueState(ctx, rs.dropToastSQL, newKey...)
+		}
+		// The stream left a TOAST value out and T cannot give it (T has
+		// the old shape, or missed changes): the shadow must not invent
+		// one. A shadow that holds the row keeps its value; for one that
+		// does not, the row waits in the toast table for its chunk.
+		for _, st := range rs.toastValues(rel, r) {
+			if err := x.queueState(ctx, st.sql, st.args...); err != nil {
+				return err
+			}
+		}
+		return x.queueState(ctx, rs.settleSQL, newKey...)
 	}
 	return x.queueState(ctx, rs.upsertSQL, newKey...)
 }
 
 // upsertValues writes the row's new values into the shadow table (replace
-// mode: the target table has another shape). An unchanged TOAST value is
-// left as the shadow holds it.
-func (rs *reseedRun) upsertValues(rel *pb.Relation, r *pb.Row) (string, []any) {
+// mode: the target table has another shape). unchanged reports a column
+// left out as unchanged TOAST: the statement is then not to be used
+// (toastValues).
+func (rs *reseedRun) upsertValues(rel *pb.Relation, r *pb.Row) (sql string, args []any, unchanged bool) {
 	var cols, set []string
-	var args []any
 	for i, c := range rel.Columns {
-		if i >= len(r.NewTuple) || r.NewTuple[i].GetKind() == pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST || !containsString(rs.cols, c.Name) {
+		if i >= len(r.NewTuple) || !containsString(rs.cols, c.Name) {
+			continue
+		}
+		if r.NewTuple[i].GetKind() == pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST {
+			unchanged = true
 			continue
 		}
 		q := pgx.Identifier{c.Name}.Sanitize()
@@ -531,7 +646,63 @@ func (rs *reseedRun) upsertValues(rel *pb.Relation, r *pb.Row) (string, []any) {
 		conflict = "DO UPDATE SET " + strings.Join(set, ", ")
 	}
 	return fmt.Sprintf("INSERT INTO %s (%s) VALUES (%s) ON CONFLICT (%s) %s", rs.shadow, strings.Join(cols, ", "),
-		strings.Join(params, ", "), strings.Join(keys, ", "), conflict), args
+		strings.Join(params, ", "), strings.Join(keys, ", "), conflict), args, unchanged
+}
+
+type stmt struct {
+	sql  string
+	args []any
+}
+
+// toastValues are the statements of a replace-mode row that left TOAST
+// values out: the row waits in the toast table with the values it has
+// (another such row of the key before the chunk merges adds its values;
+// a column stays unchanged only if every one of them left it out), and
+// a shadow that holds the row gets them; settleSQL, queued after, drops
+// the waiting row again if the shadow held the key.
+func (rs *reseedRun) toastValues(rel *pb.Relation, r *pb.Row) []stmt {
+	var cols, set, unchanged, assign []string
+	var args []any
+	for i, c := range rel.Columns {
+		if i >= len(r.NewTuple) || !containsString(rs.cols, c.Name) {
+			continue
+		}
+		if r.NewTuple[i].GetKind() == pb.ValueKind_VALUE_KIND_UNCHANGED_TOAST {
+			unchanged = append(unchanged, c.Name)
+			continue
+		}
+		q := pgx.Identifier{c.Name}.Sanitize()
+		cols = append(cols, q)
+		args = append(args, textArg(r.NewTuple[i]))
+		if !containsString(rs.key, c.Name) {
+			set = append(set, q+" = EXCLUDED."+q)
+			assign = append(assign, fmt.Sprintf("%s = $%d", q, len(args)))
+		}
+	}
+	params := make([]string, len(args))
+	for i := range params {
+		params[i] = "$" + strconv.Itoa(i+1)
+	}
+	keys, where := make([]string, len(rs.key)), make([]string, len(rs.key))
+	var keyArgs []any
+	for i, k := range rs.key {
+		keys[i] = pgx.Identifier{k}.Sanitize()
+		for j, c := range cols {
+			if c == keys[i] {
+				where[i] = fmt.Sprintf("%s = $%d", keys[i], j+1)
+				keyArgs = append(keyArgs, args[j])
+			}
+		}
+	}
+	u := pgx.Identifier{unchangedColumn}.Sanitize()
+	set = append(set, fmt.Sprintf("%[1]s = array(SELECT unnest(%[2]s.%[1]s) INTERSECT SELECT unnest(EXCLUDED.%[1]s))", u, rs.toast))
+	wait := stmt{fmt.Sprintf("INSERT INTO %s (%s, %s) VALUES (%s, $%d) ON CONFLICT (%s) DO UPDATE SET %s", rs.toast,
+		strings.Join(cols, ", "), u, strings.Join(params, ", "), len(args)+1, strings.Join(keys, ", "), strings.Join(set, ", ")),
+		append(append([]any{}, args...), unchanged)}
+	if len(assign) == 0 {
+		return []stmt{wait}
+	}
+	return []stmt{wait, {fmt.Sprintf("UPDATE %s SET %s WHERE %s", rs.shadow, strings.Join(assign, ", "), strings.Join(where, " AND ")), args}}
 }
 
 func sameArgs(a, b []any) bool {
@@ -578,6 +749,21 @@ func (x *pgTx) watermark(ctx context.Context, env *pb.Envelope, w Watermark) err
 		rs.openWindow = w.Window
 		return x.queueState(ctx, x.reseedRowSQL(`open_window = $4`), f, s, rs.id, w.Window)
 	case PhaseHigh:
+		if rs.openWindow == -w.Window {
+			// Voided by a TRUNCATE (reseedTruncate): the rows of its range
+			// are those the stream wrote since.
+			rs.openWindow = 0
+			rs.copied = w.Last
+			var upper any
+			if w.Upper != nil {
+				upper = w.Upper
+			}
+			if err := x.queueState(ctx, x.reseedRowSQL(`open_window = NULL, merged_window = $4, resume_key = coalesce($5::text[], resume_key),
+				copied = $6, chunks = chunks + 1`), f, s, rs.id, w.Window, upper, w.Last); err != nil {
+				return err
+			}
+			return x.queueState(ctx, `DELETE FROM `+rs.stage+` WHERE `+windowColumn+` <= $1`, w.Window)
+		}
 		if rs.openWindow != w.Window {
 			// A window whose low watermark this reseed replaced (the
 			// process was restarted): its chunk is copied again.
@@ -597,11 +783,32 @@ func (x *pgTx) watermark(ctx context.Context, env *pb.Envelope, w Watermark) err
 		if err := x.queueState(ctx, sql, w.Window, f, s, rs.id, upper, w.Last); err != nil {
 			return err
 		}
+		if rs.replace {
+			if err := x.queueState(ctx, rs.toastMergeSQL, w.Window); err != nil {
+				return err
+			}
+		}
 		return x.queueState(ctx, `DELETE FROM `+rs.stage+` WHERE `+windowColumn+` <= $1`, w.Window)
 	case PhaseHandoff:
 		if !rs.copied {
 			t.log.Warn("apply: reseed handoff before its last chunk was merged; ignored", "reseed", rs.id, "relation", rs.relation)
 			return nil
+		}
+		if rs.replace {
+			// A row still waiting for a value the stream left out is not
+			// in the shadow: the copier reads it with another last chunk.
+			if err := x.Flush(ctx); err != nil {
+				return err
+			}
+			var waiting bool
+			if err := x.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+rs.toast+`)`).Scan(&waiting); err != nil {
+				return err
+			}
+			if waiting {
+				rs.copied = false
+				t.log.Info("apply: reseed handoff deferred: rows wait for an unchanged TOAST value", "reseed", rs.id, "relation", rs.relation)
+				return x.queueState(ctx, x.reseedRowSQL(`copied = false`), f, s, rs.id)
+			}
 		}
 		return x.handoff(ctx, env, rs)
 	}
@@ -633,7 +840,8 @@ func (x *pgTx) handoff(ctx context.Context, env *pb.Envelope, rs *reseedRun) err
 	stmts = append(stmts, grants...)
 	stmts = append(stmts,
 		fmt.Sprintf("DROP TABLE %s", oldName),
-		fmt.Sprintf("DROP TABLE %s, %s", rs.stage, rs.keys))
+		fmt.Sprintf("DROP TABLE %s, %s", rs.stage, rs.keys),
+		fmt.Sprintf("DROP TABLE IF EXISTS %s", rs.toast))
 	for _, q := range stmts {
 		if _, err := x.tx.Exec(ctx, q); err != nil {
 			return fmt.Errorf("apply: reseed %d of %s: handoff at commit LSN %s: %s: %w", rs.id, rs.relation,

@@ -43,6 +43,10 @@ type ReseedOptions struct {
 	// target and before its first watermark (on a resume too): a Replace
 	// reseed lets capture take over the blocked change there.
 	Recorded func(id int64) error
+	// BeforeStage, when set, is called with each chunk after its rows were
+	// read from the source (COPY text format) and before they are staged
+	// on the target; tests force an order between the two with it.
+	BeforeStage func(window int64, rows []byte)
 }
 
 // ReseedProgress reports one step of a reseed.
@@ -102,17 +106,24 @@ func Reseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*ReseedRe
 		if _, err := EmitWatermark(ctx, src, Watermark{ID: st.ID, Phase: PhaseBegin}); err != nil {
 			return nil, err
 		}
-		for !d.st.Copied {
-			if err := d.chunk(ctx); err != nil {
+		for d.st.Status == ReseedCopying {
+			for !d.st.Copied {
+				if err := d.chunk(ctx); err != nil {
+					return nil, err
+				}
+			}
+			at, err := EmitWatermark(ctx, src, Watermark{ID: st.ID, Phase: PhaseHandoff})
+			if err != nil {
 				return nil, err
 			}
-		}
-		at, err := EmitWatermark(ctx, src, Watermark{ID: st.ID, Phase: PhaseHandoff})
-		if err != nil {
-			return nil, err
-		}
-		if err := d.waitFor(ctx, at, PhaseHandoff, func(s *ReseedState) bool { return s.Status != ReseedCopying }); err != nil {
-			return nil, err
+			// The applier refuses the handoff while a row waits for a
+			// value the stream left out (a primary-key change of a row
+			// with an unchanged TOAST value, into a range already
+			// copied): it clears copied, and another last chunk reads
+			// those rows.
+			if err := d.waitFor(ctx, at, PhaseHandoff, func(s *ReseedState) bool { return s.Status != ReseedCopying || !s.Copied }); err != nil {
+				return nil, err
+			}
 		}
 		if o.Progress != nil {
 			o.Progress(ReseedProgress{ID: st.ID, Relation: rel, Phase: "handoff", Chunks: d.st.Chunks, Rows: d.st.Rows})
@@ -289,6 +300,7 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 		return nil, err
 	}
 	shadow, stage, keys := reseedTables(o.Schema, id)
+	toast := reseedToastTable(o.Schema, id)
 	colList, keyList := identList(cols), identList(key)
 	// The shadow table has the target table's definition, or for a
 	// Replace reseed the source's current one.
@@ -302,8 +314,8 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 		def.Schema, def.Name = o.Schema, "reseed_"+strconv.FormatInt(id, 10)+"_shadow"
 		createShadow = def.CreateSQL()
 	}
-	for _, q := range []string{
-		fmt.Sprintf("DROP TABLE IF EXISTS %s, %s, %s", shadow, stage, keys),
+	prep := []string{
+		fmt.Sprintf("DROP TABLE IF EXISTS %s, %s, %s, %s", shadow, stage, keys, toast),
 		createShadow,
 		fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WITH NO DATA", stage, colList, shadow),
 		fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint", stage, windowColumn),
@@ -311,7 +323,8 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 		fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WITH NO DATA", keys, keyList, shadow),
 		fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s bigint NOT NULL", keys, windowColumn),
 		fmt.Sprintf("CREATE INDEX ON %s (%s)", keys, keyList),
-	} {
+	}
+	for _, q := range append(prep, toastTableDDL(o.Schema, id, cols, key)...) {
 		if _, err := tx.Exec(ctx, q); err != nil {
 			return nil, fmt.Errorf("apply: reseed %s: prepare the target (%s): %w", o.Table, q, err)
 		}
@@ -383,6 +396,20 @@ func (d *reseedDriver) chunk(ctx context.Context) error {
 	if !last {
 		where += fmt.Sprintf(" AND (%s) <= (%s)", keyList, literals(upper))
 	}
+	// Rows waiting on the target for a value the stream left out, in the
+	// ranges already copied (reseed.go, toastValues), are read again with
+	// this chunk. They were written by stream changes the applier applied
+	// before now, so before the low watermark: the chunk's snapshot sees
+	// them.
+	if st.ResumeKey != nil {
+		waiting, err := d.waitingKeys(ctx)
+		if err != nil {
+			return err
+		}
+		if len(waiting) > 0 {
+			where = fmt.Sprintf("(%s) OR (%s) IN (%s)", where, keyList, strings.Join(waiting, ", "))
+		}
+	}
 	qs := pgx.Identifier{o.Schema}.Sanitize()
 	var w int64
 	if err := d.tgt.QueryRow(ctx, `UPDATE `+qs+`.reseeds SET last_window = last_window + 1, updated_at = now()
@@ -392,11 +419,17 @@ func (d *reseedDriver) chunk(ctx context.Context) error {
 	if _, err := EmitWatermark(ctx, d.src, Watermark{ID: st.ID, Phase: PhaseLow, Window: w}); err != nil {
 		return err
 	}
+	if err := d.waitVisible(ctx, PhaseLow); err != nil {
+		return err
+	}
 	var buf bytes.Buffer
 	colList := identList(st.Columns)
 	if _, err := d.src.PgConn().CopyTo(ctx, &buf, fmt.Sprintf("COPY (SELECT %s FROM %s WHERE %s ORDER BY %s) TO STDOUT",
 		colList, from, where, keyList)); err != nil {
 		return fmt.Errorf("apply: reseed %s: copy chunk (window %d) from the source: %w", o.Table, w, err)
+	}
+	if o.BeforeStage != nil {
+		o.BeforeStage(w, buf.Bytes())
 	}
 	_, stage, _ := reseedTables(o.Schema, st.ID)
 	tx, err := d.tgt.Begin(ctx)
@@ -427,6 +460,40 @@ func (d *reseedDriver) chunk(ctx context.Context) error {
 		o.Progress(ReseedProgress{ID: st.ID, Relation: o.Table.String(), Phase: "chunk", Chunks: d.st.Chunks, Rows: d.st.Rows})
 	}
 	return nil
+}
+
+// waitingKeysMax bounds the waiting rows one chunk reads again; the rest
+// wait for the next chunk.
+const waitingKeysMax = 10000
+
+// waitingKeys returns, as SQL row literals, the keys of the rows waiting
+// in the toast table at or below the last merged key.
+func (d *reseedDriver) waitingKeys(ctx context.Context) ([]string, error) {
+	keyList := identList(d.st.KeyColumns)
+	texts := make([]string, len(d.st.KeyColumns))
+	for i, k := range d.st.KeyColumns {
+		texts[i] = pgx.Identifier{k}.Sanitize() + "::text"
+	}
+	toast := reseedToastTable(d.o.Schema, d.st.ID)
+	var present bool
+	if err := d.tgt.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, toast).Scan(&present); err != nil || !present {
+		return nil, err // none yet: a reseed recorded by an older version, its applier not restarted
+	}
+	rows, err := d.tgt.Query(ctx, fmt.Sprintf("SELECT ARRAY[%s] FROM %s WHERE (%s) <= (%s) ORDER BY %s LIMIT %d", strings.Join(texts, ", "),
+		toast, keyList, literals(d.st.ResumeKey), keyList, waitingKeysMax))
+	if err != nil {
+		return nil, fmt.Errorf("apply: reseed %d of %s: read the rows waiting for a TOAST value on the target: %w", d.st.ID, d.o.Table, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k []string
+		if err := rows.Scan(&k); err != nil {
+			return nil, err
+		}
+		out = append(out, "("+literals(k)+")")
+	}
+	return out, rows.Err()
 }
 
 // waitFor polls the reseed's row until done reports true; the applier
@@ -463,5 +530,55 @@ func (d *reseedDriver) waitFor(ctx context.Context, at uint64, phase string, don
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
+// waitVisible returns once every source transaction whose commit record
+// precedes the watermark just written is visible to a new snapshot: the
+// chunk read next must see every change the stream brings before that
+// watermark (DBLog's rule). PostgreSQL writes a commit record before it
+// makes the commit visible, and with synchronous replication the gap is
+// unbounded (a commit waits for the standby, visible to logical decoding
+// and not yet to a snapshot), so a chunk read right after the watermark
+// could carry a row older than the one the stream already applied to T,
+// on a key the merge does not exclude.
+//
+// One statement, after the watermark committed, takes a snapshot S and
+// assigns a transaction id N. A transaction that committed before the
+// watermark got its id before N; at S it was either visible already, or
+// in S's in-progress list, or at or past S's xmax (a commit in progress
+// above the latest completed id is in no list). The wait is for all of
+// those to end: none of them in the in-progress list of a new snapshot,
+// whose xmax has passed N. It is bounded by Options.Wait.
+func (d *reseedDriver) waitVisible(ctx context.Context, phase string) error {
+	var xip []string
+	var xmax, n string
+	if err := d.src.QueryRow(ctx, `SELECT array(SELECT pg_snapshot_xip(s)::text), pg_snapshot_xmax(s)::text, pg_current_xact_id()::text
+		FROM pg_current_snapshot() s`).Scan(&xip, &xmax, &n); err != nil {
+		return fmt.Errorf("apply: reseed %d of %s: read the source transactions in progress at the %s watermark: %w", d.st.ID, d.o.Table, phase, err)
+	}
+	deadline := time.Now().Add(d.o.Wait)
+	pause := 5 * time.Millisecond
+	for {
+		var running []string
+		if err := d.src.QueryRow(ctx, `SELECT array(SELECT x::text FROM pg_snapshot_xip(c) x
+			WHERE x = ANY($1::xid8[]) OR (x >= $2::xid8 AND x < $3::xid8) ORDER BY x) || CASE WHEN pg_snapshot_xmax(c) > $3::xid8 THEN '{}'::text[] ELSE ARRAY[$3::text] END
+			FROM pg_current_snapshot() c`, xip, xmax, n).Scan(&running); err != nil {
+			return fmt.Errorf("apply: reseed %d of %s: wait for the source transactions in progress at the %s watermark: %w", d.st.ID, d.o.Table, phase, err)
+		}
+		if len(running) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("apply: reseed %d of %s: source transactions %s were in progress when the %s watermark was written and did not end within %s; "+
+				"the next chunk must see them (a commit waiting for a synchronous standby, or a long transaction: see pg_stat_activity.backend_xid on the source); "+
+				"once they end, run the reseed again to resume: %s", d.st.ID, d.o.Table, strings.Join(running, ", "), phase, d.o.Wait, d.o.Command)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 200*time.Millisecond)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/trellara/trellara/internal/pgtest"
@@ -89,10 +91,13 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	src := pgtest.Start(t, pgtest.Options{NoFsync: true})
 	dst := pgtest.Start(t, pgtest.Options{NoFsync: true})
 	const rows = 3000
-	src.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
-		fmt.Sprintf(`INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, %d) g`, rows),
-		`INSERT INTO other SELECT g, 'o' || g FROM generate_series(1, 100) g`)
-	f := newSchemaFlow(t, src, dst, "public.items", "public.other")
+	// Every tenth row carries an 8 kB body stored out of line: the
+	// workload's updates leave it out of the stream (unchanged TOAST).
+	src.Exec(t, `CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, note text, body text)`, `CREATE TABLE other (id int PRIMARY KEY, v text)`,
+		`ALTER TABLE items ALTER COLUMN body SET STORAGE EXTERNAL`,
+		fmt.Sprintf(`INSERT INTO items SELECT g, g, 'n' || g, CASE WHEN g %% 10 = 0 THEN repeat(md5(g::text), 300) END FROM generate_series(1, %d) g`, rows),
+		`INSERT INTO other SELECT g, 'o' || g FROM generate_series(1, 100) g`, `CREATE TABLE marks (id int PRIMARY KEY)`)
+	f := newSchemaFlow(t, src, dst, "public.items", "public.other", "public.marks")
 	f.mustConverge("first run")
 	// Damage the target copy where the workload does not write: a lost
 	// row, a changed row, a row the source never had.
@@ -156,11 +161,29 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 			switch op := rng.Intn(10); {
 			case op < 6:
 				_, err = conn.Exec(context.Background(), `UPDATE items SET v = v + 1, note = 'u' || v WHERE id = $1`, id)
-			case op < 8 && deleted.Load() < deletesMax:
+			case op < 7 && deleted.Load() < deletesMax:
 				var tag int64
 				ct, e := conn.Exec(context.Background(), `DELETE FROM items WHERE id = $1`, id)
 				err, tag = e, ct.RowsAffected()
 				deleted.Add(tag)
+			case op < 8 && deleted.Load() < deletesMax: // a primary-key change, out of the reader's range
+				var tag int64
+				ct, e := conn.Exec(context.Background(), `UPDATE items SET id = $2, note = 'moved' WHERE id = $1`, id, next)
+				err, tag = e, ct.RowsAffected()
+				deleted.Add(tag)
+				next++
+			case op < 9: // DELETE and INSERT of the same key, in one transaction
+				var tx pgx.Tx
+				if tx, err = conn.Begin(context.Background()); err == nil {
+					var ct pgconn.CommandTag
+					if ct, err = tx.Exec(context.Background(), `DELETE FROM items WHERE id = $1`, id); err == nil && ct.RowsAffected() == 1 {
+						_, err = tx.Exec(context.Background(), `INSERT INTO items VALUES ($1, -1, 'again', repeat(md5(random()::text), 300))`, id)
+					}
+					if err == nil {
+						err = tx.Commit(context.Background())
+					}
+					_ = tx.Rollback(context.Background())
+				}
 			default:
 				_, err = conn.Exec(context.Background(), `INSERT INTO items VALUES ($1, 0, 'new')`, next)
 				next++
@@ -261,6 +284,7 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	if out, code := f.run("verify", "--wait", "120s"); code != 0 || !strings.Contains(out, "CONVERGED") {
 		t.Fatalf("verify after the reseed: exit %d\n%s\nservice:\n%s", code, out, f.serviceLog())
 	}
+	rowsEqual(t, src, dst, "items", "after the reseed and the workload")
 	var reads bool
 	if err := tc.QueryRow(context.Background(), `SELECT has_table_privilege('reader', 'public.items', 'SELECT')`).Scan(&reads); err != nil || !reads {
 		t.Fatalf("after the handoff role reader may not read items (%v): the old table's grants were not carried over", err)
@@ -364,16 +388,62 @@ func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
 		stop := f.startService()
 		cmd := exec.Command(f.bin, "reseed", "--config", f.cfg, "--table", "public.a", "--chunk-rows", "7", "--wait", "60s")
 		cmd.Dir = f.dir
-		rout, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(rout), "CONVERGED public.a") || strings.Contains(string(rout), "no pipeline holds the flow") {
+		var rout bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &rout, &rout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for n := 0; n == 0; {
+			_ = tc.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = 'trellara' AND tablename = $1`,
+				fmt.Sprintf("reseed_%d_shadow", id)).Scan(&n)
+			time.Sleep(10 * time.Millisecond)
+		}
+		// Writes during the copy, until the last chunk is merged (the
+		// verify that ends the reseed then sees a quiet table): updates,
+		// deletes, DELETE + INSERT of one key, primary-key changes.
+		wdone := make(chan error, 1)
+		go func() {
+			ctx := context.Background()
+			sc := src.Connect(ctx)
+			defer sc.Close(ctx)
+			for n := 0; ; n++ {
+				var copying bool
+				if err := tc.QueryRow(ctx, `SELECT count(*) > 0 FROM trellara.reseeds WHERE id = $1 AND status = 'copying' AND NOT copied`, id).Scan(&copying); err != nil || !copying {
+					t.Logf("%s: %d writes during the copy", c.kind, n)
+					wdone <- err
+					return
+				}
+				k := 20 + n%30
+				q := []string{
+					fmt.Sprintf(`UPDATE a SET k = k + 1 WHERE id = %d`, k),
+					fmt.Sprintf(`DELETE FROM a WHERE id = %d`, 200+n),
+					fmt.Sprintf(`WITH d AS (DELETE FROM a WHERE id = %d RETURNING *) INSERT INTO a SELECT * FROM d`, k),
+					fmt.Sprintf(`UPDATE a SET id = %d WHERE id = %d`, 200+n+1, k),
+				}[n%4]
+				if _, err := sc.Exec(ctx, q); err != nil {
+					wdone <- fmt.Errorf("%s: %w", q, err)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		err := cmd.Wait()
+		if werr := <-wdone; werr != nil {
 			stop()
-			t.Fatalf("%s: reseed beside the service: %v\n%s\nservice:\n%s", c.kind, err, rout, f.serviceLog())
+			t.Fatalf("%s: writes during the reseed: %v", c.kind, werr)
+		}
+		if err != nil || !strings.Contains(rout.String(), "CONVERGED public.a") || strings.Contains(rout.String(), "no pipeline holds the flow") {
+			stop()
+			t.Fatalf("%s: reseed beside the service: %v\n%s\nservice:\n%s", c.kind, err, rout.String(), f.serviceLog())
 		}
 		if out, code := f.run("verify", "--wait", "120s"); code != 0 {
 			stop()
 			t.Fatalf("%s: verify after the reseed: exit %d\n%s\nservice:\n%s", c.kind, code, out, f.serviceLog())
 		}
 		stop()
+		if d := tableDiff(t, src, dst, "a"); d != "" {
+			t.Fatalf("%s: a differs row by row after the reseed:\n%s", c.kind, d)
+		}
 		var status string
 		var replace bool
 		if err := tc.QueryRow(context.Background(), `SELECT status, replace FROM trellara.reseeds WHERE id = $1`, id).Scan(&status, &replace); err != nil ||
