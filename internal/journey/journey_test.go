@@ -300,6 +300,19 @@ func TestEvaluationPathAsPrinted(t *testing.T) {
 
 	// Claim 1: stall a consumer on purpose and watch which disk grows.
 	t.Run("stalled consumer is named", func(t *testing.T) {
+		// The documented key that says how long a consumer may stand still
+		// before it counts as stalled (default 2m), shortened so the test
+		// does not wait two minutes (docs/CONFIG.md).
+		path := filepath.Join(u.dir, "trellara.yml")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = bytes.Replace(b, []byte("    expire_past_retention:"), []byte("    stalled_consumer_after: 5s\n    expire_past_retention:"), 1)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		u.must(0, "trellara config validate --config trellara.yml")
 		relay := u.service("relay", "trellara", "run", "--config", "trellara.yml", "--role", "relay")
 		applier := u.service("applier", "trellara", "run", "--config", "trellara.yml", "--role", "applier")
 		u.waitReady(cfg.Run.Listen.Relay)
