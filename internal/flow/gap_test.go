@@ -189,7 +189,7 @@ func TestReseedAllTablesRecoversASinkPastRetention(t *testing.T) {
 	}
 	// And row by row, independently of verify.
 	for _, table := range []string{"items", `"Other"`} {
-		if d := tableDiff(t, src, dst, table); d != "" {
+		if d := rowDiff(t, src, dst, table); d != "" {
 			t.Fatalf("%s differs after the recovery:\n%s", table, d)
 		}
 	}

@@ -268,7 +268,7 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 	cancel()
 	wg.Wait()
 	if code != 0 || !strings.Contains(out, "CONVERGED public.items: reseed 1 resumed") {
-		t.Fatalf("reseed after SIGKILL: exit %d\n%s\ndifferences now:\n%s\nservice:\n%s", code, out, tableDiff(t, src, dst, "items"), f.serviceLog())
+		t.Fatalf("reseed after SIGKILL: exit %d\n%s\ndifferences now:\n%s\nservice:\n%s", code, out, rowDiff(t, src, dst, "items"), f.serviceLog())
 	}
 	if e := werr.Load(); e != nil {
 		t.Fatal(e)
@@ -297,43 +297,6 @@ func TestReseedUnderWritesResumesAfterKill(t *testing.T) {
 		t.Fatalf("repair-plan after the reseed: exit %d\n%s", code, out)
 	}
 	t.Logf("%d target observations, %d source rows deleted during the reseed", observations.Load(), deleted.Load())
-}
-
-// tableDiff lists up to 20 rows of table that differ between src and dst
-// (by id), for a failure message.
-func tableDiff(t *testing.T, src, dst *pgtest.Cluster, table string) string {
-	t.Helper()
-	read := func(c *pgtest.Cluster) map[string]string {
-		conn := c.Connect(context.Background())
-		defer conn.Close(context.Background())
-		rows, err := conn.Query(context.Background(), fmt.Sprintf(`SELECT id::text, t::text FROM %s t`, table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		m := map[string]string{}
-		for rows.Next() {
-			var k, v string
-			if err := rows.Scan(&k, &v); err != nil {
-				t.Fatal(err)
-			}
-			m[k] = v
-		}
-		return m
-	}
-	s, d := read(src), read(dst)
-	var out []string
-	for k, v := range s {
-		if d[k] != v && len(out) < 20 {
-			out = append(out, fmt.Sprintf("id %s: source %s, target %q", k, v, d[k]))
-		}
-	}
-	for k, v := range d {
-		if _, ok := s[k]; !ok && len(out) < 20 {
-			out = append(out, fmt.Sprintf("id %s: only on the target: %s", k, v))
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // DROP COLUMN, SET NOT NULL (with a type change pgoutput shows) and a
@@ -441,7 +404,7 @@ func TestReseedTakesOverBlockedSchemaChanges(t *testing.T) {
 			t.Fatalf("%s: verify after the reseed: exit %d\n%s\nservice:\n%s", c.kind, code, out, f.serviceLog())
 		}
 		stop()
-		if d := tableDiff(t, src, dst, "a"); d != "" {
+		if d := rowDiff(t, src, dst, "a"); d != "" {
 			t.Fatalf("%s: a differs row by row after the reseed:\n%s", c.kind, d)
 		}
 		var status string
