@@ -20,6 +20,7 @@
 #   PGMATRIX_MAJORS="15 17"   subset of majors (default 15 16 17 18)
 #   PGMATRIX_TIMEOUT=10m      go test -timeout, per package binary
 #   PGMATRIX_ALLOW_FAIL=1     record failures but exit 0
+#   PGMATRIX_JOBS=2           majors run side by side (default 1)
 #
 # Exit status: 1 if any path failed on any major; not-covered paths do not
 # fail the run (they are stated in docs/SUPPORT.md).
@@ -97,8 +98,11 @@ header_source() {
 # last_line FILE: the last non-empty line, for a one-line reason.
 last_line() { grep -v '^[[:space:]]*$' "$1" | tail -n 1 || true; }
 
-any_fail=0
-for major in $majors; do
+# run_major MAJOR: both paths on one major; writes its result and prints
+# "external_relay: STATUS" and "extension: STATUS" lines, and leaves
+# $cache/run/pgMAJOR/failed when a path failed.
+run_major() {
+	local major=$1
 	echo "== PostgreSQL $major"
 	out=$cache/run/pg$major
 	rm -rf "$out"
@@ -177,7 +181,42 @@ for major in $majors; do
 	# result prints "external_relay: STATUS" and "extension: STATUS".
 	summary=$("$tool" result "${args[@]}")
 	while read -r line; do echo "   $line"; done <<<"$summary"
-	if grep -q ': fail$' <<<"$summary"; then any_fail=1; fi
+	if grep -q ': fail$' <<<"$summary"; then touch "$out/failed"; fi
+}
+
+# PGMATRIX_JOBS majors run side by side (default 1: one after another);
+# each major's servers, ports and result files are its own. Each major's
+# output is kept in its log and printed when it ends, so it reads whole.
+jobs=${PGMATRIX_JOBS:-1}
+if [ "$jobs" -gt 1 ]; then
+	# Provisioning (downloads, private apt runs) one major at a time first;
+	# the majors then find everything in the cache. A failure here is
+	# reported by that major's own run.
+	for major in $majors; do
+		pgmatrix/provision.sh server "$major" >/dev/null 2>&1 || true
+		pgmatrix/provision.sh headers "$major" >/dev/null 2>&1 || true
+	done
+fi
+any_fail=0
+running=()
+for major in $majors; do
+	mkdir -p "$cache/run"
+	if [ "$jobs" -le 1 ]; then
+		run_major "$major"
+	else
+		while [ "${#running[@]}" -ge "$jobs" ]; do
+			wait -n || true
+			alive=()
+			for p in "${running[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
+			running=("${alive[@]}")
+		done
+		( run_major "$major" >"$cache/run/pg$major.out" 2>&1; cat "$cache/run/pg$major.out" ) &
+		running+=("$!")
+	fi
+done
+wait
+for major in $majors; do
+	if [ -e "$cache/run/pg$major/failed" ]; then any_fail=1; fi
 done
 
 "$tool" doc -results "$results" -o docs/SUPPORT.md

@@ -321,7 +321,7 @@ func TestEvaluationPathAsPrinted(t *testing.T) {
 			t.Fatal(err)
 		}
 		src.ExecDB(t, "shop", `INSERT INTO public.sales (id, amount, note, body) SELECT g, g, 'stall', repeat('x', 2000) FROM generate_series(10001, 30000) g`)
-		u.eventually(2*time.Minute, 1, "trellara status --config trellara.yml", "stalled")
+		u.eventually(2*time.Minute, 1, "trellara status --config trellara.yml", "STALLED", "consumer applier")
 		_ = applier.Process.Signal(syscall.SIGCONT)
 		u.stop(applier)
 		u.stop(relay)
@@ -360,8 +360,9 @@ func TestEvaluationPathAsPrinted(t *testing.T) {
 	t.Run("offline source is a named gap", func(t *testing.T) {
 		other := pgtest.Start(t, pgtest.Options{NoFsync: true})
 		other.CreateDB(t, "store2")
+		other.CreateDB(t, "store2_target")
 		other.ExecDB(t, "store2", salesSchema)
-		u.must(0, "trellara init --source-database-url "+other.URL("store2")+" --target-database-url "+other.URL("store2")+
+		u.must(0, "trellara init --source-database-url "+other.URL("store2")+" --target-database-url "+other.URL("store2_target")+
 			" --table public.sales --source-id store2 --evaluate --output store2.yml")
 		u.must(0, "trellara-full fleet init --config fleet.yml --source trellara.yml --source store2.yml --close-interval 2s --max-lag 6s")
 		fleet := u.service("fleet", "trellara-full", "fleet", "run", "--config", "fleet.yml")
