@@ -684,13 +684,11 @@ func (rs *reseedRun) toastValues(rel *pb.Relation, r *pb.Row) []stmt {
 		params[i] = "$" + strconv.Itoa(i+1)
 	}
 	keys, where := make([]string, len(rs.key)), make([]string, len(rs.key))
-	var keyArgs []any
 	for i, k := range rs.key {
 		keys[i] = pgx.Identifier{k}.Sanitize()
 		for j, c := range cols {
 			if c == keys[i] {
 				where[i] = fmt.Sprintf("%s = $%d", keys[i], j+1)
-				keyArgs = append(keyArgs, args[j])
 			}
 		}
 	}

@@ -1,11 +1,6 @@
 package lake
 
-import (
-	"errors"
-	"syscall"
-
-	"github.com/trellara/trellara/internal/config"
-)
+import "errors"
 
 // Errors the changelog writer refuses with; each is wrapped with the source,
 // commit LSN and relation it concerns.
@@ -28,11 +23,3 @@ type PermanentError struct{ Err error }
 
 func (e *PermanentError) Error() string { return e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
-
-// permanent reports whether err cannot be mended by a restart: a
-// PermanentError, a listen address in use, or an invalid configuration.
-func permanent(err error) bool {
-	var pe *PermanentError
-	var ve *config.ValidationError
-	return errors.As(err, &pe) || errors.Is(err, syscall.EADDRINUSE) || errors.As(err, &ve)
-}

@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/flow"
 	"github.com/trellara/trellara/internal/obs"
 )
@@ -210,4 +212,12 @@ func (m *lakeMetrics) observe(s CommitterStats) {
 		m.included.WithLabelValues(se.SourceID).Set(v)
 		m.through.WithLabelValues(se.SourceID).Set(float64(se.ThroughLSN))
 	}
+}
+
+// permanent reports whether err cannot be mended by a restart: a
+// PermanentError, a listen address in use, or an invalid configuration.
+func permanent(err error) bool {
+	var pe *PermanentError
+	var ve *config.ValidationError
+	return errors.As(err, &pe) || errors.Is(err, syscall.EADDRINUSE) || errors.As(err, &ve)
 }

@@ -60,7 +60,7 @@ const (
 	FileLiveChaosJSON = "live/chaos-live.json"
 	// FileSemantics is the flow's last `trellara semantics` result (the
 	// live attempt to observe a half-applied transaction), when recorded.
-	FileSemantics = "live/semantics.json"
+	FileSemantics     = "live/semantics.json"
 	FileLiveChaosHTML = "live/chaos-live.html"
 )
 

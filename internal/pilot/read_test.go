@@ -26,7 +26,6 @@ type entry struct {
 	name string
 	data []byte
 	kind byte // tar.TypeReg when 0
-	size int64
 }
 
 // tarGz writes entries as a package would be, or as an attacker would.
