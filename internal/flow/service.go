@@ -111,11 +111,24 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 		obs.RegisterProcess(metrics.Applier.Registry, o.Build)
 	}
 	var prev *Flow
+	reopening := false
 	for {
 		f, err := openForRole(ctx, o)
+		if err != nil && reopening && ctx.Err() == nil {
+			// Reopening after the log became unusable: what made it so
+			// (a full disk) may last a while; keep trying.
+			o.Logger.Error("could not reopen the flow yet", "config", o.ConfigPath, "err", err, "retry_in", reopenWait)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(reopenWait):
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		reopening = false
 		if prev != nil && (prev.Cfg.Source.ID != f.Cfg.Source.ID || prev.Cfg.Flow != f.Cfg.Flow) {
 			metrics.Relay.Forget(prev.Cfg.Source.ID, prev.Cfg.Flow)
 			for _, am := range metrics.all() {
@@ -141,11 +154,25 @@ func Serve(ctx context.Context, o ServiceOptions) error {
 		if ctx.Err() != nil {
 			stopped.log(o.Logger)
 		}
+		if !reload && ctx.Err() == nil && errors.Is(err, segmentlog.ErrMustReopen) {
+			o.Logger.Error("the local log must be reopened; reopening the flow", "config", o.ConfigPath, "err", err, "retry_in", reopenWait)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(reopenWait):
+			}
+			reopening = true
+			continue
+		}
 		if !reload || ctx.Err() != nil {
 			return err
 		}
 	}
 }
+
+// reopenWait is the pause before the service reopens a flow whose log
+// became unusable (a full disk frees itself no faster than this).
+const reopenWait = 2 * time.Second
 
 // openForRole opens the flow for o.Role: as the log's writer for the
 // relay (and all), read-only beside the relay for an applier process,
@@ -351,12 +378,21 @@ func (f *Flow) serveOnce(ctx context.Context, o ServiceOptions, m *serviceMetric
 					h.Set("streaming", true, nil)
 					return f.CaptureExtension(ctx, CaptureOptions{})
 				}
-				return f.Capture(ctx, CaptureOptions{
+				err := f.Capture(ctx, CaptureOptions{
 					Session: func(s *relay.Session) {
 						rr.set(s)
 						h.Set("streaming", true, nil)
 					},
 				})
+				if errors.Is(err, segmentlog.ErrMustReopen) {
+					// The log instance is unusable (a failed fsync or
+					// durable-end publish, as on a full disk): restarting
+					// the component on it would fail forever. Stop this
+					// life of the service; Serve reopens the flow, and
+					// Open repairs the unacknowledged tail.
+					errc <- err
+				}
+				return err
 			})
 		wg.Add(1)
 		go func() { defer wg.Done(); f.exportRelay(ctx, m.Relay, relayHealth, rr) }()
