@@ -249,10 +249,21 @@ func (f *schemaFlow) startServiceProc() *exec.Cmd {
 		f.t.Fatal(err)
 	}
 	svc.Stdout, svc.Stderr = log, log
+	listening := func() int { return strings.Count(f.serviceLog(), `"msg":"listening"`) }
+	before := listening()
 	if err := svc.Start(); err != nil {
 		f.t.Fatal(err)
 	}
 	f.t.Cleanup(func() { _ = svc.Process.Kill(); _ = svc.Wait(); log.Close() })
+	// The service listens once it holds the flow's lock: from then on a
+	// command runs beside it, never at rest in its place (a reseed started
+	// earlier would run the pipeline itself, and the service would be
+	// refused the lock).
+	for deadline := time.Now().Add(time.Minute); listening() <= before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the service did not start listening:\n%s", f.serviceLog())
+		}
+	}
 	return svc
 }
 
