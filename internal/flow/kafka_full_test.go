@@ -3,6 +3,7 @@
 package flow_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -436,7 +437,13 @@ func TestKafkaServiceRoles(t *testing.T) {
 	var st map[string]any
 	waitCaughtUp := func() {
 		for start := time.Now(); ; {
-			out, err := h.cmd("status", "--config", h.cfg, "--format", "json").Output()
+			sc := h.cmd("status", "--config", h.cfg, "--format", "json")
+			var serr bytes.Buffer
+			sc.Stderr = &serr
+			out, err := sc.Output()
+			if len(out) == 0 {
+				t.Logf("status stderr: %s", serr.String())
+			}
 			if err != nil {
 				var ee *exec.ExitError
 				if !errors.As(err, &ee) { // exit 1 is a problem report, still JSON

@@ -331,7 +331,7 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 	case f.logHeld && f.Log != nil:
 		st.Log.Exists, st.Log.Held = true, true
 		f.logStatus(ctx, f.Log, st.Log)
-	case f.Log == nil && dirExists(f.logDir()):
+	case f.Log == nil && f.Cfg.Transport.Local != nil && dirExists(f.logDir()):
 		st.Log.Exists, st.Log.Held = true, f.logHeld
 		st.Notes = append(st.Notes, fmt.Sprintf("the local log at %s has no published durable end yet: its writer has not opened it with this release (`%s` publishes it)",
 			f.dir, shell.Trellara("run", f.ConfigPath, "--local")))
