@@ -90,6 +90,14 @@ if dpkg -s trellara >/dev/null 2>&1; then
 	purge
 fi
 
+# The package's own state directories must be the package's to make: one a
+# test (or an earlier tool) left behind would hide what postinst does.
+for d in /var/lib/trellara /var/lib/trellara-sidecar; do
+	if [ -e "$d" ] && ! dpkg -s trellara >/dev/null 2>&1; then
+		fail "$d exists before the package is installed ($(stat -c '%U:%G %a' "$d"), $(find "$d" | head -5 | tr '\n' ' ')): something outside the package created it; remove it and find what did"
+	fi
+done
+
 # --- 1. install ---------------------------------------------------------------
 pkgs=("./${debs[0]}")
 if [ ${#ext_debs[@]} = 1 ]; then

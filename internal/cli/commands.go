@@ -412,11 +412,32 @@ func runCommand() *cli.Command {
 					return flow.OpenForCleanup(c.String("config"), logger(c))
 				}, func(c *cli.Context, f *flow.Flow, format string) error { return runLocal(c, f, format) })(c)
 			}
+			// A bounded run applies to a target: a capture-only flow is
+			// refused before its local log is created.
+			if err := needsTarget(c.String("config")); err != nil {
+				if _, ferr := outputFormat(c); ferr != nil {
+					return ferr
+				}
+				return failure(err)
+			}
 			return flowAction(false, func(c *cli.Context, f *flow.Flow, format string) error {
 				return runLocal(c, f, format)
 			})(c)
 		},
 	}
+}
+
+// needsTarget returns the no-target error for a flow config without sinks,
+// touching nothing on disk; other config problems are left to the open.
+func needsTarget(path string) error {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil
+	}
+	if len(cfg.Sinks) == 0 {
+		return flow.ErrNoTarget(cfg.Flow)
+	}
+	return nil
 }
 
 // runLocal is `run --local` and `run --cleanup`.

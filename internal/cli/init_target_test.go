@@ -57,6 +57,19 @@ func TestPreflightNamesAMissingTarget(t *testing.T) {
 	if out, errOut, code := run(t, "init", "--source-database-url", pg.URL("shop"), "--table", "public.sales", "--output", cfg, "--flow", "shop"); code != 0 {
 		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
 	}
+	// The log directory init wrote is /var/lib/trellara/shop; the test's own
+	// keeps the machine's state directory as the package would make it.
+	body, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDir := filepath.Join(dir, "state", "shop")
+	if !strings.Contains(string(body), "dir: /var/lib/trellara/shop") {
+		t.Fatalf("init did not write the packaged log directory:\n%s", body)
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(body), "dir: /var/lib/trellara/shop", "dir: "+logDir, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("TRELLARA_SOURCE_URL", pg.URL("shop"))
 	out, errOut, code := run(t, "preflight", "--config", cfg)
 	if !strings.Contains(out, "target") || !strings.Contains(out, "only captures") {
@@ -65,6 +78,10 @@ func TestPreflightNamesAMissingTarget(t *testing.T) {
 	out, errOut, code = run(t, "run", "--config", cfg, "--local", "--format", "json")
 	if code != ExitError || !strings.Contains(out, `"fix": "add a target to the config`) {
 		t.Errorf("run --local of a capture-only flow: exit %d, want 2 with the recipe as the fix\n%s%s", code, out, errOut)
+	}
+	// Refused means nothing was made: no log directory for a flow that cannot run.
+	if _, err := os.Stat(logDir); !os.IsNotExist(err) {
+		t.Errorf("the refused run --local created %s (stat: %v)", logDir, err)
 	}
 }
 

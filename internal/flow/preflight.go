@@ -193,6 +193,12 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 	return r
 }
 
+// ErrNoTarget is the error of a command that needs a target run on flow, a
+// capture-only flow: the problem and the one recipe that fixes it.
+func ErrNoTarget(flow string) error {
+	return fmt.Errorf("target: %s; fix: %s", noTargetProblem(flow), noTargetFix)
+}
+
 // noTargetFix is the one recipe for a flow with no target section.
 const noTargetFix = "add a target to the config: `target: {database_url: {env: TRELLARA_TARGET_URL}, create_tables: true}`, then `export TRELLARA_TARGET_URL=postgres://USER:PASSWORD@HOST:5432/DATABASE` (an empty database; createdb makes one)"
 

@@ -108,7 +108,7 @@ type RunCounts struct {
 func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progress)) (*RunResult, error) {
 	start := time.Now()
 	if len(f.Sinks()) == 0 {
-		return nil, fmt.Errorf("target: %s; fix: %s", noTargetProblem(f.Cfg.Flow), noTargetFix)
+		return nil, ErrNoTarget(f.Cfg.Flow)
 	}
 	defer f.setMemoryLimit()()
 	ctx, cancel := context.WithCancel(ctx)

@@ -27,7 +27,7 @@ func (f *Flow) Sinks() []config.Sink { return f.Cfg.Sinks }
 func (f *Flow) Sink(name string) (config.Sink, error) {
 	sinks := f.Sinks()
 	if len(sinks) == 0 {
-		return config.Sink{}, fmt.Errorf("target: %s; fix: %s", noTargetProblem(f.Cfg.Flow), noTargetFix)
+		return config.Sink{}, ErrNoTarget(f.Cfg.Flow)
 	}
 	if name == "" {
 		if len(sinks) == 1 {
@@ -45,7 +45,7 @@ func (f *Flow) Sink(name string) (config.Sink, error) {
 func (f *Flow) SelectSinks(name string) ([]config.Sink, error) {
 	if name == "" {
 		if len(f.Sinks()) == 0 {
-			return nil, fmt.Errorf("target: %s; fix: %s", noTargetProblem(f.Cfg.Flow), noTargetFix)
+			return nil, ErrNoTarget(f.Cfg.Flow)
 		}
 		return f.Sinks(), nil
 	}
