@@ -100,6 +100,18 @@ func restFlow(t *testing.T, damage string) (cfg, logDir string) {
 	t.Helper()
 	cfg, l, _ := tailFlow(t, 6)
 	logDir = filepath.Join(filepath.Dir(cfg), "data", "log")
+	// A target (unreachable, as the source): run --local gets as far as
+	// the log, where a capture-only flow is refused before it.
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("target:\n  database_url: \"postgres://127.0.0.1:1/dst\"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	// A cursor and a stale temporary file, as a crashed writer leaves
 	// them: a read-only command must not register, move or remove either.
 	if err := l.CommitCursor("applier", 2); err != nil {
