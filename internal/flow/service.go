@@ -179,7 +179,7 @@ const reopenWait = 2 * time.Second
 // which waits, when the relay has never opened the log, until it has.
 func openForRole(ctx context.Context, o ServiceOptions) (*Flow, error) {
 	if o.Role.captures() {
-		return Open(o.ConfigPath, o.Logger)
+		return openWaitingForLock(ctx, o)
 	}
 	for waited := false; ; waited = true {
 		f, err := OpenApplier(o.ConfigPath, o.Logger, o.Sink)
@@ -193,6 +193,36 @@ func openForRole(ctx context.Context, o ServiceOptions) (*Flow, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(time.Second):
+		}
+	}
+}
+
+// lockWaitMax bounds how long a starting service waits for the local log's
+// lock: a command on the flow at rest (verify, reseed, semantics) holds it
+// for seconds to minutes, and a service started meanwhile takes over when
+// it ends. Past the bound the lock is another service's, and the error
+// names its holder.
+var lockWaitMax = 5 * time.Minute
+
+// openWaitingForLock is Open for a capturing service, waiting up to
+// lockWaitMax while another process holds the flow's log.
+func openWaitingForLock(ctx context.Context, o ServiceOptions) (*Flow, error) {
+	start := time.Now()
+	var logged time.Time
+	for {
+		f, err := Open(o.ConfigPath, o.Logger)
+		if !errors.Is(err, segmentlog.ErrLocked) || time.Since(start) >= lockWaitMax {
+			return f, err
+		}
+		if time.Since(logged) >= 30*time.Second {
+			o.Logger.Warn("the flow's local log is held by another process; waiting for it to finish",
+				"config", o.ConfigPath, "err", err, "waited", time.Since(start).Round(time.Second), "wait_max", lockWaitMax)
+			logged = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

@@ -3,14 +3,17 @@ package flow
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/trellara/trellara/apply"
+	"github.com/trellara/trellara/segmentlog"
 )
 
 // A SIGHUP reload of a config with a credential typed where a reference's
@@ -76,4 +79,82 @@ func TestRestartBackoff(t *testing.T) {
 	if got := restartBackoff(backoffMax, false, 6*backoffMax, errors.New("x")); got != backoffMin {
 		t.Errorf("a long run: backoff %s, want %s", got, backoffMin)
 	}
+}
+
+// A service started while a command on the flow at rest holds the local
+// log's lock waits for it and opens the flow when it ends; past
+// lockWaitMax it gives up with the lock's error.
+//
+// Mutation tried: openForRole calling Open directly turns it red (the
+// service returns the lock error at once).
+func TestServiceWaitsForAtRestLock(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "trellara.yml")
+	body := "version: 2\nflow: sales\nsource:\n  id: store_001\n  database_url: \"postgres://127.0.0.1:1/src\"\n  tables: [public.sales]\n" +
+		"transport:\n  local: {dir: " + filepath.Join(dir, "data") + "}\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logDir := f.logDir()
+	f.Close()
+	hold := func() io.Closer {
+		h, err := segmentlog.HoldWriterLock(logDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+
+	h := hold()
+	var logs syncBuffer
+	o := ServiceOptions{ConfigPath: cfg, Role: RoleRelay, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	got := make(chan error, 1)
+	go func() {
+		f, err := openForRole(t.Context(), o)
+		if err == nil {
+			f.Close()
+		}
+		got <- err
+	}()
+	for !strings.Contains(logs.String(), "waiting for it to finish") {
+		select {
+		case err := <-got:
+			t.Fatalf("the service did not wait for the lock: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	h.Close()
+	if err := <-got; err != nil {
+		t.Fatalf("after the lock was released: %v", err)
+	}
+
+	defer func(d time.Duration) { lockWaitMax = d }(lockWaitMax)
+	lockWaitMax = time.Second
+	h = hold()
+	defer h.Close()
+	if _, err := openForRole(t.Context(), o); !errors.Is(err, segmentlog.ErrLocked) {
+		t.Fatalf("a lock held past lockWaitMax: %v, want the lock error", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
