@@ -14,7 +14,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/pgname"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/schemachange"
 )
@@ -1367,10 +1367,10 @@ func (t *txnBuf) discard(a *Assembler) {
 }
 
 // RelationName is the relation's name as Trellara prints and keys it
-// (schema pins, snapshot progress, quarantine): config.TableName's text
+// (schema pins, snapshot progress, quarantine): pgname.Name's text
 // form, which parses back to the same table.
 func RelationName(rel *pb.Relation) string {
-	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
+	return pgname.Name{Schema: rel.Schema, Name: rel.Name}.String()
 }
 
 // Sizes of the structs a decoded row is made of, on this platform.
