@@ -10,7 +10,6 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -103,19 +102,6 @@ type Consumer struct {
 	// pending is a unit read while positioning at an LSN, returned by the
 	// first Next.
 	pending *Unit
-}
-
-// OpenConfig opens the log of the flow configured in configPath. It reads
-// only the transport section; no secret is resolved.
-func OpenConfig(configPath, name string, opts Options) (*Consumer, error) {
-	cfg, err := config.Load(configPath)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Transport.Local == nil {
-		return nil, fmt.Errorf("consumer: flow %s has no local log (transport.local); consumers of transport.kafka read Kafka directly", cfg.Flow)
-	}
-	return Open(cfg.Transport.Local.LogDir(), name, opts)
 }
 
 // Open opens the log in dir (a flow's transport.local.dir + "/log") for

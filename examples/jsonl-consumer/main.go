@@ -25,6 +25,7 @@ import (
 	"syscall"
 
 	"github.com/trellara/trellara/consumer"
+	"github.com/trellara/trellara/consumerconfig"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 )
@@ -61,7 +62,7 @@ func run(ctx context.Context, cfg, logDir, name, out string, follow bool) error 
 	var err error
 	switch {
 	case cfg != "" && logDir == "":
-		c, err = consumer.OpenConfig(cfg, name, consumer.Options{})
+		c, err = consumerconfig.Open(cfg, name, consumer.Options{})
 	case logDir != "" && cfg == "":
 		c, err = consumer.Open(logDir, name, consumer.Options{})
 	default:
