@@ -27,7 +27,7 @@ func Open(configPath, name string, opts consumer.Options) (*consumer.Consumer, e
 		return nil, err
 	}
 	if cfg.Transport.Local == nil {
-		return nil, fmt.Errorf("consumer: flow %s has no local log (transport.local); consumers of transport.kafka read Kafka directly", cfg.Flow)
+		return nil, fmt.Errorf("consumer: flow %s has no local log (transport.local); read its topic with package consumer/kafkaconsumer (docs/CONSUMERS.md)", cfg.Flow)
 	}
 	return consumer.Open(cfg.Transport.Local.LogDir(), name, opts)
 }

@@ -64,8 +64,9 @@ type Consumer struct {
 	r *kafka.Reader
 }
 
-// Open positions a consumer at its group's committed offset, or at the
-// topic's first offset when the group has committed none.
+// Open positions a consumer at its group's committed offset, or at offset
+// 0 when the group has committed none (if retention has removed it, Next
+// fails naming the offset rather than skip units).
 func Open(ctx context.Context, o Options) (*Consumer, error) {
 	if len(o.Brokers) == 0 || o.Topic == "" || o.Group == "" {
 		return nil, errors.New("kafkaconsumer: Options need Brokers, Topic and Group")
