@@ -2,7 +2,7 @@
 // file with one line per captured row change, read from a flow's local log
 // through the public consumer package while the relay keeps running.
 //
-//	go run ./examples/jsonl-consumer --config trellara.yml --consumer jsonl --out changes.jsonl [--follow]
+//	go -C examples run ./jsonl-consumer --config "$PWD/trellara.yml" --consumer jsonl --out "$PWD/changes.jsonl" [--follow]
 //
 // It shows the pattern every consumer follows: do the unit's work durably,
 // then return nil so the cursor moves. The file is fsynced before the commit,
