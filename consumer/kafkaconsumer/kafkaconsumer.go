@@ -16,8 +16,9 @@
 //     Delivery is at least once; Unit.Offset (the unit's offset on the
 //     topic, the manifest's in partitioned mode) with the envelope's commit
 //     LSN is the idempotency key.
-//   - A gap in offsets or a chunk the topic no longer holds (compaction,
-//     retention) is an error, never skipped.
+//   - A position the topic no longer holds is ErrPastRetention; a gap in
+//     offsets or a chunk the topic no longer holds (compaction, deleted
+//     records) is an error naming it. Nothing is skipped.
 //
 // It is a package of its own, not part of consumer, so that franz-go stays
 // out of programs that read only the local log (the trellara binary among
@@ -32,7 +33,10 @@ package kafkaconsumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/trellara/trellara/consumer"
 	"github.com/trellara/trellara/envelope"
@@ -84,9 +88,20 @@ func Open(ctx context.Context, o Options) (*Consumer, error) {
 	return &Consumer{r: r}, nil
 }
 
-// Next returns the next whole unit, waiting for one until ctx is done.
+// ErrPastRetention is the error (errors.Is) of a Next whose position the
+// topic no longer holds: retention removed units this consumer had not
+// committed. Nothing is skipped: the sink is missing those units and must
+// be rebuilt from a fresh copy of its data.
+var ErrPastRetention = errors.New("kafkaconsumer: the position is past the topic's retention")
+
+// Next returns the next whole unit, waiting for one until ctx is done. A
+// unit that fails decoding is a *consumer.DecodeError; a position the topic
+// no longer holds is ErrPastRetention.
 func (c *Consumer) Next(ctx context.Context) (consumer.Unit, error) {
 	off, b, err := c.r.Next(ctx)
+	if errors.Is(err, kerr.OffsetOutOfRange) {
+		return consumer.Unit{}, fmt.Errorf("%w: %w", ErrPastRetention, err)
+	}
 	if err != nil {
 		return consumer.Unit{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
@@ -246,5 +247,52 @@ func TestStrictInOrder(t *testing.T) {
 		if u.Offset != uint64(i) || !bytes.Equal(b, payloads[i]) {
 			t.Fatalf("unit %d: offset %d, commit LSN %s: not the unit published", i, u.Offset, envelope.FormatLSN(u.Envelope.GetCommitLsn()))
 		}
+	}
+}
+
+// TestPastRetention: units removed from the topic before the consumer
+// committed them are ErrPastRetention, never skipped.
+func TestPastRetention(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := kafka.DefaultOptions()
+	k.Brokers, k.Topic, k.ConsumerGroup = c.ListenAddrs(), topic, "trellara.sales"
+	cfg := kafka.Config{Flow: "sales", SourceID: "store_001", Kafka: k}
+	if _, err := kafka.CheckTopic(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	p, err := kafka.NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.PublishBatch(ctx, [][]byte{txn(t, 0), txn(t, 1), txn(t, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: topic, Partition: 0, At: 2})
+	if resp, err := kadm.NewClient(cl).DeleteRecords(ctx, del); err != nil || resp.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, resp.Error())
+	}
+	kc, err := kafkaconsumer.Open(ctx, kafkaconsumer.Options{Brokers: c.ListenAddrs(), Topic: topic, Group: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	short, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	u, err := kc.Next(short)
+	if !errors.Is(err, kafkaconsumer.ErrPastRetention) {
+		t.Fatalf("Next at offset 0 after records below 2 were deleted = offset %d, %v; want ErrPastRetention", u.Offset, err)
 	}
 }
