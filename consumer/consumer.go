@@ -197,6 +197,22 @@ func (c *Consumer) Commit(u Unit) error {
 	return nil
 }
 
+// Stream is what every consumer offers, whatever the transport: *Consumer
+// (the local log) and *kafkaconsumer.Consumer (Kafka, strict or
+// partitioned). A sink written against Stream runs on either.
+type Stream interface {
+	// Next returns the next unit in commit order, waiting until ctx is done.
+	Next(ctx context.Context) (Unit, error)
+	// Commit says u and every unit before it are done: the position moves
+	// past u.
+	Commit(u Unit) error
+	// Run hands every unit to h and commits each one h returns nil for.
+	Run(ctx context.Context, h Handler) error
+	Close() error
+}
+
+var _ Stream = (*Consumer)(nil)
+
 // Handler processes one unit. Returning nil says the unit is done.
 type Handler func(ctx context.Context, u Unit) error
 

@@ -62,11 +62,13 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Consumer reads one topic for one group. It is not safe for concurrent
-// use.
+// Consumer reads one topic for one group; it is a consumer.Stream. It is
+// not safe for concurrent use.
 type Consumer struct {
 	r *kafka.Reader
 }
+
+var _ consumer.Stream = (*Consumer)(nil)
 
 // Open positions a consumer at its group's committed offset, or at offset
 // 0 when the group has committed none (if retention has removed it, Next

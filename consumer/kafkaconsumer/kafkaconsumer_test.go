@@ -208,24 +208,7 @@ func TestPartitionedWholeInCommitOrder(t *testing.T) {
 // TestStrictInOrder: a strict-mode topic written by the relay's producer
 // is read back unit by unit, in commit order, each one verified.
 func TestStrictInOrder(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	k := kafka.DefaultOptions()
-	k.Brokers, k.Topic, k.ConsumerGroup = c.ListenAddrs(), topic, "trellara.sales"
-	cfg := kafka.Config{Flow: "sales", SourceID: "store_001", Kafka: k}
-	if _, err := kafka.CheckTopic(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	p, err := kafka.NewProducer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	c, ctx, p := strictTopic(t)
 	var payloads [][]byte
 	for i := range units {
 		payloads = append(payloads, txn(t, i))
@@ -253,24 +236,7 @@ func TestStrictInOrder(t *testing.T) {
 // TestPastRetention: units removed from the topic before the consumer
 // committed them are ErrPastRetention, never skipped.
 func TestPastRetention(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	k := kafka.DefaultOptions()
-	k.Brokers, k.Topic, k.ConsumerGroup = c.ListenAddrs(), topic, "trellara.sales"
-	cfg := kafka.Config{Flow: "sales", SourceID: "store_001", Kafka: k}
-	if _, err := kafka.CheckTopic(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	p, err := kafka.NewProducer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	c, ctx, p := strictTopic(t)
 	if err := p.PublishBatch(ctx, [][]byte{txn(t, 0), txn(t, 1), txn(t, 2)}); err != nil {
 		t.Fatal(err)
 	}
@@ -295,4 +261,29 @@ func TestPastRetention(t *testing.T) {
 	if !errors.Is(err, kafkaconsumer.ErrPastRetention) {
 		t.Fatalf("Next at offset 0 after records below 2 were deleted = offset %d, %v; want ErrPastRetention", u.Offset, err)
 	}
+}
+
+// strictTopic is a strict-mode topic on three in-process brokers and the
+// relay's producer for it.
+func strictTopic(t *testing.T) (*kfake.Cluster, context.Context, *kafka.Producer) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	k := kafka.DefaultOptions()
+	k.Brokers, k.Topic, k.ConsumerGroup = c.ListenAddrs(), topic, "trellara.sales"
+	cfg := kafka.Config{Flow: "sales", SourceID: "store_001", Kafka: k}
+	if _, err := kafka.CheckTopic(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	p, err := kafka.NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return c, ctx, p
 }

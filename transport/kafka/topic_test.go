@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-
 )
 
 // TestJudgeTopic: each rule of the live topic check, alone.
