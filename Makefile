@@ -41,6 +41,7 @@ test-phases:
 	@$(PHASE) build $(MAKE) --no-print-directory build
 	@$(PHASE) ext-test $(MAKE) --no-print-directory ext-test
 	@$(PHASE) go-test $(GO) test -race -timeout $(TEST_TIMEOUT) $(PKGS)
+	@$(PHASE) examples sh -c 'cd examples && $(GO) vet ./... && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...'
 	@$(PHASE) go-test-kafka $(GO) test -race -timeout $(TEST_TIMEOUT) -tags full -run Kafka ./internal/flow
 	@$(PHASE) go-test-lake $(GO) test -race -timeout $(TEST_TIMEOUT) -tags full ./internal/lake/...
 	@$(PHASE) fuzz-short $(MAKE) --no-print-directory fuzz-short

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/lsn"
@@ -46,7 +45,7 @@ func (x *pgTx) recordBarriers(ctx context.Context, env *pb.Envelope) error {
 	}
 	t := x.t
 	for _, rel := range order {
-		id := capture.BarrierID(rel, env.CommitLsn)
+		id := envelope.BarrierID(rel, env.CommitLsn)
 		if _, err := x.tx.Exec(ctx, `INSERT INTO `+pgx.Identifier{t.cfg.Schema}.Sanitize()+`.barriers
 			(flow, source_id, id, relation, commit_lsn, kinds, ddl, ddl_at) VALUES ($1, $2, $3, $4, $5::pg_lsn, $6, $7, clock_timestamp())
 			ON CONFLICT (flow, source_id, id) DO NOTHING`,
@@ -153,7 +152,7 @@ func HeldTables(ctx context.Context, db DB, schema, flow, sourceID string) (map[
 		return out, nil
 	}
 	rows, err := db.Query(ctx, `SELECT id, relation, commit_lsn::text, ddl_at FROM `+qs+`.barriers
-		WHERE flow = $1 AND source_id = $2 AND $3 = ANY(kinds) AND released_at IS NULL ORDER BY commit_lsn`, flow, sourceID, capture.HoldKind)
+		WHERE flow = $1 AND source_id = $2 AND $3 = ANY(kinds) AND released_at IS NULL ORDER BY commit_lsn`, flow, sourceID, envelope.HoldKind)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +166,7 @@ func HeldTables(ctx context.Context, db DB, schema, flow, sourceID string) (map[
 		if b.CommitLSN, err = parseLSN(at); err != nil {
 			return nil, err
 		}
-		b.Kinds = []string{capture.HoldKind}
+		b.Kinds = []string{envelope.HoldKind}
 		if _, ok := out[b.Relation]; !ok {
 			out[b.Relation] = b
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/lsn"
 )
@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS %[1]s.verify_holds (
 `
 
 // holdTokenPrefix starts the token of a fence that asks the applier to
-// hold (capture.FencePrefix is the message prefix of every fence).
+// hold (envelope.FencePrefix is the message prefix of every fence).
 const holdTokenPrefix = "hold:"
 
 // holdMax bounds one hold, whatever the row says: a flow never stalls
@@ -65,7 +65,7 @@ func HoldToken(id string) string { return holdTokenPrefix + id }
 // holdID returns the hold id a unit's fence asks for, or "".
 func holdID(env *pb.Envelope) string {
 	for _, r := range env.GetRows() {
-		if r.GetOp() == pb.Op_OP_MESSAGE && r.GetMessagePrefix() == capture.FencePrefix {
+		if r.GetOp() == pb.Op_OP_MESSAGE && r.GetMessagePrefix() == envelope.FencePrefix {
 			if id, ok := strings.CutPrefix(string(r.GetMessageContent()), holdTokenPrefix); ok {
 				return id
 			}

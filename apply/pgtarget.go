@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/shell"
@@ -490,7 +489,7 @@ func (x *pgTx) applyBarrier(ctx context.Context, ui int, env *pb.Envelope) error
 		return err
 	}
 	for _, d := range env.DdlEvents {
-		if d.Kind == capture.ReseedKind {
+		if d.Kind == envelope.ReseedKind {
 			// A blocked change a reseed took over: no target DDL; from
 			// here on the reseed's shadow table takes the relation's rows.
 			rel := d.Relation

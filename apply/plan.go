@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/pgname"
 )
 
 // Replica identity settings as pgoutput sends them (pg_class.relreplident).
@@ -26,7 +26,7 @@ const (
 // relation fingerprint, which covers schema, name, columns, types, key flags
 // and replica identity, so a changed shape gets a new plan.
 type relPlan struct {
-	source string // the source relation in config.TableName form, for messages and quarantine
+	source string // the source relation in pgname.Name form, for messages and quarantine
 	// target is the quoted, schema-qualified target table.
 	target       string
 	targetSchema string
@@ -209,7 +209,7 @@ func (t *pgTarget) rowStmt(ctx context.Context, p *relPlan, rel *pb.Relation, r 
 	case len(p.key) == 0:
 		return "", nil, &unitError{fmt.Sprintf("%s on %s cannot be applied: the relation has no replica identity key (identity %q) and is not REPLICA IDENTITY FULL; "+
 			"add a primary key at the source or run ALTER TABLE %s REPLICA IDENTITY FULL", r.Op, p.source, rune(rel.ReplicaIdentity),
-			config.TableName{Schema: rel.Schema, Name: rel.Name}.Sanitize())}
+			pgname.Name{Schema: rel.Schema, Name: rel.Name}.Sanitize())}
 	default:
 		whereCols = p.key
 		whereFrom = r.NewTuple

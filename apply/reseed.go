@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 )
@@ -38,7 +37,7 @@ import (
 
 // ReseedPrefix is the logical-message prefix of a reseed watermark
 // (capture re-checks its held tables at each).
-const ReseedPrefix = capture.ReseedPrefix
+const ReseedPrefix = envelope.ReseedPrefix
 
 // Watermark phases.
 const (
@@ -849,11 +848,11 @@ func (x *pgTx) handoff(ctx context.Context, env *pb.Envelope, rs *reseedRun) err
 	if _, err := x.tx.Exec(ctx, x.reseedRowSQL(`status = '`+ReseedSwapped+`', open_window = NULL`), t.cfg.Flow, t.cfg.SourceID, rs.id); err != nil {
 		return err
 	}
-	// A table held at a blocked schema change (capture.HoldKind) is
+	// A table held at a blocked schema change (envelope.HoldKind) is
 	// released by the handoff that puts its new copy in place.
 	if _, err := x.tx.Exec(ctx, `UPDATE `+pgx.Identifier{t.cfg.Schema}.Sanitize()+`.barriers SET released_at = clock_timestamp()
 		WHERE flow = $1 AND source_id = $2 AND relation = $3 AND $4 = ANY(kinds) AND released_at IS NULL`,
-		t.cfg.Flow, t.cfg.SourceID, rs.relation, capture.HoldKind); err != nil {
+		t.cfg.Flow, t.cfg.SourceID, rs.relation, envelope.HoldKind); err != nil {
 		return fmt.Errorf("apply: reseed %d of %s: release its held table: %w", rs.id, rs.relation, err)
 	}
 	delete(x.rs, rs.relation)

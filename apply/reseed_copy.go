@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/envelope"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/pgname"
 )
 
 // ReseedOptions describe one table's reseed (Reseed).
@@ -22,7 +22,7 @@ type ReseedOptions struct {
 	// Schema is the target's Trellara schema (Config.Schema).
 	Schema string
 	// Table is the source table; Target the target table it maps to.
-	Table, Target config.TableName
+	Table, Target pgname.Name
 	// ChunkRows bounds the rows of one chunk.
 	ChunkRows int
 	// Wait bounds the wait for the flow's applier to act on one
@@ -233,7 +233,7 @@ func findReseed(ctx context.Context, tgt *pgx.Conn, o ReseedOptions) (*ReseedSta
 }
 
 // sourceShape reads the table's published columns and primary key.
-func sourceShape(ctx context.Context, src *pgx.Conn, t config.TableName) (cols, key []string, err error) {
+func sourceShape(ctx context.Context, src *pgx.Conn, t pgname.Name) (cols, key []string, err error) {
 	err = src.QueryRow(ctx, `SELECT
 		array(SELECT attname::text FROM pg_attribute WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped
 		      AND attgenerated = '' ORDER BY attnum),
@@ -306,7 +306,7 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 	// Replace reseed the source's current one.
 	createShadow := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)", shadow, target)
 	if o.Replace {
-		defs, err := SourceTables(ctx, src, []config.TableName{o.Table})
+		defs, err := SourceTables(ctx, src, []pgname.Name{o.Table})
 		if err != nil {
 			return nil, err
 		}

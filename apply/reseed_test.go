@@ -7,8 +7,8 @@ import (
 	"time"
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/pgname"
 )
 
 // A reseed watermark is recognised by its prefix and a valid body only;
@@ -115,7 +115,7 @@ func TestReseedWaitVisibleSeesCommitsAboveXmax(t *testing.T) {
 		WHERE x = (SELECT backend_xid::text::xid8 FROM pg_stat_activity WHERE pid = $1))`, pid).Scan(&inXip); err != nil || inXip {
 		t.Fatalf("the waiting commit is in the in-progress list (%v): the case is not set up", err)
 	}
-	d := &reseedDriver{src: c, o: ReseedOptions{Table: config.TableName{Schema: "public", Name: "items"}, Wait: time.Second, Command: "trellara reseed"},
+	d := &reseedDriver{src: c, o: ReseedOptions{Table: pgname.Name{Schema: "public", Name: "items"}, Wait: time.Second, Command: "trellara reseed"},
 		st: &ReseedState{ID: 1}}
 	if err := d.waitVisible(ctx, PhaseLow); err == nil || !strings.Contains(err.Error(), "did not end within 1s") {
 		t.Fatalf("waitVisible with a commit in progress above xmax: %v", err)

@@ -6,8 +6,8 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/pgname"
 )
 
 // Snapshot units. The relay copies each relation's rows at the slot's
@@ -55,9 +55,9 @@ func envRelName(e *pb.Envelope, r *pb.Row) string {
 }
 
 // relationName is a relation's name as the relay keys snapshot units and as
-// messages and the quarantine print it: config.TableName's text form.
+// messages and the quarantine print it: pgname.Name's text form.
 func relationName(rel *pb.Relation) string {
-	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
+	return pgname.Name{Schema: rel.Schema, Name: rel.Name}.String()
 }
 
 func (a *Applier) progressOf(rel string) snapshotState {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/pgname"
 )
 
 // TableDef is a source table's definition as far as the target needs it.
@@ -52,21 +52,21 @@ type ColumnDef struct {
 }
 
 // TableName is the table's schema-qualified name.
-func (d TableDef) TableName() config.TableName {
-	return config.TableName{Schema: d.Schema, Name: d.Name}
+func (d TableDef) TableName() pgname.Name {
+	return pgname.Name{Schema: d.Schema, Name: d.Name}
 }
 
 // QualifiedName is the quoted "schema"."name", for SQL.
 func (d TableDef) QualifiedName() string { return d.TableName().Sanitize() }
 
-// String is the name as Trellara prints it (config.TableName's form).
+// String is the name as Trellara prints it (pgname.Name's form).
 func (d TableDef) String() string { return d.TableName().String() }
 
 // IdentityError says that a source table's UPDATE and DELETE cannot be
 // identified: publishing the table would make the source refuse them
 // ("does not have a replica identity and publishes updates").
 type IdentityError struct {
-	Table    config.TableName
+	Table    pgname.Name
 	Identity string // DEFAULT, NOTHING or INDEX
 	Problem  string
 	Fix      string // SQL to run on the source
@@ -206,7 +206,7 @@ func quoteList(names []string) string {
 }
 
 // SourceTables reads the definitions of tables from the source catalog.
-func SourceTables(ctx context.Context, source DB, tables []config.TableName) ([]TableDef, error) {
+func SourceTables(ctx context.Context, source DB, tables []pgname.Name) ([]TableDef, error) {
 	defs := make([]TableDef, 0, len(tables))
 	for _, t := range tables {
 		d, found, err := readTableDef(ctx, source, t)
@@ -222,7 +222,7 @@ func SourceTables(ctx context.Context, source DB, tables []config.TableName) ([]
 }
 
 // readTableDef reads one table; found is false when it does not exist.
-func readTableDef(ctx context.Context, db DB, name config.TableName) (TableDef, bool, error) {
+func readTableDef(ctx context.Context, db DB, name pgname.Name) (TableDef, bool, error) {
 	var d TableDef
 	var oid uint32
 	var ident, relkind string
@@ -294,8 +294,8 @@ func leafPartitions(ctx context.Context, db DB, oid uint32) ([]TableDef, error) 
 	if err != nil {
 		return nil, err
 	}
-	names, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (config.TableName, error) {
-		var t config.TableName
+	names, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pgname.Name, error) {
+		var t pgname.Name
 		err := r.Scan(&t.Schema, &t.Name)
 		return t, err
 	})

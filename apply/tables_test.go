@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/pgname"
 )
 
 // TestTargetTables: definitions read from a source catalog create the
@@ -137,11 +137,11 @@ func TestTargetTables(t *testing.T) {
 	}
 }
 
-func tableNames(t *testing.T, names ...string) []config.TableName {
+func tableNames(t *testing.T, names ...string) []pgname.Name {
 	t.Helper()
-	out := make([]config.TableName, len(names))
+	out := make([]pgname.Name, len(names))
 	for i, n := range names {
-		tn, err := config.ParseTableName(n)
+		tn, err := pgname.Parse(n)
 		if err != nil {
 			t.Fatalf("%s: %v", n, err)
 		}

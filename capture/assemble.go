@@ -14,7 +14,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/pgname"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/schemachange"
 )
@@ -116,25 +116,19 @@ const (
 	BarrierHeld      = "held"      // a hold barrier: the relation is held (its pin stays)
 )
 
-// HoldKind is the DDLEvent kind of a blocked change held per table
-// (AssemblerOptions.HoldTable): no target DDL; the relation's rows stop
-// at it until a reseed copies the table again.
-const HoldKind = "hold"
+// The protocol names live in envelope (envelope/protocol.go); these
+// aliases keep capture's callers in internal/flow and internal/sim
+// unchanged.
+const (
+	HoldKind     = envelope.HoldKind
+	ReseedKind   = envelope.ReseedKind
+	ReseedPrefix = envelope.ReseedPrefix
+)
 
-// ReseedPrefix is the logical-message prefix of a reseed watermark
-// (apply.ReseedPrefix): capture re-checks its held relations at each.
-const ReseedPrefix = "trellara.reseed"
-
-// BarrierID names relation's barrier in the transaction committed at
-// commitLSN; capture and the applier derive it alike.
+// BarrierID is envelope.BarrierID.
 func BarrierID(relation string, commitLSN uint64) string {
-	return relation + "@" + envelope.FormatLSN(commitLSN)
+	return envelope.BarrierID(relation, commitLSN)
 }
-
-// ReseedKind is the DDLEvent kind of a blocked change a reseed took over:
-// the target table is replaced by the reseed's copy at its handoff, so no
-// target DDL is run.
-const ReseedKind = "reseed"
 
 // Emit receives assembled units in commit order. e is nil for a committed
 // transaction that produced no rows (nothing to publish, but its end LSN is
@@ -1367,10 +1361,10 @@ func (t *txnBuf) discard(a *Assembler) {
 }
 
 // RelationName is the relation's name as Trellara prints and keys it
-// (schema pins, snapshot progress, quarantine): config.TableName's text
+// (schema pins, snapshot progress, quarantine): pgname.Name's text
 // form, which parses back to the same table.
 func RelationName(rel *pb.Relation) string {
-	return config.TableName{Schema: rel.Schema, Name: rel.Name}.String()
+	return pgname.Name{Schema: rel.Schema, Name: rel.Name}.String()
 }
 
 // Sizes of the structs a decoded row is made of, on this platform.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/pgname"
 	"github.com/trellara/trellara/schemachange"
 )
 
@@ -123,7 +123,7 @@ func (p *FilePins) writeLocked() error {
 func CatalogFacts(ctx context.Context, db interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, relation string) (map[string]schemachange.Facts, error) {
-	t, err := config.ParseTableName(relation)
+	t, err := pgname.Parse(relation)
 	if err != nil {
 		return nil, err
 	}

@@ -27,12 +27,9 @@ import (
 	"github.com/trellara/trellara/transport"
 )
 
-// FencePrefix is the logical-message prefix of a fence: a transactional
-// pg_logical_emit_message Trellara writes to mark "everything committed
-// before this point". A fence travels the whole path as an ordinary
-// transaction, so a target checkpoint at or past it proves the target has
-// seen everything the source committed before it was written.
-const FencePrefix = "trellara.fence"
+// FencePrefix is envelope.FencePrefix: the logical-message prefix of a
+// fence (docs/ENVELOPE.md, "Protocol messages").
+const FencePrefix = envelope.FencePrefix
 
 // Transport is where capture publishes (transport.Publisher). Publish
 // returns only once the payload is durable: that is the licence to

@@ -10,7 +10,6 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/segmentlog"
 )
 
@@ -105,19 +104,6 @@ type Consumer struct {
 	pending *Unit
 }
 
-// OpenConfig opens the log of the flow configured in configPath. It reads
-// only the transport section; no secret is resolved.
-func OpenConfig(configPath, name string, opts Options) (*Consumer, error) {
-	cfg, err := config.Load(configPath)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Transport.Local == nil {
-		return nil, fmt.Errorf("consumer: flow %s has no local log (transport.local); consumers of transport.kafka read Kafka directly", cfg.Flow)
-	}
-	return Open(cfg.Transport.Local.LogDir(), name, opts)
-}
-
 // Open opens the log in dir (a flow's transport.local.dir + "/log") for
 // consumer name and positions it at opts.Start.
 func Open(dir, name string, opts Options) (*Consumer, error) {
@@ -210,6 +196,22 @@ func (c *Consumer) Commit(u Unit) error {
 	}
 	return nil
 }
+
+// Stream is what every consumer offers, whatever the transport: *Consumer
+// (the local log) and *kafkaconsumer.Consumer (Kafka, strict or
+// partitioned). A sink written against Stream runs on either.
+type Stream interface {
+	// Next returns the next unit in commit order, waiting until ctx is done.
+	Next(ctx context.Context) (Unit, error)
+	// Commit says u and every unit before it are done: the position moves
+	// past u.
+	Commit(u Unit) error
+	// Run hands every unit to h and commits each one h returns nil for.
+	Run(ctx context.Context, h Handler) error
+	Close() error
+}
+
+var _ Stream = (*Consumer)(nil)
 
 // Handler processes one unit. Returning nil says the unit is done.
 type Handler func(ctx context.Context, u Unit) error

@@ -18,6 +18,16 @@
 // behind the retention bound gets a *segmentlog.PastRetentionError).
 // Delete a cursor you no longer use, or it holds disk forever.
 //
+// # Configuration
+//
+// Open takes the log directory itself (a flow's transport.local.dir plus
+// "/log") and Options; this package never reads a trellara.yml, so a
+// program needs no Trellara configuration file to consume a flow. The
+// convenience that opens from one, consumerconfig.Open("trellara.yml",
+// name, opts), lives in package consumerconfig, outside the data path
+// (the import rules, internal/importrules, keep internal/config out of
+// consumer).
+//
 // # Units
 //
 // One entry in the log is one unit: a whole source transaction, a chunk of
@@ -28,7 +38,7 @@
 //
 // # Example
 //
-//	c, err := consumer.OpenConfig("trellara.yml", "search-index", consumer.Options{})
+//	c, err := consumer.Open("/var/lib/trellara/sales/log", "search-index", consumer.Options{})
 //	if err != nil {
 //		return err
 //	}

@@ -16,8 +16,8 @@ import (
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/pgname"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/relay/pgoutput"
 	"github.com/trellara/trellara/transport"
@@ -312,7 +312,7 @@ func TestSchemaDriftPublishesWhatCameBefore(t *testing.T) {
 	ctx := context.Background()
 	conn := c.Connect(ctx)
 	c.Exec(t, schemaSQL)
-	rel, err := relay.RelationFromCatalog(ctx, conn, config.TableName{Schema: "public", Name: "ledger"})
+	rel, err := relay.RelationFromCatalog(ctx, conn, pgname.Name{Schema: "public", Name: "ledger"})
 	if err != nil {
 		t.Fatal(err)
 	}

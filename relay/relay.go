@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/opts"
 	"github.com/trellara/trellara/relay/pgoutput"
@@ -22,7 +23,7 @@ import (
 
 // The capture core (package capture) holds what the relay shares with the
 // extension's sidecar; these names keep the relay's API.
-const FencePrefix = capture.FencePrefix
+const FencePrefix = envelope.FencePrefix
 
 type (
 	Transport = capture.Transport

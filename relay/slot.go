@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/lsn"
+	"github.com/trellara/trellara/pgname"
 )
 
 // SlotInfo is what pg_replication_slots says about a slot.
@@ -64,7 +64,7 @@ func LookupSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, err
 // existing one must publish every table (it is reported, not altered). The
 // comparison is on (schema, name) pairs as pg_publication_tables holds
 // them, never on rendered text, so a quoted name and its catalog form agree.
-func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []config.TableName) (created bool, err error) {
+func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []pgname.Name) (created bool, err error) {
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, name).Scan(&exists); err != nil {
 		return false, fmt.Errorf("relay: look up publication %s: %w", name, err)
@@ -77,19 +77,19 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		if err != nil {
 			return false, fmt.Errorf("relay: publication %s tables: %w", name, err)
 		}
-		have, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (config.TableName, error) {
-			var t config.TableName
+		have, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pgname.Name, error) {
+			var t pgname.Name
 			err := r.Scan(&t.Schema, &t.Name)
 			return t, err
 		})
 		if err != nil {
 			return false, fmt.Errorf("relay: publication %s tables: %w", name, err)
 		}
-		set := map[config.TableName]bool{}
+		set := map[pgname.Name]bool{}
 		for _, h := range have {
 			set[h] = true
 		}
-		var missing []config.TableName
+		var missing []pgname.Name
 		for _, t := range tables {
 			if !set[t] {
 				missing = append(missing, t)
@@ -97,7 +97,7 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		}
 		if len(missing) > 0 {
 			return false, fmt.Errorf("relay: publication %s does not publish %s; fix: ALTER PUBLICATION %s ADD TABLE %s",
-				name, tableList(missing, config.TableName.String), pgx.Identifier{name}.Sanitize(), tableList(missing, config.TableName.Sanitize))
+				name, tableList(missing, pgname.Name.String), pgx.Identifier{name}.Sanitize(), tableList(missing, pgname.Name.Sanitize))
 		}
 		return false, nil
 	}
@@ -112,9 +112,9 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 // changes arrive as the root's (its Relation message, its name): the
 // relation the snapshot copies and the applier writes. Plain tables are
 // unaffected.
-func CreatePublicationSQL(name string, tables []config.TableName) string {
+func CreatePublicationSQL(name string, tables []pgname.Name) string {
 	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)",
-		pgx.Identifier{name}.Sanitize(), tableList(tables, config.TableName.Sanitize))
+		pgx.Identifier{name}.Sanitize(), tableList(tables, pgname.Name.Sanitize))
 }
 
 // ViaRootError says that an existing publication does not publish via the
@@ -123,20 +123,20 @@ func CreatePublicationSQL(name string, tables []config.TableName) string {
 // the snapshot (copied through the root) nor the target knows.
 type ViaRootError struct {
 	Publication string
-	Tables      []config.TableName // the configured partitioned tables
-	Fix         string             // SQL to run on the source
+	Tables      []pgname.Name // the configured partitioned tables
+	Fix         string        // SQL to run on the source
 }
 
 func (e *ViaRootError) Error() string {
 	return fmt.Sprintf("relay: publication %s does not publish via the partition root, and %s partitioned: "+
 		"their changes would arrive under each partition's name, not the table's; fix on the source: %s",
-		e.Publication, tableList(e.Tables, config.TableName.String), e.Fix)
+		e.Publication, tableList(e.Tables, pgname.Name.String), e.Fix)
 }
 
 // CheckViaRoot returns a *ViaRootError when the existing publication name
 // has publish_via_partition_root off and one of tables is partitioned.
 // Run (EnsurePublication) refuses with it; preflight reports it.
-func CheckViaRoot(ctx context.Context, conn *pgx.Conn, name string, tables []config.TableName) error {
+func CheckViaRoot(ctx context.Context, conn *pgx.Conn, name string, tables []pgname.Name) error {
 	var viaRoot bool
 	if err := conn.QueryRow(ctx, `SELECT pubviaroot FROM pg_publication WHERE pubname = $1`, name).Scan(&viaRoot); err != nil {
 		return fmt.Errorf("relay: look up publication %s: %w", name, err)
@@ -156,8 +156,8 @@ func CheckViaRoot(ctx context.Context, conn *pgx.Conn, name string, tables []con
 }
 
 // partitionedTables returns those of tables that are partitioned.
-func partitionedTables(ctx context.Context, conn *pgx.Conn, tables []config.TableName) ([]config.TableName, error) {
-	var out []config.TableName
+func partitionedTables(ctx context.Context, conn *pgx.Conn, tables []pgname.Name) ([]pgname.Name, error) {
+	var out []pgname.Name
 	for _, t := range tables {
 		var p bool
 		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -172,7 +172,7 @@ func partitionedTables(ctx context.Context, conn *pgx.Conn, tables []config.Tabl
 }
 
 // tableList renders tables with render, comma-separated.
-func tableList(tables []config.TableName, render func(config.TableName) string) string {
+func tableList(tables []pgname.Name, render func(pgname.Name) string) string {
 	q := make([]string, len(tables))
 	for i, t := range tables {
 		q[i] = render(t)

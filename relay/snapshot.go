@@ -13,13 +13,13 @@ import (
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/pgname"
 )
 
 // SnapshotOptions configure the initial copy of a new flow.
 type SnapshotOptions struct {
 	SourceID        string
-	Tables          []config.TableName
+	Tables          []pgname.Name
 	SnapshotName    string // exported by slot creation
 	ConsistentPoint uint64
 	BatchRows       int
@@ -78,7 +78,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 func RelationFromCatalog(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, table config.TableName) (*pb.Relation, error) {
+}, table pgname.Name) (*pb.Relation, error) {
 	rel := &pb.Relation{}
 	var ident string
 	err := q.QueryRow(ctx, `SELECT c.oid, n.nspname, c.relname, c.relreplident::text
@@ -124,7 +124,7 @@ func RelationFromCatalog(ctx context.Context, q interface {
 // ...): the rows of every partition, attached to the root's relation, as
 // the publication (publish_via_partition_root) streams their changes.
 // COPY of a plain table reads that table alone, as its publication does.
-func CopySQL(table config.TableName, rel *pb.Relation, relkind string) string {
+func CopySQL(table pgname.Name, rel *pb.Relation, relkind string) string {
 	cols := make([]string, len(rel.Columns))
 	for i, c := range rel.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
@@ -135,7 +135,7 @@ func CopySQL(table config.TableName, rel *pb.Relation, relkind string) string {
 	return fmt.Sprintf("COPY %s (%s) TO STDOUT", table.Sanitize(), strings.Join(cols, ", "))
 }
 
-func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table config.TableName, opts SnapshotOptions) error {
+func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table pgname.Name, opts SnapshotOptions) error {
 	rel, err := RelationFromCatalog(ctx, tx, table)
 	if err != nil {
 		return err

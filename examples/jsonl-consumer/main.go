@@ -2,7 +2,7 @@
 // file with one line per captured row change, read from a flow's local log
 // through the public consumer package while the relay keeps running.
 //
-//	go run ./examples/jsonl-consumer --config trellara.yml --consumer jsonl --out changes.jsonl [--follow]
+//	go -C examples run ./jsonl-consumer --config "$PWD/trellara.yml" --consumer jsonl --out "$PWD/changes.jsonl" [--follow]
 //
 // It shows the pattern every consumer follows: do the unit's work durably,
 // then return nil so the cursor moves. The file is fsynced before the commit,
@@ -25,6 +25,7 @@ import (
 	"syscall"
 
 	"github.com/trellara/trellara/consumer"
+	"github.com/trellara/trellara/consumerconfig"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 )
@@ -61,7 +62,7 @@ func run(ctx context.Context, cfg, logDir, name, out string, follow bool) error 
 	var err error
 	switch {
 	case cfg != "" && logDir == "":
-		c, err = consumer.OpenConfig(cfg, name, consumer.Options{})
+		c, err = consumerconfig.Open(cfg, name, consumer.Options{})
 	case logDir != "" && cfg == "":
 		c, err = consumer.Open(logDir, name, consumer.Options{})
 	default:

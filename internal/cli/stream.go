@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/trellara/trellara/consumer"
+	"github.com/trellara/trellara/consumerconfig"
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 )
@@ -39,7 +40,7 @@ func tailCommand() *cli.Command {
 			if err != nil {
 				return cli.Exit("stream tail: --from: "+err.Error(), ExitError)
 			}
-			cons, err := consumer.OpenConfig(c.String("config"), c.String("consumer"),
+			cons, err := consumerconfig.Open(c.String("config"), c.String("consumer"),
 				consumer.Options{Start: start, NoCommit: !c.Bool("commit"), Logger: logger(c)})
 			if err != nil {
 				return failure(err)

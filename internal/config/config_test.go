@@ -56,7 +56,7 @@ func TestParseValid(t *testing.T) {
 	if c.Source.DatabaseURL.Env != "TRELLARA_SOURCE_URL" {
 		t.Errorf("database_url = %v", c.Source.DatabaseURL)
 	}
-	want := []TableName{{"public", "sales"}, {"public", "line_items"}}
+	want := []TableName{{Schema: "public", Name: "sales"}, {Schema: "public", Name: "line_items"}}
 	if len(c.Source.Tables) != 2 || c.Source.Tables[0] != want[0] || c.Source.Tables[1] != want[1] {
 		t.Errorf("tables = %v", c.Source.Tables)
 	}
@@ -583,7 +583,7 @@ func TestValidateInCode(t *testing.T) {
 	c.Source.ID = "s1"
 	c.Source.DatabaseURL = EnvRef("SRC")
 	c.Source.Publication, c.Source.Slot = "p", "s"
-	c.Source.Tables = []TableName{{"public", "sales"}}
+	c.Source.Tables = []TableName{{Schema: "public", Name: "sales"}}
 	c.Transport.Local = DefaultLocal()
 	c.Transport.Local.Dir = "/tmp/x"
 	if err := c.Validate(); err != nil {

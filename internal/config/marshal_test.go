@@ -48,7 +48,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 	c.Environment = Staging
 	c.Source.Capture, c.Source.Socket = CaptureExtension, "/run/postgresql/trellara.sock"
 	c.Source.ProtocolVersion, c.Source.Streaming, c.Source.MemoryBytesMax = 1, false, 3*MiB+1
-	c.Source.Tables = append(c.Source.Tables, TableName{"Sales", "line.items"})
+	c.Source.Tables = append(c.Source.Tables, TableName{Schema: "Sales", Name: "line.items"})
 	k := c.Transport.Kafka
 	k.Profile, k.Acks, k.Idempotent, k.ReplicationFactor, k.MinInsyncReplicas = ProfileDevelopment, AcksNone, false, 1, 1
 	k.TLS = &TLS{}

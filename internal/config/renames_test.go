@@ -17,7 +17,7 @@ func TestSchemaRenames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ColumnRename{{TableName{"public", "sales"}, "note", "remark"}, {TableName{"public", "line_items"}, "Qty", "quantity"}}
+	want := []ColumnRename{{TableName{Schema: "public", Name: "sales"}, "note", "remark"}, {TableName{Schema: "public", Name: "line_items"}, "Qty", "quantity"}}
 	if !reflect.DeepEqual(c.Schema.Renames, want) {
 		t.Fatalf("renames = %+v, want %+v", c.Schema.Renames, want)
 	}
@@ -75,7 +75,7 @@ func TestSchemaRenames(t *testing.T) {
 
 	// RenamesYAML writes the section a message tells the user to add: in
 	// place of the file's schema section, it reads back as the renames.
-	odd := []ColumnRename{{TableName{"public", "Sales"}, "it's: x", "y"}}
+	odd := []ColumnRename{{TableName{Schema: "public", Name: "Sales"}, "it's: x", "y"}}
 	text := RenamesYAML(odd)
 	if !strings.HasPrefix(text, "schema:\n  renames:\n    - table: ") {
 		t.Fatalf("RenamesYAML:\n%s", text)

@@ -8,13 +8,13 @@ import (
 
 func TestParseTableName(t *testing.T) {
 	ok := map[string]TableName{
-		"public.sales":        {"public", "sales"},
-		"Public.Sales":        {"public", "sales"},
-		`"Public"."Sales"`:    {"Public", "Sales"},
-		`public."line.items"`: {"public", "line.items"},
-		`public."a""b"`:       {"public", `a"b`},
-		"s1.t$2":              {"s1", "t$2"},
-		`"my schema".t`:       {"my schema", "t"},
+		"public.sales":        {Schema: "public", Name: "sales"},
+		"Public.Sales":        {Schema: "public", Name: "sales"},
+		`"Public"."Sales"`:    {Schema: "Public", Name: "Sales"},
+		`public."line.items"`: {Schema: "public", Name: "line.items"},
+		`public."a""b"`:       {Schema: "public", Name: `a"b`},
+		"s1.t$2":              {Schema: "s1", Name: "t$2"},
+		`"my schema".t`:       {Schema: "my schema", Name: "t"},
 	}
 	for in, want := range ok {
 		got, err := ParseTableName(in)
@@ -32,7 +32,7 @@ func TestParseTableName(t *testing.T) {
 			t.Errorf("ParseTableName(%q) = %v, want error", in, got)
 		}
 	}
-	if got := (TableName{"public", "Sales"}).String(); got != `public."Sales"` {
+	if got := (TableName{Schema: "public", Name: "Sales"}).String(); got != `public."Sales"` {
 		t.Errorf("String = %s", got)
 	}
 }

@@ -30,7 +30,7 @@ type kafkaBroker struct {
 }
 
 func newKafkaBroker(f *Flow) (Broker, error) {
-	return &kafkaBroker{f: f, cfg: kafka.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Kafka: f.Cfg.Transport.Kafka, ConfigPath: f.ConfigPath, Logger: f.Logger}}, nil
+	return &kafkaBroker{f: f, cfg: kafka.Config{Flow: f.Cfg.Flow, SourceID: f.Cfg.Source.ID, Kafka: kafkaOptions(f.Cfg.Transport.Kafka), ConfigPath: f.ConfigPath, Logger: f.Logger}}, nil
 }
 
 // checkTopic runs kafka.CheckTopic once: it creates the topic if needed,
@@ -115,7 +115,7 @@ func (b *kafkaBroker) Status(ctx context.Context, sinks []config.Sink) (*BrokerS
 func (b *kafkaBroker) Remove(ctx context.Context) error { return kafka.Remove(ctx, b.cfg) }
 
 func (b *kafkaBroker) Describe() string {
-	k := b.cfg.Kafka
+	k := b.f.Cfg.Transport.Kafka
 	if k.Mode == config.ModePartitioned {
 		return fmt.Sprintf("kafka topic %s (partitioned mode: manifests on partition 0, rows on partitions 1-%d) on %d broker(s), profile %s", k.Topic, k.Partitions, len(k.Brokers), k.Profile)
 	}

@@ -30,8 +30,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-
-	"github.com/trellara/trellara/internal/config"
 )
 
 // Partition is the one partition a strict-mode flow writes and reads.
@@ -58,7 +56,7 @@ const (
 type Config struct {
 	Flow     string
 	SourceID string
-	Kafka    *config.Kafka
+	Kafka    *Options
 	// ConfigPath is named in errors' fixes.
 	ConfigPath string
 	// Logger receives the reader's warnings (a unit held at the manifest
@@ -90,17 +88,17 @@ func clientOpts(c Config) ([]kgo.Opt, error) {
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	if s := k.SASL; s != nil {
-		pw, err := s.Password.Resolve()
+		pw, err := s.password()
 		if err != nil {
 			return nil, fmt.Errorf("kafka: flow %q: transport.kafka.sasl.password: %w", c.Flow, err)
 		}
 		switch s.Mechanism {
-		case config.SASLScramSHA256:
-			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw.Reveal()}.AsSha256Mechanism()))
-		case config.SASLScramSHA512:
-			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw.Reveal()}.AsSha512Mechanism()))
-		case config.SASLPlain:
-			opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: pw.Reveal()}.AsMechanism()))
+		case SASLScramSHA256:
+			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha256Mechanism()))
+		case SASLScramSHA512:
+			opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: pw}.AsSha512Mechanism()))
+		case SASLPlain:
+			opts = append(opts, kgo.SASL(plain.Auth{User: s.Username, Pass: pw}.AsMechanism()))
 		default:
 			return nil, fmt.Errorf("kafka: flow %q: SASL mechanism %q is not supported; fix: set transport.kafka.sasl.mechanism to SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN", c.Flow, s.Mechanism)
 		}
@@ -108,7 +106,7 @@ func clientOpts(c Config) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-func tlsConfig(t *config.TLS) (*tls.Config, error) {
+func tlsConfig(t *TLS) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)

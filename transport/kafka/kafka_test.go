@@ -18,7 +18,6 @@ import (
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/envelope/envelopetest"
-	"github.com/trellara/trellara/internal/config"
 )
 
 // cluster starts a three-broker kfake cluster.
@@ -33,7 +32,7 @@ func cluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 }
 
 func testConfig(c *kfake.Cluster) Config {
-	k := config.DefaultKafka()
+	k := DefaultOptions()
 	k.Brokers = c.ListenAddrs()
 	k.Topic = "trellara.sales"
 	k.ConsumerGroup = "trellara.sales"

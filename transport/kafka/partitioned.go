@@ -6,7 +6,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
@@ -42,7 +41,7 @@ const (
 const ManifestPartition int32 = 0
 
 // partitioned reports whether the flow runs in partitioned mode.
-func (c Config) partitioned() bool { return c.Kafka.Mode == config.ModePartitioned }
+func (c Config) partitioned() bool { return c.Kafka.Mode == ModePartitioned }
 
 // topicPartitions is how many partitions the flow's topic must have.
 func (c Config) topicPartitions() int {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
@@ -28,7 +27,7 @@ const testPartitions = 3
 func partitionedSetup(t *testing.T, c *kfake.Cluster) (Config, *Producer) {
 	t.Helper()
 	cfg := testConfig(c)
-	cfg.Kafka.Mode, cfg.Kafka.Partitions = config.ModePartitioned, testPartitions
+	cfg.Kafka.Mode, cfg.Kafka.Partitions = ModePartitioned, testPartitions
 	if _, err := CheckTopic(testCtx(t), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +143,7 @@ func TestPartitionedRoundTrip(t *testing.T) {
 		t.Fatalf("strict CheckTopic on a %d-partition topic: %v", testPartitions+1, err)
 	}
 	other := testConfig(c)
-	other.Kafka.Mode, other.Kafka.Partitions = config.ModePartitioned, 5
+	other.Kafka.Mode, other.Kafka.Partitions = ModePartitioned, 5
 	if _, err := CheckTopic(ctx, other); err == nil || !strings.Contains(err.Error(), "needs 6") {
 		t.Fatalf("CheckTopic with partitions 5 on a 4-partition topic: %v", err)
 	}
@@ -298,7 +297,7 @@ func TestManifestBeforeChunks(t *testing.T) {
 func TestProduceRequestTimeout(t *testing.T) {
 	c := cluster(t)
 	cfg := testConfig(c)
-	cfg.Kafka.Mode, cfg.Kafka.Partitions = config.ModePartitioned, testPartitions
+	cfg.Kafka.Mode, cfg.Kafka.Partitions = ModePartitioned, testPartitions
 	cfg.extra = append(cfg.extra, kgo.ProduceRequestTimeout(time.Second), kgo.RequestTimeoutOverhead(500*time.Millisecond))
 	ctx := testCtx(t)
 	if _, err := CheckTopic(ctx, cfg); err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
-	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/transport/kafka/manifest"
 )
 
@@ -53,11 +52,11 @@ func NewProducer(c Config) (*Producer, error) {
 		kgo.ProducerLinger(0),
 	)
 	switch {
-	case k.Acks == config.AcksAll && k.Idempotent:
+	case k.Acks == AcksAll && k.Idempotent:
 		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
-	case k.Acks == config.AcksAll:
+	case k.Acks == AcksAll:
 		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()), kgo.DisableIdempotentWrite())
-	case k.Acks == config.AcksLeader:
+	case k.Acks == AcksLeader:
 		opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()), kgo.DisableIdempotentWrite())
 	default:
 		opts = append(opts, kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())

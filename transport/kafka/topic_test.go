@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/trellara/trellara/internal/config"
 )
 
 // TestJudgeTopic: each rule of the live topic check, alone.
@@ -34,7 +32,7 @@ func TestJudgeTopic(t *testing.T) {
 		m[k] = v
 		return m
 	}
-	cfg := Config{Flow: "sales", Kafka: &config.Kafka{Topic: "trellara.sales", ReplicationFactor: 3, MinInsyncReplicas: 2}}
+	cfg := Config{Flow: "sales", Kafka: &Options{Topic: "trellara.sales", ReplicationFactor: 3, MinInsyncReplicas: 2}}
 	tests := []struct {
 		name       string
 		partitions int
@@ -118,9 +116,9 @@ func TestSCRAMOverTLS(t *testing.T) {
 		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{serverCert}}))
 	cfg := testConfig(c)
 	t.Setenv("TRELLARA_TEST_KAFKA_PASSWORD", "s3cret-pw")
-	cfg.Kafka.TLS = &config.TLS{CAFile: caFile}
-	cfg.Kafka.SASL = &config.SASL{Mechanism: config.SASLScramSHA512, Username: "trellara",
-		Password: config.SecretRef{Env: "TRELLARA_TEST_KAFKA_PASSWORD"}}
+	cfg.Kafka.TLS = &TLS{CAFile: caFile}
+	cfg.Kafka.SASL = &SASL{Mechanism: SASLScramSHA512, Username: "trellara",
+		PasswordFunc: func() (string, error) { return os.Getenv("TRELLARA_TEST_KAFKA_PASSWORD"), nil }}
 	ctx := testCtx(t)
 	if _, err := CheckTopic(ctx, cfg); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,124 @@
+package importrules
+
+import (
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/trellara/trellara/"
+
+// dataPath are the package patterns of the data path (the same list as
+// the session hook's: .../shared/hooks/before-stop).
+var dataPath = []string{"./capture", "./relay/...", "./sidecar", "./segmentlog/...", "./transport/...", "./apply", "./consumer/..."}
+
+// forbidden are what no data-path package may depend on.
+var forbidden = []string{"internal/config", "internal/cli", "internal/flow"}
+
+// envelopeMay is all envelope may depend on inside the module.
+var envelopeMay = []string{"envelope/envelopepb", "lsn"}
+
+type graph map[string][]string // package (module-relative) → its imports
+
+func goList(t *testing.T, tags string, args ...string) string {
+	t.Helper()
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	cmd := exec.Command("go", append([]string{"list", "-tags=" + tags}, args...)...)
+	cmd.Dir = strings.TrimSpace(string(root))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -tags=%q %s: %v\n%s", tags, strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// load returns the roots the patterns name and the import graph of
+// everything they depend on, module packages only.
+func load(t *testing.T, tags string, patterns ...string) ([]string, graph) {
+	t.Helper()
+	var roots []string
+	for _, l := range strings.Fields(goList(t, tags, append([]string{"-f", "{{.ImportPath}}"}, patterns...)...)) {
+		roots = append(roots, strings.TrimPrefix(l, module))
+	}
+	g := graph{}
+	out := goList(t, tags, append([]string{"-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}"}, patterns...)...)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], module) {
+			continue
+		}
+		var imps []string
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, module) {
+				imps = append(imps, strings.TrimPrefix(imp, module))
+			}
+		}
+		g[strings.TrimPrefix(f[0], module)] = imps
+	}
+	return roots, g
+}
+
+// path is the import chain from root to the first package bad accepts
+// (breadth first: the shortest), or nil.
+func (g graph) path(root string, bad func(string) bool) []string {
+	prev := map[string]string{root: ""}
+	queue := []string{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, imp := range g[p] {
+			if _, seen := prev[imp]; seen {
+				continue
+			}
+			prev[imp] = p
+			if bad(imp) {
+				chain := []string{imp}
+				for q := p; q != ""; q = prev[q] {
+					chain = append([]string{q}, chain...)
+				}
+				return chain
+			}
+			queue = append(queue, imp)
+		}
+	}
+	return nil
+}
+
+func TestImportRules(t *testing.T) {
+	for _, tags := range []string{"", "full"} {
+		t.Run("tags="+tags, func(t *testing.T) {
+			roots, g := load(t, tags, append(slices.Clone(dataPath), "./envelope")...)
+			if len(roots) < len(dataPath) {
+				t.Fatalf("go list named %d packages for %d patterns: %v", len(roots), len(dataPath), roots)
+			}
+			for _, p := range []string{"apply", "envelope"} {
+				if _, ok := g[p]; !ok {
+					t.Fatalf("go list -deps did not list %s", p)
+				}
+			}
+			for _, r := range roots {
+				if r == "envelope" {
+					continue
+				}
+				if c := g.path(r, func(p string) bool { return slices.Contains(forbidden, p) }); c != nil {
+					t.Errorf("%s depends on %s (the data path takes its own Options; only internal/flow maps config into them): %s",
+						r, c[len(c)-1], strings.Join(c, " → "))
+				}
+			}
+			if c := g.path("apply", func(p string) bool { return p == "capture" }); c != nil {
+				t.Errorf("apply depends on capture (they meet only in envelope and transport): %s", strings.Join(c, " → "))
+			}
+			if c := g.path("envelope", func(p string) bool { return !slices.Contains(envelopeMay, p) }); c != nil {
+				t.Errorf("envelope depends on %s (it may depend on nothing in the module but %s): %s",
+					c[len(c)-1], strings.Join(envelopeMay, " and "), strings.Join(c, " → "))
+			}
+		})
+	}
+}
