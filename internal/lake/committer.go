@@ -441,21 +441,62 @@ func ProbeSource(ctx context.Context, s FleetSource, wait time.Duration) Probe {
 	}
 }
 
-// CloseEpoch probes every source, commits what their logs hold, and
-// writes the epoch record after the data.
-func (c *Committer) CloseEpoch(ctx context.Context) (Epoch, error) {
+// PendingEpoch is an epoch whose probes are out. The committer keeps
+// committing rows while it is pending: a source that lags (its relay is
+// reconnecting, its slot is not confirmed) holds back only the epoch
+// record, for up to min(max_lag, 15 s), never the other sources' rows.
+type PendingEpoch struct {
+	ids    []string
+	wait   time.Duration
+	probes []Probe
+	done   chan struct{}
+}
+
+// Done is closed when every source has answered its probe (or the probe's
+// wait or ctx ran out); FinishEpoch may be called then.
+func (p *PendingEpoch) Done() <-chan struct{} { return p.done }
+
+// StartEpoch sends every source its probe, each in its own goroutine, and
+// returns at once. The probes touch nothing of the committer's but Probe
+// and the fleet's configuration, so Step may run while they are out.
+func (c *Committer) StartEpoch(ctx context.Context) *PendingEpoch {
 	ids := c.fleet.SourceIDs()
-	probes := make([]Probe, len(ids))
-	wait := min(c.fleet.Epochs.MaxLag, 15*time.Second)
-	var wg sync.WaitGroup
+	p := &PendingEpoch{ids: ids, wait: min(c.fleet.Epochs.MaxLag, 15*time.Second),
+		probes: make([]Probe, len(ids)), done: make(chan struct{})}
+	srcs := make([]FleetSource, len(ids))
 	for i, id := range ids {
+		srcs[i] = c.sources[id].src
+	}
+	var wg sync.WaitGroup
+	for i := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probes[i] = c.Probe(ctx, c.sources[id].src, wait)
+			p.probes[i] = c.Probe(ctx, srcs[i], p.wait)
 		}()
 	}
-	wg.Wait()
+	go func() {
+		wg.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// CloseEpoch is StartEpoch, the wait for its probes, and FinishEpoch: for
+// a caller that has nothing to commit meanwhile. The fleet's commit loop
+// does not call it (it keeps committing while the probes are out).
+func (c *Committer) CloseEpoch(ctx context.Context) (Epoch, error) {
+	p := c.StartEpoch(ctx)
+	<-p.Done()
+	return c.FinishEpoch(ctx, p)
+}
+
+// FinishEpoch commits what the source logs hold and then writes the epoch
+// record of pending epoch pe, after the data it claims. Call it once per
+// StartEpoch; it waits for pe.Done first.
+func (c *Committer) FinishEpoch(ctx context.Context, pe *PendingEpoch) (Epoch, error) {
+	<-pe.done
+	ids, probes, wait := pe.ids, pe.probes, pe.wait
 	// Every confirmation is in: the logs now hold every transaction before
 	// each confirmed WALPos. Commit them before anything claims them.
 	if err := c.Step(ctx); err != nil {
