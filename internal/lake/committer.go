@@ -339,7 +339,58 @@ type Probe struct {
 	Err       string
 }
 
-// ProbeSource reads the source's WAL insert position and waits up to wait
+// ProbePosition is the WAL position an epoch probe waits for: the insert
+// position, made flushed. The walsender decodes only flushed WAL, and WAL
+// that no commit flushes (heap pruning by a read-only transaction, for
+// one) can stay unflushed until the next commit or the background
+// writer's snapshot record, about 15 s later: a probe at an unflushed
+// position waits for nothing and reports an idle source lagging. The
+// flush position itself is no target: it can fall inside a record, which
+// the walsender cannot decode, so the slot is never confirmed there. When
+// the flush is behind, the probe commits an empty transaction with an xid
+// (synchronous_commit local): the WAL writer flushes its commit record,
+// and every record before it, within 3 × wal_writer_delay.
+func ProbePosition(ctx context.Context, conn *pgx.Conn) (uint64, error) {
+	var ins, fl uint64
+	if err := conn.QueryRow(ctx, "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint, (pg_current_wal_flush_lsn() - '0/0')::bigint").Scan(&ins, &fl); err != nil {
+		return 0, fmt.Errorf("probe: read the WAL insert and flush positions: %w", err)
+	}
+	if fl >= ins {
+		return ins, nil
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("probe: flush WAL through %s: %w", fmtLSN(ins), err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = local"); err != nil {
+		return 0, fmt.Errorf("probe: flush WAL through %s: %w", fmtLSN(ins), err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		return 0, fmt.Errorf("probe: flush WAL through %s: %w", fmtLSN(ins), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("probe: flush WAL through %s: commit: %w", fmtLSN(ins), err)
+	}
+	// A commit that wrote no WAL but its own record is flushed by the WAL
+	// writer (within 3 × wal_writer_delay), not by the committer.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if err := conn.QueryRow(ctx, "SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint").Scan(&fl); err != nil {
+			return 0, fmt.Errorf("probe: read the WAL flush position (insert at %s): %w", fmtLSN(ins), err)
+		}
+		if fl >= ins || time.Now().After(deadline) {
+			return ins, nil
+		}
+		select {
+		case <-ctx.Done():
+			return ins, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ProbeSource reads the source's WAL position (ProbePosition) and waits up to wait
 // for the flow's slot to be confirmed at or past it.
 func ProbeSource(ctx context.Context, s FleetSource, wait time.Duration) Probe {
 	sec, err := s.Flow.Source.DatabaseURL.Resolve()
@@ -354,8 +405,8 @@ func ProbeSource(ctx context.Context, s FleetSource, wait time.Duration) Probe {
 		return Probe{Err: scrubText(err, url)}
 	}
 	defer conn.Close(context.Background())
-	var w uint64
-	if err := conn.QueryRow(cctx, "SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint").Scan(&w); err != nil {
+	w, err := ProbePosition(cctx, conn)
+	if err != nil {
 		return Probe{Err: scrubText(err, url)}
 	}
 	p := Probe{Reachable: true, WALPos: w}
@@ -390,21 +441,62 @@ func ProbeSource(ctx context.Context, s FleetSource, wait time.Duration) Probe {
 	}
 }
 
-// CloseEpoch probes every source, commits what their logs hold, and
-// writes the epoch record after the data.
-func (c *Committer) CloseEpoch(ctx context.Context) (Epoch, error) {
+// PendingEpoch is an epoch whose probes are out. The committer keeps
+// committing rows while it is pending: a source that lags (its relay is
+// reconnecting, its slot is not confirmed) holds back only the epoch
+// record, for up to min(max_lag, 15 s), never the other sources' rows.
+type PendingEpoch struct {
+	ids    []string
+	wait   time.Duration
+	probes []Probe
+	done   chan struct{}
+}
+
+// Done is closed when every source has answered its probe (or the probe's
+// wait or ctx ran out); FinishEpoch may be called then.
+func (p *PendingEpoch) Done() <-chan struct{} { return p.done }
+
+// StartEpoch sends every source its probe, each in its own goroutine, and
+// returns at once. The probes touch nothing of the committer's but Probe
+// and the fleet's configuration, so Step may run while they are out.
+func (c *Committer) StartEpoch(ctx context.Context) *PendingEpoch {
 	ids := c.fleet.SourceIDs()
-	probes := make([]Probe, len(ids))
-	wait := min(c.fleet.Epochs.MaxLag, 15*time.Second)
-	var wg sync.WaitGroup
+	p := &PendingEpoch{ids: ids, wait: min(c.fleet.Epochs.MaxLag, 15*time.Second),
+		probes: make([]Probe, len(ids)), done: make(chan struct{})}
+	srcs := make([]FleetSource, len(ids))
 	for i, id := range ids {
+		srcs[i] = c.sources[id].src
+	}
+	var wg sync.WaitGroup
+	for i := range ids {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			probes[i] = c.Probe(ctx, c.sources[id].src, wait)
+			p.probes[i] = c.Probe(ctx, srcs[i], p.wait)
 		}()
 	}
-	wg.Wait()
+	go func() {
+		wg.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// CloseEpoch is StartEpoch, the wait for its probes, and FinishEpoch: for
+// a caller that has nothing to commit meanwhile. The fleet's commit loop
+// does not call it (it keeps committing while the probes are out).
+func (c *Committer) CloseEpoch(ctx context.Context) (Epoch, error) {
+	p := c.StartEpoch(ctx)
+	<-p.Done()
+	return c.FinishEpoch(ctx, p)
+}
+
+// FinishEpoch commits what the source logs hold and then writes the epoch
+// record of pending epoch pe, after the data it claims. Call it once per
+// StartEpoch; it waits for pe.Done first.
+func (c *Committer) FinishEpoch(ctx context.Context, pe *PendingEpoch) (Epoch, error) {
+	<-pe.done
+	ids, probes, wait := pe.ids, pe.probes, pe.wait
 	// Every confirmation is in: the logs now hold every transaction before
 	// each confirmed WALPos. Commit them before anything claims them.
 	if err := c.Step(ctx); err != nil {

@@ -114,8 +114,8 @@ func restart(ctx context.Context, log *slog.Logger, what string, body func(conte
 	return nil
 }
 
-// commitLoop is one life of the lake committer: a batch every
-// run.commit_every, an epoch every epochs.close_interval.
+// commitLoop is one life of the lake committer: it opens the lake and the
+// committer and runs the committer's loop.
 func commitLoop(ctx context.Context, f *Fleet, log *slog.Logger, h *obs.Health, m *lakeMetrics) error {
 	h.Set("opening the catalog", false, nil)
 	l, err := Open(ctx, f.Lake)
@@ -130,11 +130,26 @@ func commitLoop(ctx context.Context, f *Fleet, log *slog.Logger, h *obs.Health, 
 		return err
 	}
 	defer c.Close()
+	return c.loop(ctx, h, m)
+}
+
+// loop commits a batch every run.commit_every and starts an epoch every
+// epochs.close_interval. An epoch's probes run while the loop goes on
+// committing: a lagging source, whose probe waits up to min(max_lag,
+// 15 s) for its slot, delays only the epoch record, never the rows of the
+// sources that keep up. One epoch is pending at a time; a close tick
+// while one is pending is skipped.
+func (c *Committer) loop(ctx context.Context, h *obs.Health, m *lakeMetrics) error {
+	// The probes of a pending epoch end with this life of the loop.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	h.Set("committing", true, nil)
-	commit := time.NewTicker(f.Run.CommitEvery)
+	commit := time.NewTicker(c.fleet.Run.CommitEvery)
 	defer commit.Stop()
-	epoch := time.NewTicker(f.Epochs.CloseInterval)
+	epoch := time.NewTicker(c.fleet.Epochs.CloseInterval)
 	defer epoch.Stop()
+	var pending *PendingEpoch
+	var probed <-chan struct{} // pending's Done; nil (never ready) with none
 	for {
 		select {
 		case <-ctx.Done():
@@ -145,7 +160,16 @@ func commitLoop(ctx context.Context, f *Fleet, log *slog.Logger, h *obs.Health, 
 				return err
 			}
 		case <-epoch.C:
-			e, err := c.CloseEpoch(ctx)
+			if pending != nil {
+				c.log.Debug("lake: epoch close skipped: the previous epoch's probes are still out")
+				continue
+			}
+			pending = c.StartEpoch(ctx)
+			probed = pending.Done()
+			continue
+		case <-probed:
+			e, err := c.FinishEpoch(ctx, pending)
+			pending, probed = nil, nil
 			if err != nil {
 				h.Set("epoch failed", false, err)
 				return err
