@@ -43,13 +43,10 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	if err != nil {
 		return fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
 	}
-	if !info.IncludeMessages {
-		// Fences are transactional messages: without them run and verify
-		// could never prove the target caught up, and the log would differ
-		// from the pgoutput path's (which always carries messages).
-		return fmt.Errorf("flow %s: the extension does not forward logical messages, which Trellara's fences need; "+
-			"fix: ALTER SYSTEM SET trellara.include_messages = on and restart the server", f.Cfg.Flow)
-	}
+	// Fences and reseed watermarks are transactional messages with the
+	// prefix trellara.: the extension forwards those whatever
+	// trellara.include_messages says (that setting governs only other
+	// prefixes), so it is informational here.
 	if info.SocketPath != src.Socket {
 		f.Logger.Warn("source.socket differs from the server's trellara.socket_path", "flow", f.Cfg.Flow,
 			"socket", src.Socket, "server_socket", info.SocketPath)
