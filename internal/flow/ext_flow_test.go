@@ -103,7 +103,16 @@ func TestExtensionFencesWithoutIncludeMessages(t *testing.T) {
 	as := serverUser(t, src)
 	bin := as.copyBin(t, trellaraBin(t))
 	dir := as.tempDir(t)
-	cfg := extFlowConfig(t, as, dir, src, target, "  owns_slot: true\n")
+	// An extension flow on an empty log refuses, printing the recipe
+	// this test then follows.
+	cfg := extFlowConfig(t, as, dir, src, target, fmt.Sprintf("  capture: extension\n  socket: %s\n", sock))
+	refusal, err := as.command(bin, "run", "--config", cfg, "--local").CombinedOutput()
+	_, drop, found := strings.Cut(string(refusal), "5. on the source: ")
+	drop, _, _ = strings.Cut(drop, "   (")
+	if err == nil || !found || !strings.Contains(string(refusal), "1. in "+cfg+" set source.capture: pgoutput and source.owns_slot: true") {
+		t.Fatalf("run --local of an extension flow on an empty log (%v): want the snapshot recipe\n%s", err, refusal)
+	}
+	extFlowConfig(t, as, dir, src, target, "  owns_slot: true\n")
 	if out, err := as.command(bin, "run", "--config", cfg, "--local").CombinedOutput(); err != nil {
 		t.Fatalf("first run (snapshot on the pgoutput path): %v\n%s", err, out)
 	}
@@ -120,6 +129,19 @@ func TestExtensionFencesWithoutIncludeMessages(t *testing.T) {
 	stop.Stop()
 	if err != nil || !strings.Contains(string(out), "CONVERGED") {
 		t.Fatalf("run --local --verify on capture: extension with trellara.include_messages off: %v\n%s", err, out)
+	}
+	// Step 5: the pgoutput slot and publication go; the flow runs on.
+	src.Exec(t, strings.Split(strings.TrimSuffix(drop, ";"), "; ")...)
+	t.Logf("the refusal on an empty log:\n%s", refusal)
+	sc := src.Connect(context.Background())
+	var left int
+	if err := sc.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE plugin = 'pgoutput') + (SELECT count(*) FROM pg_publication)`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("after step 5 (%s): %d pgoutput slots and publications left (%v)", drop, left, err)
+	}
+	sc.Close(context.Background())
+	src.Exec(t, `UPDATE u SET n = n + 1 WHERE id = 1`)
+	if out, err := as.command(bin, "run", "--config", cfg, "--local", "--verify").CombinedOutput(); err != nil || !strings.Contains(string(out), "CONVERGED") {
+		t.Fatalf("run --local --verify after dropping the pgoutput slot and publication (%s): %v\n%s", drop, err, out)
 	}
 	var n int
 	ctx := context.Background()
