@@ -823,6 +823,8 @@ trellara_truncate(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 	MemoryContextReset(data->context);
 }
 
+#define TRELLARA_OWN_PREFIX "trellara."
+
 static void
 trellara_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 				 XLogRecPtr message_lsn, bool transactional,
@@ -830,7 +832,16 @@ trellara_message(LogicalDecodingContext *ctx, ReorderBufferTXN *txn,
 {
 	TrellaraDecodingData *data = ctx->output_plugin_private;
 
-	if (!data->include_messages || !transactional)
+	/*
+	 * Trellara's own messages (the flow's fence and reseed watermarks, all
+	 * prefixed "trellara.") are always forwarded: without them a reseed or
+	 * a fence could never complete on this path.  include_messages governs
+	 * only other prefixes.
+	 */
+	if (!transactional)
+		return;
+	if (!data->include_messages &&
+		strncmp(prefix, TRELLARA_OWN_PREFIX, strlen(TRELLARA_OWN_PREFIX)) != 0)
 		return;
 
 	ensure_begin(ctx, txn);

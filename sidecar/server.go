@@ -15,9 +15,12 @@ import (
 type ServerInfo struct {
 	// SocketPath is trellara.socket_path, or <data_directory>/trellara.sock
 	// when that is empty (the extension's default).
-	SocketPath      string
-	SlotName        string
-	Database        string
+	SocketPath string
+	SlotName   string
+	Database   string
+	// IncludeMessages is trellara.include_messages: informational only, as
+	// the extension forwards Trellara's own messages (prefix trellara.:
+	// fences, reseed watermarks) whatever it says; it governs other prefixes.
 	IncludeMessages bool
 	SlotExists      bool
 	SlotConfirmed   uint64

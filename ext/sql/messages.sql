@@ -1,4 +1,4 @@
--- Transactional logical messages are frames when include_messages is on;
+-- Transactional logical messages are frames when include_messages is on (Trellara's own "trellara." prefixes always);
 -- non-transactional ones never are (they belong to no committed transaction).
 CREATE TABLE m (id int PRIMARY KEY);
 SELECT 'init' FROM pg_create_logical_replication_slot('messages_slot', 'trellara');
@@ -10,6 +10,9 @@ COMMIT;
 SELECT 'msg' FROM pg_logical_emit_message(false, 'trellara-test', 'not transactional');
 SELECT 'msg' FROM pg_logical_emit_message(true, 'trellara-test', 'alone in its transaction');
 SELECT 'msg' FROM pg_logical_emit_message(true, 'bin', '\x00ff'::bytea);
+-- Trellara's own prefixes (fence, reseed) are forwarded even with include_messages off
+SELECT 'msg' FROM pg_logical_emit_message(true, 'trellara.reseed', 'watermark');
+SELECT 'msg' FROM pg_logical_emit_message(true, 'trellara.fence', 'fence');
 
 SELECT trellara_frame_text(data, true) FROM pg_logical_slot_peek_binary_changes('messages_slot', NULL, NULL);
 SELECT trellara_frame_text(data, true) FROM pg_logical_slot_peek_binary_changes('messages_slot', NULL, NULL, 'include_messages', 'true');

@@ -26,6 +26,7 @@ import (
 	"github.com/trellara/trellara/internal/obs"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
+	"github.com/trellara/trellara/sidecar"
 )
 
 // signalContext ends on SIGINT/SIGTERM: a bounded run stops cleanly, with
@@ -120,12 +121,21 @@ func initCommand() *cli.Command {
 			&cli.StringFlag{Name: "output", Aliases: []string{"config"}, Usage: "config path to write", Value: "trellara.yml"},
 			&cli.StringFlag{Name: "relay-listen", Usage: "the relay's health and metrics address (default: 127.0.0.1:9401, or the first pair 10 ports up that no config beside the output names and nothing listens on)"},
 			&cli.StringFlag{Name: "applier-listen", Usage: "the applier's health and metrics address (default: the relay's port + 1)"},
+			&cli.StringFlag{Name: "capture", Usage: "pgoutput (a logical slot read by the relay) or extension (the trellara extension's decoder and socket; self-managed servers)", Value: "pgoutput"},
+			&cli.StringFlag{Name: "socket", Usage: "with --capture extension: the extension's socket path (default: the server's trellara.socket_path, read from the source when it is reachable)"},
 			formatFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			format, err := outputFormat(c)
 			if err != nil {
 				return err
+			}
+			capture := config.Capture(c.String("capture"))
+			if capture != config.CapturePgoutput && capture != config.CaptureExtension {
+				return usageError("init: --capture must be pgoutput or extension, not %q", c.String("capture"))
+			}
+			if c.String("socket") != "" && capture != config.CaptureExtension {
+				return usageError("init: --socket is only used with --capture extension")
 			}
 			evaluate := c.Bool("evaluate")
 			// env: the variables a non-evaluation config references, each
@@ -187,6 +197,15 @@ func initCommand() *cli.Command {
 			})
 			if err != nil {
 				return failure(err)
+			}
+			if capture == config.CaptureExtension {
+				sock, err := initSocket(c.Context, srcURL, c.String("socket"))
+				if err != nil {
+					return err
+				}
+				// The extension's decoder owns its slot and the flow has
+				// no publication of its own.
+				cfg.Source.Capture, cfg.Source.Socket, cfg.Source.OwnsSlot = config.CaptureExtension, sock, false
 			}
 			if err := config.CreateFile(out, cfg); err != nil {
 				return failure(err)
@@ -308,6 +327,32 @@ func evaluationTargetHint(srcURL, database string) []string {
 // checkTablesExist refuses tables the source lacks (or that are not
 // tables). A source that cannot be reached is not a refusal: init may run
 // before the database does; check and preflight will say.
+// initSocket is init's source.socket for --capture extension: the flag,
+// else the server's trellara.socket_path when the source is reachable.
+func initSocket(ctx context.Context, url, flag string) (string, error) {
+	if flag != "" {
+		if !filepath.IsAbs(flag) {
+			return "", usageError("init: --socket %s must be an absolute path", flag)
+		}
+		return flag, nil
+	}
+	if url != "" {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, url); err == nil {
+			defer conn.Close(context.Background())
+			info, err := sidecar.CheckServer(ctx, conn)
+			if info.SocketPath != "" {
+				return info.SocketPath, nil
+			}
+			if err != nil {
+				return "", failure(fmt.Errorf("init: %w", err))
+			}
+		}
+	}
+	return "", usageError("init: name the extension's socket with --socket PATH (the source is not reachable to read trellara.socket_path; the default is <data_directory>/trellara.sock)")
+}
+
 func checkTablesExist(ctx context.Context, url string, tables []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -156,7 +156,7 @@ func newExtTarget(b *testing.B, as osUser, bin string, src *pgtest.Cluster, flow
 // setSource appends settings to the source's postgresql.conf (later lines
 // override earlier ones; ALTER SYSTEM refuses trellara.* before the
 // library is loaded) and restarts it.
-func setSource(b *testing.B, src *pgtest.Cluster, conf map[string]string) {
+func setSource(b testing.TB, src *pgtest.Cluster, conf map[string]string) {
 	b.Helper()
 	f, err := os.OpenFile(filepath.Join(src.DataDir(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -216,7 +216,7 @@ type osUser struct {
 	cred     *syscall.Credential // nil: this process's own user
 }
 
-func serverUser(b *testing.B, src *pgtest.Cluster) osUser {
+func serverUser(b testing.TB, src *pgtest.Cluster) osUser {
 	b.Helper()
 	st, err := os.Stat(src.DataDir())
 	if err != nil {
@@ -231,7 +231,7 @@ func serverUser(b *testing.B, src *pgtest.Cluster) osUser {
 }
 
 // tempDir is a directory of u's, removed after the benchmark.
-func (u osUser) tempDir(b *testing.B) string {
+func (u osUser) tempDir(b testing.TB) string {
 	b.Helper()
 	dir, err := os.MkdirTemp("", "trellara-bench-ext-")
 	if err != nil {
@@ -245,7 +245,7 @@ func (u osUser) tempDir(b *testing.B) string {
 	return dir
 }
 
-func (u osUser) chown(b *testing.B, path string) {
+func (u osUser) chown(b testing.TB, path string) {
 	b.Helper()
 	if u.cred != nil {
 		if err := os.Chown(path, u.uid, u.gid); err != nil {
@@ -256,7 +256,7 @@ func (u osUser) chown(b *testing.B, path string) {
 
 // copyBin copies the trellara binary where u can run it (a test's
 // temporary directories are not).
-func (u osUser) copyBin(b *testing.B, bin string) string {
+func (u osUser) copyBin(b testing.TB, bin string) string {
 	b.Helper()
 	in, err := os.Open(bin)
 	if err != nil {

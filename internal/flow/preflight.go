@@ -99,26 +99,29 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		add(c)
 	}
 
-	si, err := relay.LookupSlot(ctx, src, f.Cfg.Source.Slot)
-	switch {
-	case err != nil:
-		add(Check{Name: "slot", Detail: err.Error()})
-	case si.Exists && si.Plugin != "pgoutput":
-		add(Check{Name: "slot", Detail: fmt.Sprintf("%s uses plugin %s", f.Cfg.Source.Slot, si.Plugin),
-			Fix: fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s')) or configure another source.slot", f.Cfg.Source.Slot)})
-	case si.Exists:
-		add(Check{Name: "slot", OK: true, Detail: fmt.Sprintf("%s exists (confirmed %s, wal_status %s)", f.Cfg.Source.Slot, lsn.Format(si.ConfirmedFlush), si.WALStatus)})
-	case f.Cfg.Source.OwnsSlot:
-		var free int
-		_ = src.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int - count(*) FROM pg_replication_slots`).Scan(&free)
-		c := Check{Name: "slot", OK: free > 0, Detail: fmt.Sprintf("%s will be created on first run (%d slots free)", f.Cfg.Source.Slot, free)}
-		if free <= 0 {
-			c.Fix = "raise max_replication_slots (restart required) or drop an unused slot"
+	extension := f.Cfg.Source.Capture == config.CaptureExtension
+	if !extension {
+		si, err := relay.LookupSlot(ctx, src, f.Cfg.Source.Slot)
+		switch {
+		case err != nil:
+			add(Check{Name: "slot", Detail: err.Error()})
+		case si.Exists && si.Plugin != "pgoutput":
+			add(Check{Name: "slot", Detail: fmt.Sprintf("%s uses plugin %s", f.Cfg.Source.Slot, si.Plugin),
+				Fix: fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s')) or configure another source.slot", f.Cfg.Source.Slot)})
+		case si.Exists:
+			add(Check{Name: "slot", OK: true, Detail: fmt.Sprintf("%s exists (confirmed %s, wal_status %s)", f.Cfg.Source.Slot, lsn.Format(si.ConfirmedFlush), si.WALStatus)})
+		case f.Cfg.Source.OwnsSlot:
+			var free int
+			_ = src.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int - count(*) FROM pg_replication_slots`).Scan(&free)
+			c := Check{Name: "slot", OK: free > 0, Detail: fmt.Sprintf("%s will be created on first run (%d slots free)", f.Cfg.Source.Slot, free)}
+			if free <= 0 {
+				c.Fix = "raise max_replication_slots (restart required) or drop an unused slot"
+			}
+			add(c)
+		default:
+			add(Check{Name: "slot", Detail: f.Cfg.Source.Slot + " does not exist and source.owns_slot is false",
+				Fix: fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.owns_slot: true", f.Cfg.Source.Slot)})
 		}
-		add(c)
-	default:
-		add(Check{Name: "slot", Detail: f.Cfg.Source.Slot + " does not exist and source.owns_slot is false",
-			Fix: fmt.Sprintf("SELECT pg_create_logical_replication_slot('%s', 'pgoutput'); or set source.owns_slot: true", f.Cfg.Source.Slot)})
 	}
 
 	if err := f.resolveTables(ctx, src); err != nil {
@@ -133,34 +136,39 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 		}
 		add(c)
 	}
-	var pubExists bool
-	_ = src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, f.Cfg.Source.Publication).Scan(&pubExists)
-	switch {
-	case pubExists:
-		c := Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " exists"}
-		if len(f.Cfg.Source.Schemas) > 0 {
-			problem, fix, err := f.missingSchemas(ctx, src)
-			switch {
-			case err != nil:
+	if extension {
+		f.preflightExtension(ctx, src, add)
+	} else {
+		var pubExists bool
+		_ = src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, f.Cfg.Source.Publication).Scan(&pubExists)
+		switch {
+		case pubExists:
+			c := Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " exists"}
+			if len(f.Cfg.Source.Schemas) > 0 {
+				problem, fix, err := f.missingSchemas(ctx, src)
+				switch {
+				case err != nil:
+					c.OK, c.Detail = false, err.Error()
+				case problem != "":
+					c.OK, c.Detail, c.Fix = false, problem, fix
+				}
+			}
+			// The same rule run applies to an existing publication.
+			if err := relay.CheckViaRoot(ctx, src, f.Cfg.Source.Publication, f.Tables()); err != nil {
 				c.OK, c.Detail = false, err.Error()
-			case problem != "":
-				c.OK, c.Detail, c.Fix = false, problem, fix
+				var vr *relay.ViaRootError
+				if errors.As(err, &vr) {
+					c.Fix = vr.Fix
+				}
 			}
+			add(c)
+		case f.Cfg.Source.OwnsSlot:
+			add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " will be created on first run"})
+		default:
+			add(Check{Name: "publication", Detail: f.Cfg.Source.Publication + " does not exist",
+				Fix: f.publicationSQL()})
 		}
-		// The same rule run applies to an existing publication.
-		if err := relay.CheckViaRoot(ctx, src, f.Cfg.Source.Publication, f.Tables()); err != nil {
-			c.OK, c.Detail = false, err.Error()
-			var vr *relay.ViaRootError
-			if errors.As(err, &vr) {
-				c.Fix = vr.Fix
-			}
-		}
-		add(c)
-	case f.Cfg.Source.OwnsSlot:
-		add(Check{Name: "publication", OK: true, Detail: f.Cfg.Source.Publication + " will be created on first run"})
-	default:
-		add(Check{Name: "publication", Detail: f.Cfg.Source.Publication + " does not exist",
-			Fix: f.publicationSQL()})
+
 	}
 
 	defs, err := apply.SourceTables(ctx, src, f.Tables())

@@ -27,6 +27,7 @@ import (
 // transaction; otherwise the slot is confirmed past the log and the
 // sidecar reports a gap (relay.GapError) instead of skipping what lies
 // between. o.Session and o.Snapshot are not used.
+// (The refusal prints the whole recipe: extensionSnapshotRecipe.)
 func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	src := f.Cfg.Source
 	if src.Capture != config.CaptureExtension {
@@ -43,13 +44,10 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	if err != nil {
 		return fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
 	}
-	if !info.IncludeMessages {
-		// Fences are transactional messages: without them run and verify
-		// could never prove the target caught up, and the log would differ
-		// from the pgoutput path's (which always carries messages).
-		return fmt.Errorf("flow %s: the extension does not forward logical messages, which Trellara's fences need; "+
-			"fix: ALTER SYSTEM SET trellara.include_messages = on and restart the server", f.Cfg.Flow)
-	}
+	// Fences and reseed watermarks are transactional messages with the
+	// prefix trellara.: the extension forwards those whatever
+	// trellara.include_messages says (that setting governs only other
+	// prefixes), so it is informational here.
 	if info.SocketPath != src.Socket {
 		f.Logger.Warn("source.socket differs from the server's trellara.socket_path", "flow", f.Cfg.Flow,
 			"socket", src.Socket, "server_socket", info.SocketPath)
@@ -73,10 +71,7 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 	if res.Empty {
-		return fmt.Errorf("flow %s: the local log is empty and the extension cannot take the initial snapshot "+
-			"(its decoder owns slot %s and exports no snapshot). Run the flow once with source.capture: pgoutput and source.owns_slot: true "+
-			"(%s), which creates a slot and snapshots the tables, then switch to capture: extension",
-			f.Cfg.Flow, info.SlotName, shell.Trellara("run", f.ConfigPath, "--local"))
+		return f.extensionSnapshotRecipe(info)
 	}
 	if o.Streaming != nil {
 		close(o.Streaming)
@@ -90,4 +85,30 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 		GapRecovery: shell.ResnapshotExtension(f.ConfigPath),
 		Logger:      f.Logger, Stop: o.Stop, OnFence: o.OnFence,
 	}))
+}
+
+// extensionSnapshotRecipe is CaptureExtension's refusal on an empty log:
+// the extension path takes no initial snapshot yet, so it prints, step by
+// step, the switch that does (the one TestExtensionFencesWithoutIncludeMessages
+// runs): snapshot on the pgoutput path while the decoder's slot already
+// exists, switch back, catch up and verify, then drop the pgoutput slot and
+// publication, which would otherwise hold WAL.
+func (f *Flow) extensionSnapshotRecipe(info sidecar.ServerInfo) error {
+	src := f.Cfg.Source
+	slotNote := fmt.Sprintf("the decoder's slot %s exists already, so it holds every change from before the snapshot", info.SlotName)
+	if !info.SlotExists {
+		slotNote = fmt.Sprintf("first start the decoder so that its slot %s exists before this step (trellara.database set, server restarted; "+
+			"see trellara preflight)", info.SlotName)
+	}
+	return fmt.Errorf("flow %s: the local log is empty, and an initial snapshot on the extension path is not implemented yet "+
+		"(its decoder owns slot %s and exports no snapshot); take it on the pgoutput path once, then switch back:\n"+
+		"  1. in %s set source.capture: pgoutput and source.owns_slot: true, and remove source.socket\n"+
+		"  2. %s   (creates slot %s and publication %s and copies the tables; %s)\n"+
+		"  3. in %s set source.capture: extension and source.socket: %s again, and remove source.owns_slot\n"+
+		"  4. %s   (after at least one transaction committed on the source since step 2; ends CONVERGED)\n"+
+		"  5. on the source: SELECT pg_drop_replication_slot(%s); DROP PUBLICATION %s;   (the pgoutput slot would hold WAL)",
+		f.Cfg.Flow, info.SlotName,
+		f.ConfigPath, shell.Trellara("run", f.ConfigPath, "--local"), src.Slot, src.Publication, slotNote,
+		f.ConfigPath, src.Socket, shell.Trellara("run", f.ConfigPath, "--local", "--verify"),
+		quoteLiteral(src.Slot), config.QuoteIdent(src.Publication))
 }
