@@ -1,63 +1,147 @@
 package segmentlog
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // dirWatcher waits for the writer to rename a file into the log
-// directory (a new durable end, a new segment) or remove one (retention),
-// with inotify.
+// directory (a new durable end, a new segment) or remove one (retention).
+// Every watcher of the process shares one inotify instance (the hub): the
+// kernel allows 128 instances per user by default
+// (fs.inotify.max_user_instances), and a process reading hundreds of logs
+// (the fleet's lake committer) would otherwise fall back to polling past
+// the 128th; watches are limited by max_user_watches (8192 and up) instead.
 type dirWatcher struct {
-	ino  int
-	wake int // eventfd: Close interrupts a wait
-	buf  []byte
+	wd     int
+	notify chan struct{} // buffered 1: a pending change, coalesced
+	intr   chan struct{} // closed by interrupt
+	once   sync.Once
+}
+
+// inotifyHub is the process's inotify instance and its dispatcher: a
+// goroutine that reads events and wakes the watchers of their watch
+// descriptor. Several watchers of one directory share its descriptor (the
+// kernel returns the same one for the same inode).
+type inotifyHub struct {
+	mu       sync.Mutex
+	fd       int
+	err      error
+	watchers map[int][]*dirWatcher
+}
+
+var (
+	hubOnce sync.Once
+	hub     inotifyHub
+)
+
+func sharedHub() (*inotifyHub, error) {
+	hubOnce.Do(func() {
+		hub.watchers = map[int][]*dirWatcher{}
+		hub.fd, hub.err = unix.InotifyInit1(unix.IN_CLOEXEC)
+		if hub.err == nil {
+			go hub.dispatch()
+		}
+	})
+	return &hub, hub.err
 }
 
 func newDirWatcher(dir string) (*dirWatcher, error) {
-	ino, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	h, err := sharedHub()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := unix.InotifyAddWatch(ino, dir, unix.IN_MOVED_TO|unix.IN_DELETE); err != nil {
-		_ = unix.Close(ino)
-		return nil, err
-	}
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	wd, err := unix.InotifyAddWatch(h.fd, dir, unix.IN_MOVED_TO|unix.IN_DELETE)
 	if err != nil {
-		_ = unix.Close(ino)
-		return nil, err
+		return nil, fmt.Errorf("inotify watch %s: %w", dir, err)
 	}
-	return &dirWatcher{ino: ino, wake: wake, buf: make([]byte, 64<<10)}, nil
+	w := &dirWatcher{wd: wd, notify: make(chan struct{}, 1), intr: make(chan struct{})}
+	h.watchers[wd] = append(h.watchers[wd], w)
+	return w, nil
 }
 
-// wait returns after a change, a wake-up or timeout. It drains every
-// queued event, so a burst of commits costs one refresh.
-func (w *dirWatcher) wait(timeout time.Duration) error {
-	fds := []unix.PollFd{{Fd: int32(w.ino), Events: unix.POLLIN}, {Fd: int32(w.wake), Events: unix.POLLIN}}
-	if _, err := unix.Poll(fds, int(timeout/time.Millisecond)); err != nil && !errors.Is(err, unix.EINTR) {
-		return err
-	}
+// dispatch reads the hub's events for the life of the process and wakes
+// each event's watchers. A burst of commits costs each watcher one wake-up.
+func (h *inotifyHub) dispatch() {
+	buf := make([]byte, 64<<10)
 	for {
-		if _, err := unix.Read(w.ino, w.buf); err != nil {
-			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-				return nil
+		n, err := unix.Read(h.fd, buf)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+				continue
 			}
-			return err
+			// The instance is unusable: wake everyone; their next wait
+			// reports it and they poll.
+			h.mu.Lock()
+			h.err = fmt.Errorf("inotify read: %w", err)
+			for _, ws := range h.watchers {
+				for _, w := range ws {
+					w.wake()
+				}
+			}
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Lock()
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			wd := int(int32(binary.NativeEndian.Uint32(buf[off:])))
+			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
+			for _, w := range h.watchers[wd] {
+				w.wake()
+			}
+			off += unix.SizeofInotifyEvent + nameLen
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (w *dirWatcher) wake() {
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns after a change, a wake-up or timeout.
+func (w *dirWatcher) wait(timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.notify:
+	case <-w.intr:
+	case <-t.C:
+	}
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	return hub.err
+}
+
+// interrupt wakes a wait in progress (and every later one).
+func (w *dirWatcher) interrupt() { w.once.Do(func() { close(w.intr) }) }
+
+// close removes w from the hub, and the directory's watch with its last
+// watcher.
+func (w *dirWatcher) close() {
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	ws := hub.watchers[w.wd]
+	for i, o := range ws {
+		if o == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
 		}
 	}
-}
-
-// interrupt wakes a wait in progress (and the next one).
-func (w *dirWatcher) interrupt() {
-	var one [8]byte
-	one[0] = 1
-	_, _ = unix.Write(w.wake, one[:])
-}
-
-func (w *dirWatcher) close() {
-	_ = unix.Close(w.ino)
-	_ = unix.Close(w.wake)
+	if len(ws) > 0 {
+		hub.watchers[w.wd] = ws
+		return
+	}
+	delete(hub.watchers, w.wd)
+	_, _ = unix.InotifyRmWatch(hub.fd, uint32(w.wd))
 }
