@@ -206,6 +206,12 @@ func initCommand() *cli.Command {
 				// The extension's decoder owns its slot and the flow has
 				// no publication of its own.
 				cfg.Source.Capture, cfg.Source.Socket, cfg.Source.OwnsSlot = config.CaptureExtension, sock, false
+				// The sidecar runs as the server's OS user
+				// (trellara-sidecar@.service), which may write only
+				// /var/lib/trellara-sidecar.
+				if l := cfg.Transport.Local; l != nil && !evaluate && l.Dir == "/var/lib/trellara/"+cfg.Flow {
+					l.Dir = "/var/lib/trellara-sidecar/" + cfg.Flow
+				}
 			}
 			if err := config.CreateFile(out, cfg); err != nil {
 				return failure(err)

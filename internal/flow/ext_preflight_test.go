@@ -47,8 +47,9 @@ func TestExtensionInitAndPreflight(t *testing.T) {
 	dir := t.TempDir()
 	cfg := initFlow(me, built, dir, plain, "--table", "public.t", "--socket", "/tmp/trellara-test-none.sock")
 	body, err := os.ReadFile(cfg)
-	if err != nil || !strings.Contains(string(body), "capture: extension") || !strings.Contains(string(body), "socket: /tmp/trellara-test-none.sock") {
-		t.Fatalf("init --capture extension --socket wrote (%v):\n%s", err, body)
+	if err != nil || !strings.Contains(string(body), "capture: extension") || !strings.Contains(string(body), "socket: /tmp/trellara-test-none.sock") ||
+		!strings.Contains(string(body), "dir: /var/lib/trellara-sidecar/") {
+		t.Fatalf("init --capture extension --socket wrote (%v), want the capture, the socket and a log directory the sidecar unit may write:\n%s", err, body)
 	}
 	out, err := preflight(me, built, cfg, plain)
 	if err == nil || !strings.Contains(out, "fix: ALTER SYSTEM SET shared_preload_libraries = 'trellara'; then restart the server: systemctl restart postgresql (or pg_ctl restart -D ") {
