@@ -221,8 +221,24 @@ type Handler func(ctx context.Context, u Unit) error
 // h is returned as is, with the cursor still before the unit: the next
 // run starts with it.
 func (c *Consumer) Run(ctx context.Context, h Handler) error {
+	return runLoop(ctx, c.Next, h, func(u Unit) error {
+		if c.opts.NoCommit {
+			return nil
+		}
+		return c.Commit(u)
+	})
+}
+
+// RunStream is Run for any Stream's Next and Commit: every unit to h in
+// order, each committed once h returns nil for it, until ctx is done or
+// h fails (the position then stays before the failed unit).
+func RunStream(ctx context.Context, s Stream, h Handler) error {
+	return runLoop(ctx, s.Next, h, s.Commit)
+}
+
+func runLoop(ctx context.Context, next func(context.Context) (Unit, error), h Handler, commit func(Unit) error) error {
 	for {
-		u, err := c.Next(ctx)
+		u, err := next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -232,10 +248,8 @@ func (c *Consumer) Run(ctx context.Context, h Handler) error {
 		if err := h(ctx, u); err != nil {
 			return err
 		}
-		if !c.opts.NoCommit {
-			if err := c.Commit(u); err != nil {
-				return err
-			}
+		if err := commit(u); err != nil {
+			return err
 		}
 	}
 }

@@ -123,21 +123,7 @@ func (c *Consumer) Commit(u consumer.Unit) error { return c.r.Commit(u.Offset) }
 // returns nil for, until ctx is done or h fails; an error from h is
 // returned with the position still before the unit.
 func (c *Consumer) Run(ctx context.Context, h consumer.Handler) error {
-	for {
-		u, err := c.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-		if err := h(ctx, u); err != nil {
-			return err
-		}
-		if err := c.Commit(u); err != nil {
-			return err
-		}
-	}
+	return consumer.RunStream(ctx, c, h)
 }
 
 // Close releases the consumer's clients. Nothing is committed.
