@@ -30,18 +30,7 @@ func TestProbePositionIsFlushed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	for _, q := range []string{
-		`CREATE TABLE t (id int PRIMARY KEY, v text)`,
-		`INSERT INTO t SELECT g, repeat('x', 40) FROM generate_series(1, 2000) g`,
-		`SELECT count(*) FROM t`,
-		`CHECKPOINT`,
-		`DELETE FROM t WHERE id IN (10, 500, 1000, 1500)`,
-		`CHECKPOINT`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	pruningSetup(ctx, t, conn)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		t.Fatal(err)
@@ -104,18 +93,7 @@ func TestIdleSourceAfterPruningIsComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	for _, q := range []string{
-		`CREATE TABLE t (id int PRIMARY KEY, v text)`,
-		`INSERT INTO t SELECT g, repeat('x', 40) FROM generate_series(1, 2000) g`,
-		`SELECT count(*) FROM t`,
-		`CHECKPOINT`,
-		`DELETE FROM t WHERE id IN (10, 500, 1000, 1500)`,
-		`CHECKPOINT`,
-	} {
-		if _, err := conn.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	pruningSetup(ctx, t, conn)
 	// Every epoch so far; the ones after the read-only transaction are
 	// the ones that probe into its unflushed WAL.
 	after := lastID(t, l)
@@ -139,5 +117,24 @@ func TestIdleSourceAfterPruningIsComplete(t *testing.T) {
 			t.Fatalf("epoch %d after the read-only transaction is %s (missing %v): %+v\nfleet log tail:\n%s", ep.ID, ep.Status, ep.Missing(), ep.Sources, tail(string(b), 30))
 		}
 		seen = ep.ID
+	}
+}
+
+// pruningSetup is the issue's sequence before its read-only transaction:
+// 2,000 rows inserted, read, checkpointed, 4 deleted, checkpointed again,
+// so the next read prunes pages and writes WAL nothing flushes.
+func pruningSetup(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for _, q := range []string{
+		`CREATE TABLE t (id int PRIMARY KEY, v text)`,
+		`INSERT INTO t SELECT g, repeat('x', 40) FROM generate_series(1, 2000) g`,
+		`SELECT count(*) FROM t`,
+		`CHECKPOINT`,
+		`DELETE FROM t WHERE id IN (10, 500, 1000, 1500)`,
+		`CHECKPOINT`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
