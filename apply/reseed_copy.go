@@ -582,3 +582,31 @@ func (d *reseedDriver) waitVisible(ctx context.Context, phase string) error {
 		pause = min(2*pause, 200*time.Millisecond)
 	}
 }
+
+// DropReseeds forgets the unfinished reseeds of the flow on the target
+// (copying, or swapped and not verified): their rows in the reseeds table
+// and their shadow, stage, keys and toast tables. A cleanup that starts the
+// flow over calls it inside its own target transaction: an unfinished
+// reseed belongs to the stream the cleanup discards, and resuming it on a
+// new stream would merge two histories. Finished reseeds stay as history,
+// and keep their ids: a handed-off table keeps its shadow's index names
+// (reseed_<id>_shadow_pkey), so an id is never reused.
+func DropReseeds(ctx context.Context, tx DB, schema, flow, sourceID string) error {
+	if schema == "" {
+		schema = defaultSchema
+	}
+	rs, err := ListReseeds(ctx, tx, schema, flow, sourceID)
+	if err != nil {
+		return fmt.Errorf("apply: flow %q (source %q): list its reseeds: %w", flow, sourceID, err)
+	}
+	for _, r := range rs {
+		shadow, stage, keys := reseedTables(schema, r.ID)
+		if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TABLE IF EXISTS %s, %s, %s, %s", shadow, stage, keys, reseedToastTable(schema, r.ID))); err != nil {
+			return fmt.Errorf("apply: flow %q: drop the tables of reseed %d of %s: %w", flow, r.ID, r.Relation, err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+pgx.Identifier{schema}.Sanitize()+`.reseeds WHERE flow = $1 AND source_id = $2 AND id = $3`, flow, sourceID, r.ID); err != nil {
+			return fmt.Errorf("apply: flow %q (source %q): forget reseed %d of %s: %w", flow, sourceID, r.ID, r.Relation, err)
+		}
+	}
+	return nil
+}

@@ -500,11 +500,20 @@ func runLocal(c *cli.Context, f *flow.Flow, format string) error {
 		if err != nil {
 			return failure(err)
 		}
+		ext := f.Cfg.Source.Capture == config.CaptureExtension
 		if format == "json" {
-			return writeJSON(c, true, map[string]any{"flow": f.Cfg.Flow, "dropped": map[string]any{
-				"slot": f.Cfg.Source.Slot, "publication": f.Cfg.Source.Publication, "local_state": f.StateDir()}})
+			dropped := map[string]any{"slot": f.Cfg.Source.Slot, "publication": f.Cfg.Source.Publication, "local_state": f.StateDir()}
+			if ext {
+				dropped = map[string]any{"local_state": f.StateDir()}
+			}
+			return writeJSON(c, true, map[string]any{"flow": f.Cfg.Flow, "dropped": dropped})
 		}
-		fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
+		if ext {
+			fmt.Fprintf(c.App.Writer, "removed the local state of flow %s and its state on the target; the extension decoder's slot stays (the server's); "+
+				"the next run takes a new initial snapshot\n", f.Cfg.Flow)
+		} else {
+			fmt.Fprintf(c.App.Writer, "dropped slot %s, publication %s and local state of flow %s\n", f.Cfg.Source.Slot, f.Cfg.Source.Publication, f.Cfg.Flow)
+		}
 		for _, t := range emptied {
 			fmt.Fprintf(c.App.Writer, "emptied target table %s (rows this flow had copied)\n", t)
 		}

@@ -85,16 +85,19 @@ run:
 	return cfg
 }
 
-// With trellara.include_messages off (its default) the extension path still
-// carries Trellara's own fences (prefix trellara.), so `run --local --verify`
-// on capture: extension proves convergence: the flow's first run takes the
-// snapshot on the pgoutput path, changes written after it reach the target
-// through the extension's decoder and the sidecar, and the verdict is
-// CONVERGED.
-func TestExtensionFencesWithoutIncludeMessages(t *testing.T) {
+// A table without a primary key cannot be copied in key ranges on the
+// extension path, so the first run refuses and prints the recipe that takes
+// the snapshot on the pgoutput path instead; following it as printed works,
+// with trellara.include_messages off (its default): the extension path
+// still carries Trellara's own fences (prefix trellara.), so `run --local
+// --verify` on capture: extension proves convergence. The flow's first run
+// takes the snapshot on the pgoutput path, changes written after it reach
+// the target through the extension's decoder and the sidecar, and the
+// verdict is CONVERGED.
+func TestExtensionSnapshotOnPgoutputForKeylessTables(t *testing.T) {
 	pgtest.Require(t)
 	src, sock := extSource(t, map[string]string{"trellara.include_messages": "off"})
-	schema := []string{`CREATE TABLE t (id int PRIMARY KEY, v text)`, `CREATE TABLE u (id int PRIMARY KEY, n bigint)`}
+	schema := []string{`CREATE TABLE t (id int PRIMARY KEY, v text)`, `CREATE TABLE u (id int NOT NULL, n bigint)`, `ALTER TABLE u REPLICA IDENTITY FULL`}
 	src.Exec(t, append(schema, `INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 200) g`,
 		`INSERT INTO u SELECT g, g * 10 FROM generate_series(1, 50) g`)...)
 	target := pgtest.Start(t, pgtest.Options{NoFsync: true})
@@ -103,14 +106,14 @@ func TestExtensionFencesWithoutIncludeMessages(t *testing.T) {
 	as := serverUser(t, src)
 	bin := as.copyBin(t, trellaraBin(t))
 	dir := as.tempDir(t)
-	// An extension flow on an empty log refuses, printing the recipe
-	// this test then follows.
+	// The first run of an extension flow with a keyless table refuses,
+	// printing the recipe this test then follows.
 	cfg := extFlowConfig(t, as, dir, src, target, fmt.Sprintf("  capture: extension\n  socket: %s\n", sock))
 	refusal, err := as.command(bin, "run", "--config", cfg, "--local").CombinedOutput()
 	_, drop, found := strings.Cut(string(refusal), "5. on the source: ")
 	drop, _, _ = strings.Cut(drop, "   (")
 	if err == nil || !found || !strings.Contains(string(refusal), "1. in "+cfg+" set source.capture: pgoutput and source.owns_slot: true") {
-		t.Fatalf("run --local of an extension flow on an empty log (%v): want the snapshot recipe\n%s", err, refusal)
+		t.Fatalf("run --local of an extension flow with keyless table u (%v): want the snapshot recipe\n%s", err, refusal)
 	}
 	extFlowConfig(t, as, dir, src, target, "  owns_slot: true\n")
 	if out, err := as.command(bin, "run", "--config", cfg, "--local").CombinedOutput(); err != nil {
@@ -132,7 +135,7 @@ func TestExtensionFencesWithoutIncludeMessages(t *testing.T) {
 	}
 	// Step 5: the pgoutput slot and publication go; the flow runs on.
 	src.Exec(t, strings.Split(strings.TrimSuffix(drop, ";"), "; ")...)
-	t.Logf("the refusal on an empty log:\n%s", refusal)
+	t.Logf("the refusal for keyless table u:\n%s", refusal)
 	sc := src.Connect(context.Background())
 	var left int
 	if err := sc.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE plugin = 'pgoutput') + (SELECT count(*) FROM pg_publication)`).Scan(&left); err != nil || left != 0 {

@@ -598,17 +598,22 @@ func (f *Flow) Capture(ctx context.Context, o CaptureOptions) error {
 // and no row twice. It refuses for flows that do not own the slot. It
 // returns the target tables it emptied.
 func (f *Flow) Cleanup(ctx context.Context) ([]config.TableName, error) {
-	if !f.Cfg.Source.OwnsSlot {
-		return nil, fmt.Errorf("flow %s: source.owns_slot is false: Trellara did not create slot %s or publication %s and will not drop them",
-			f.Cfg.Flow, f.Cfg.Source.Slot, f.Cfg.Source.Publication)
-	}
-	conn, err := f.ConnectSource(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.Background())
-	if err := relay.DropOwned(ctx, conn, f.Cfg.Source.Slot, f.Cfg.Source.Publication); err != nil {
-		return nil, err
+	// The extension's decoder owns its slot, the server's: a cleanup of an
+	// extension flow leaves it, and the flow's next run starts from its
+	// confirmed position with a new initial snapshot.
+	if ext := f.Cfg.Source.Capture == config.CaptureExtension; !ext {
+		if !f.Cfg.Source.OwnsSlot {
+			return nil, fmt.Errorf("flow %s: source.owns_slot is false: Trellara did not create slot %s or publication %s and will not drop them",
+				f.Cfg.Flow, f.Cfg.Source.Slot, f.Cfg.Source.Publication)
+		}
+		conn, err := f.ConnectSource(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close(context.Background())
+		if err := relay.DropOwned(ctx, conn, f.Cfg.Source.Slot, f.Cfg.Source.Publication); err != nil {
+			return nil, err
+		}
 	}
 	var emptied []config.TableName
 	for _, sk := range f.Sinks() {

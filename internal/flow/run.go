@@ -137,7 +137,19 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 				return nil, err
 			}
 		}
-		if r.applier, err = f.Applier(tgt, sk, nil); err != nil {
+	}
+	// An extension flow's first run records its initial snapshot before
+	// any applier starts (extsnapshot.go).
+	tgts := map[string]*pgx.Conn{}
+	for _, r := range sinks {
+		tgts[r.sink.Name] = r.conn
+	}
+	if _, err := f.prepareExtensionSnapshot(ctx, tgts); err != nil {
+		return nil, err
+	}
+	for _, r := range sinks {
+		var err error
+		if r.applier, err = f.Applier(r.conn, r.sink, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -220,6 +232,18 @@ func (f *Flow) RunLocal(ctx context.Context, doVerify bool, progress func(Progre
 		return nil, err
 	}
 	defer src.Close(context.Background())
+	for _, r := range sinks {
+		if _, err := f.resumeExtensionSnapshot(ctx, r.sink, func(p apply.ReseedProgress) {
+			report(Progress{Phase: "snapshot", Snapshot: &relay.SnapshotProgress{Table: p.Relation, Rows: uint64(p.Rows), Done: p.Phase == "handoff"}})
+		}); err != nil {
+			cancel()
+			wg.Wait()
+			if firstErr != nil {
+				return nil, firstErr
+			}
+			return nil, err
+		}
+	}
 	fence, err := relay.EmitFence(ctx, src, fmt.Sprintf("run %s", time.Now().UTC().Format(time.RFC3339Nano)))
 	if err != nil {
 		cancel()

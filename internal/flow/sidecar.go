@@ -18,16 +18,13 @@ import (
 // history, so the log, the applier and verify cannot tell the paths apart.
 //
 // Unlike Capture it creates no slot and no publication and takes no
-// snapshot: the extension's decoder worker owns its slot and exports no
-// snapshot. A new flow therefore gets its initial snapshot from the
-// pgoutput path (run it once with capture: pgoutput and owns_slot, then
-// switch); on an empty log this refuses to start rather than stream
-// changes to tables whose starting state the log never had.
-// The worker's slot must have existed since before the log's newest
-// transaction; otherwise the slot is confirmed past the log and the
-// sidecar reports a gap (relay.GapError) instead of skipping what lies
-// between. o.Session and o.Snapshot are not used.
-// (The refusal prints the whole recipe: extensionSnapshotRecipe.)
+// exported snapshot: the extension's decoder worker owns its slot. A new
+// flow's tables are copied beside the stream instead (extsnapshot.go):
+// on an empty log capture starts only once that initial snapshot is
+// recorded, from the slot's confirmed position. On a log that holds
+// transactions the worker's slot must not be confirmed past the log's
+// newest one; otherwise the sidecar reports a gap (relay.GapError) instead
+// of skipping what lies between. o.Session and o.Snapshot are not used.
 func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	src := f.Cfg.Source
 	if src.Capture != config.CaptureExtension {
@@ -71,7 +68,20 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 		return err
 	}
 	if res.Empty {
-		return f.extensionSnapshotRecipe(info)
+		// The initial snapshot (extsnapshot.go): streaming starts at the
+		// decoder slot's confirmed position once a Replace reseed of every
+		// table is recorded on the targets, which `run --local` does.
+		recorded, err := f.extensionSnapshotRecorded()
+		if err != nil {
+			return fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
+		}
+		if !recorded {
+			return fmt.Errorf("flow %s: the local log is empty and no initial snapshot is recorded: take it with `%s` "+
+				"(it copies every table in watermarked chunks through the extension's stream, then verifies each), then start the service",
+				f.Cfg.Flow, shell.Trellara("run", f.ConfigPath, "--local", "--verify"))
+		}
+		f.Logger.Info("initial snapshot: capture starts on the empty log at the decoder slot's confirmed position", "flow", f.Cfg.Flow,
+			"slot", info.SlotName, "slot_confirmed", envelope.FormatLSN(info.SlotConfirmed))
 	}
 	if o.Streaming != nil {
 		close(o.Streaming)
@@ -87,27 +97,28 @@ func (f *Flow) CaptureExtension(ctx context.Context, o CaptureOptions) error {
 	}))
 }
 
-// extensionSnapshotRecipe is CaptureExtension's refusal on an empty log:
-// the extension path takes no initial snapshot yet, so it prints, step by
-// step, the switch that does (the one TestExtensionFencesWithoutIncludeMessages
-// runs): snapshot on the pgoutput path while the decoder's slot already
-// exists, switch back, catch up and verify, then drop the pgoutput slot and
-// publication, which would otherwise hold WAL.
-func (f *Flow) extensionSnapshotRecipe(info sidecar.ServerInfo) error {
+// extensionSnapshotRecipe is the initial snapshot's refusal when the
+// extension path cannot copy a table (why): it prints, step by step, the
+// switch that takes the snapshot on the pgoutput path instead (the one
+// TestExtensionSnapshotOnPgoutputForKeylessTables runs): snapshot on the
+// pgoutput path while the decoder's slot already exists, switch back,
+// catch up and verify, then drop the pgoutput slot and publication, which
+// would otherwise hold WAL.
+func (f *Flow) extensionSnapshotRecipe(info sidecar.ServerInfo, why string) error {
 	src := f.Cfg.Source
 	slotNote := fmt.Sprintf("the decoder's slot %s exists already, so it holds every change from before the snapshot", info.SlotName)
 	if !info.SlotExists {
 		slotNote = fmt.Sprintf("first start the decoder so that its slot %s exists before this step (trellara.database set, server restarted; "+
 			"see trellara preflight)", info.SlotName)
 	}
-	return fmt.Errorf("flow %s: the local log is empty, and an initial snapshot on the extension path is not implemented yet "+
-		"(its decoder owns slot %s and exports no snapshot); take it on the pgoutput path once, then switch back:\n"+
+	return fmt.Errorf("flow %s: %s; or take the initial snapshot on the pgoutput path once "+
+		"(the extension's decoder owns slot %s and exports no snapshot), then switch back:\n"+
 		"  1. in %s set source.capture: pgoutput and source.owns_slot: true, and remove source.socket\n"+
 		"  2. %s   (creates slot %s and publication %s and copies the tables; %s)\n"+
 		"  3. in %s set source.capture: extension and source.socket: %s again, and remove source.owns_slot\n"+
 		"  4. %s   (after at least one transaction committed on the source since step 2; ends CONVERGED)\n"+
 		"  5. on the source: SELECT pg_drop_replication_slot(%s); DROP PUBLICATION %s;   (the pgoutput slot would hold WAL)",
-		f.Cfg.Flow, info.SlotName,
+		f.Cfg.Flow, why, info.SlotName,
 		f.ConfigPath, shell.Trellara("run", f.ConfigPath, "--local"), src.Slot, src.Publication, slotNote,
 		f.ConfigPath, src.Socket, shell.Trellara("run", f.ConfigPath, "--local", "--verify"),
 		quoteLiteral(src.Slot), config.QuoteIdent(src.Publication))

@@ -260,6 +260,9 @@ func (f *Flow) cleanupTarget(ctx context.Context, sk config.Sink) ([]config.Tabl
 			return nil, fmt.Errorf("flow %s: cleanup of %s.%s on the target: %w", f.Cfg.Flow, schema, table, err)
 		}
 	}
+	if err := apply.DropReseeds(ctx, tx, sk.Target.Schema, f.Cfg.Flow, f.Cfg.Source.ID); err != nil {
+		return nil, fmt.Errorf("flow %s: cleanup: %w", f.Cfg.Flow, err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("flow %s: cleanup on the target: commit: %w", f.Cfg.Flow, err)
 	}

@@ -76,11 +76,10 @@ func Resnapshot(configPath string) string {
 }
 
 // ResnapshotExtension is Resnapshot for a flow with source.capture:
-// extension, whose capture path takes no snapshot: the snapshot is taken
-// once through pgoutput, and capture then switches back (docs/EXTENSION.md,
-// "Gap check").
+// extension: the cleanup leaves the decoder's slot (the server's), and the
+// next run takes a new initial snapshot through the extension's stream.
 func ResnapshotExtension(configPath string) string {
-	return "start the flow over with a full snapshot through pgoutput: set source.capture: pgoutput and " +
-		"source.owns_slot: true, run `" + Trellara("run", configPath, "--cleanup") + "` (it also empties the target tables the snapshot copied into), run `" +
-		Trellara("run", configPath, "--local") + "`, then set capture: extension again (the worker's slot must be older than the log's newest transaction)"
+	return "start the flow over with a new initial snapshot: `" + Trellara("run", configPath, "--cleanup") +
+		"` (removes the flow's local state and its state on the target, and empties the target tables its snapshot copied into; " +
+		"the extension's decoder slot stays), then `" + Trellara("run", configPath, "--local", "--verify") + "`"
 }
