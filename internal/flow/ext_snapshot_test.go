@@ -218,3 +218,63 @@ func TestExtensionInitialSnapshotRefusesKeylessTable(t *testing.T) {
 	}
 	f.tablesEqual(t)
 }
+
+// A DROP COLUMN on the extension path stops capture with a plan whose
+// first recovery is the reseed of the table; `reseed --table` as printed,
+// on the flow at rest (it runs the extension's capture and the applier
+// itself), takes the change over: CONVERGED, and every table equal. With
+// schema.on_blocked: hold_table the same change holds only its table while
+// the others keep flowing, and the reseed releases it.
+//
+// Mutation: the reseed refusing a blocked change on the extension path (as
+// it did before) turns both halves red.
+func TestExtensionReseedTakesOverDropColumn(t *testing.T) {
+	pgtest.Require(t)
+	f := newExtSnapshotFlow(t)
+	if out, err := f.run(t, "--local", "--verify"); err != nil || !strings.Contains(out, "CONVERGED") {
+		t.Fatalf("first run: %v\n%s", err, out)
+	}
+	f.src.Exec(t, `ALTER TABLE oltp1 DROP COLUMN pad`, `UPDATE oltp1 SET c = 'after drop' WHERE id <= 5`, `UPDATE oltp2 SET c = 'beside' WHERE id <= 5`)
+	out, err := f.run(t, "--local")
+	want := "trellara reseed --config " + f.cfg + " --table public.oltp1"
+	if err == nil || !strings.Contains(out, "drop_column") || !strings.Contains(out, want) {
+		t.Fatalf("run --local over a DROP COLUMN on the extension path (%v): want a stop naming drop_column and %q\n%s", err, want, out)
+	}
+	reseed := func(table string) {
+		t.Helper()
+		cmd := f.as.command(f.bin, "reseed", "--config", f.cfg, "--table", table, "--chunk-rows", "4000")
+		rout, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(rout), "CONVERGED "+table) {
+			t.Fatalf("reseed --table %s on the extension path: %v\n%s", table, err, rout)
+		}
+	}
+	reseed("public.oltp1")
+	if out, err := f.run(t, "--local", "--verify"); err != nil || !strings.Contains(out, "CONVERGED") {
+		t.Fatalf("run --local --verify after the reseed: %v\n%s", err, out)
+	}
+	f.tablesEqual(t)
+
+	// hold_table: the change on big holds big alone.
+	body, err := os.ReadFile(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.cfg, append(body, []byte("schema:\n  on_blocked: hold_table\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.src.Exec(t, `ALTER TABLE big DROP COLUMN n`, `UPDATE big SET doc = 'held' WHERE id = 1`, `UPDATE oltp2 SET c = 'flows' WHERE id <= 20`)
+	if out, err := f.run(t, "--local"); err != nil {
+		t.Fatalf("run --local with big held (hold_table): %v\n%s", err, out)
+	}
+	tc := f.target.Connect(context.Background())
+	defer tc.Close(context.Background())
+	var flowed int
+	if err := tc.QueryRow(context.Background(), `SELECT count(*) FROM oltp2 WHERE c = 'flows'`).Scan(&flowed); err != nil || flowed != 20 {
+		t.Fatalf("oltp2 while big is held: %d rows updated on the target (%v), want 20", flowed, err)
+	}
+	reseed("public.big")
+	if out, err := f.run(t, "--local", "--verify"); err != nil || !strings.Contains(out, "CONVERGED") {
+		t.Fatalf("run --local --verify after the reseed of the held table: %v\n%s", err, out)
+	}
+	f.tablesEqual(t)
+}

@@ -144,10 +144,6 @@ func (f *Flow) Reseed(ctx context.Context, o ReseedOptions) (*ReseedResult, erro
 		return nil, fmt.Errorf("flow %s: capture is stopped at a schema change, and a reseed takes one over only on a flow with one sink; "+
 			"recover with: %s", f.Cfg.Flow, f.resnapshot())
 	}
-	if len(blocked) > 0 && f.Cfg.Source.Capture == config.CaptureExtension {
-		return nil, fmt.Errorf("flow %s: capture is stopped at a schema change, and a reseed takes one over only on the pgoutput capture path; "+
-			"recover with: %s", f.Cfg.Flow, f.resnapshot())
-	}
 	for rel := range blocked {
 		if !held[rel] && !slices.Contains(tableStrings(tables), rel) {
 			return nil, fmt.Errorf("flow %s: capture is stopped at a schema change on %s (see %s), and the whole flow holds there, so no reseed watermark "+

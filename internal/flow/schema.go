@@ -52,9 +52,10 @@ func (f *Flow) assemblerOptions(ctx context.Context, src *pgx.Conn) capture.Asse
 		},
 		Accepted:  f.reseedTakesOver,
 		OnBarrier: f.recordBarrierPhase,
-		// Holding one table needs the reseed takeover to recover it,
-		// which only the pgoutput path has.
-		HoldTable:   f.Cfg.Schema.OnBlocked == config.HoldTable && f.Cfg.Source.Capture != config.CaptureExtension,
+		// Holding one table needs the reseed takeover to recover it: its
+		// watermarks reach capture on both paths (the extension forwards
+		// the prefix trellara. whatever trellara.include_messages says).
+		HoldTable:   f.Cfg.Schema.OnBlocked == config.HoldTable,
 		Held:        f.tableHeld,
 		PlanCommand: shell.Trellara("schema ddl-plan", f.ConfigPath),
 		Resnapshot:  f.resnapshot(),
@@ -150,7 +151,7 @@ func (f *Flow) recordDrift(err error) error {
 // change of its relation, with the reseed first among its recovery
 // commands where a reseed can take it over.
 func (f *Flow) recordPending(pending []PendingChange, c PendingChange) error {
-	if f.Cfg.Source.Capture != config.CaptureExtension && !addTable(c.Plan) && !slices.Contains(c.Plan.Commands, ReseedCommand(f.ConfigPath, c.Plan.Relation)) {
+	if !addTable(c.Plan) && !slices.Contains(c.Plan.Commands, ReseedCommand(f.ConfigPath, c.Plan.Relation)) {
 		// First: copying the one table again while the flow runs takes the
 		// change over (docs/SCHEMA.md, "Reseed").
 		c.Plan.Commands = append([]string{ReseedCommand(f.ConfigPath, c.Plan.Relation)}, c.Plan.Commands...)
@@ -413,9 +414,6 @@ func (f *Flow) schemaFix(pl *schemachange.Plan) string {
 
 // blockedFix is the recovery of a blocked change on relation.
 func (f *Flow) blockedFix(relation string) string {
-	if f.Cfg.Source.Capture == config.CaptureExtension {
-		return "copy the flow's tables again: " + f.resnapshot()
-	}
 	return "copy the table again in its new shape while the flow runs (the reseed takes the change over; other tables keep their data): " +
 		ReseedCommand(f.ConfigPath, relation) + "; or copy every table again: " + f.resnapshot()
 }
