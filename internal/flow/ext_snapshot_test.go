@@ -278,3 +278,53 @@ func TestExtensionReseedTakesOverDropColumn(t *testing.T) {
 	}
 	f.tablesEqual(t)
 }
+
+// The README's evaluation path, extension column, typed from the top on a
+// server with the extension preloaded (the settings preflight names, in
+// place): init --capture extension --evaluate, check, preflight, run
+// --local --verify with an OLTP mix writing throughout, then, at rest,
+// verify and status --view report, each with the page's answer.
+func TestEvaluationPathOnTheExtension(t *testing.T) {
+	pgtest.Require(t)
+	f := newExtSnapshotFlow(t)
+	// A target with no tables: --evaluate creates them.
+	f.target = pgtest.Start(t, pgtest.Options{NoFsync: true})
+	dir := filepath.Dir(f.cfg)
+	if err := os.Remove(f.cfg); err != nil {
+		t.Fatal(err)
+	}
+	typed := func(want string, args ...string) string {
+		t.Helper()
+		cmd := f.as.command(f.bin, args...)
+		cmd.Dir = dir
+		stop := time.AfterFunc(4*time.Minute, func() { _ = cmd.Process.Kill() })
+		out, err := cmd.CombinedOutput()
+		stop.Stop()
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Fatalf("trellara %s: %v, want %q\n%s", strings.Join(args, " "), err, want, out)
+		}
+		return string(out)
+	}
+	typed("wrote trellara.yml", "init", "--capture", "extension", "--source-database-url", f.src.URL("postgres"),
+		"--target-database-url", f.target.URL("postgres"), "--table", "public.oltp1", "--table", "public.oltp2", "--table", "public.big", "--evaluate")
+	if b, err := os.ReadFile(filepath.Join(dir, "trellara.yml")); err != nil || !strings.Contains(string(b), "capture: extension") {
+		t.Fatalf("init --capture extension --evaluate wrote (%v):\n%s", err, b)
+	}
+	typed("", "check", "--config", "trellara.yml", "--format", "text")
+	typed("preflight passed", "preflight", "--config", "trellara.yml")
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	f.write(ctx, t, &wg)
+	typed("CONVERGED", "run", "--config", "trellara.yml", "--local", "--verify", "--format", "text")
+	stop()
+	wg.Wait()
+	if err := f.work.err.get(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	// The writes ended after the run: the next run carries them, and the
+	// flow at rest then answers as the page says.
+	typed("CONVERGED", "run", "--config", "trellara.yml", "--local", "--verify", "--format", "text")
+	typed("CONVERGED", "verify", "--config", "trellara.yml")
+	typed("", "status", "--config", "trellara.yml", "--view", "report", "--format", "text")
+	f.tablesEqual(t)
+}
