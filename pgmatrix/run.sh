@@ -66,12 +66,23 @@ fi
 # does, its output turned into go test -json events by test2json. Returns
 # non-zero if any package failed.
 run_suite() {
-	local bindir=$1 out=$2 rc=0 line ip dir name
+	local bindir=$1 out=$2 major=$3 rc=0 line ip dir name ext=()
+	# The extension's Go tests (internal/flow's TestExtension*) build ext/
+	# with the major's headers: Debian's pg_config for 15, the provisioned
+	# shim (which installs into the matrix's server) for 17 and 18; a major
+	# without headers skips them, and the results name them skipped.
+	if [ "$major" = 15 ]; then
+		ext=(TRELLARA_PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config)
+	elif pgc=$(pgmatrix/provision.sh headers "$major" 2>/dev/null); then
+		ext=(TRELLARA_PG_CONFIG="$pgc")
+	else
+		ext=(TRELLARA_NO_EXTENSION="no PostgreSQL $major server headers are obtainable here")
+	fi
 	for line in "${tested[@]}"; do
 		ip=${line%% *}
 		dir=${line#* }
 		name=$(basename "$ip")
-		(cd "$dir" && TRELLARA_PG_BIN=$bindir TRELLARA_REQUIRE_PG=1 go tool test2json -t -p "$ip" \
+		(cd "$dir" && env "${ext[@]}" TRELLARA_PG_BIN="$bindir" TRELLARA_REQUIRE_PG=1 go tool test2json -t -p "$ip" \
 			"$testbin/$name.test" -test.v=test2json -test.count=1 -test.short -test.timeout="$timeout" \
 			${skip:+-test.skip="$skip"}) >>"$out" 2>>"${out%.json}.stderr" || rc=1
 	done
@@ -121,7 +132,7 @@ run_major() {
 		echo "   $ran"
 		start=$SECONDS
 		rc=0
-		run_suite "$bin" "$out/gotest.json" || rc=$?
+		run_suite "$bin" "$out/gotest.json" "$major" || rc=$?
 		args+=(-gotest "$out/gotest.json" -gotest-exit "$rc" -gotest-ran "$ran"
 			-gotest-seconds $((SECONDS - start)) -exclude pgmatrix/exclude.tsv)
 		echo "   go test exit $rc after $((SECONDS - start))s"
