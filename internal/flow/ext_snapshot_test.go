@@ -2,6 +2,7 @@ package flow_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand"
 	"os"
@@ -21,6 +22,7 @@ type extSnapshotFlow struct {
 	src, target *pgtest.Cluster
 	as          osUser
 	bin, cfg    string
+	sock        string
 	work        *oltpWorkload
 }
 
@@ -62,7 +64,7 @@ run:
 		t.Fatal(err)
 	}
 	as.chown(t, cfg)
-	return &extSnapshotFlow{src: src, target: target, as: as, bin: as.copyBin(t, trellaraBin(t)), cfg: cfg,
+	return &extSnapshotFlow{src: src, target: target, as: as, bin: as.copyBin(t, trellaraBin(t)), cfg: cfg, sock: sock,
 		work: &oltpWorkload{tables: 2, rows: extSnapshotRows}}
 }
 
@@ -326,5 +328,29 @@ func TestEvaluationPathOnTheExtension(t *testing.T) {
 	typed("CONVERGED", "run", "--config", "trellara.yml", "--local", "--verify", "--format", "text")
 	typed("CONVERGED", "verify", "--config", "trellara.yml")
 	typed("", "status", "--config", "trellara.yml", "--view", "report", "--format", "text")
+	// status names the decoder, its slot and the socket with its owner.
+	// (The decoder worker restarts within 2 s after a command at rest
+	// borrowed its slot.)
+	out := typed("trellara decoder worker", "status", "--config", "trellara.yml")
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out, "trellara decoder worker pid"); time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("status names no running decoder worker:\n%s", out)
+		}
+		out = typed("trellara decoder worker", "status", "--config", "trellara.yml")
+	}
+	if !strings.Contains(out, "socket        "+strings.TrimSpace(f.sock)+" · present, owner uid") {
+		t.Fatalf("status names no socket %s with its owner:\n%s", f.sock, out)
+	}
+	cmd := f.as.command(f.bin, "status", "--config", "trellara.yml", "--format", "json")
+	cmd.Dir = dir
+	js, _ := cmd.Output()
+	checkJSONAgainst(t, "status.schema.json", string(js), "verify.schema.json")
+	var m map[string]any
+	if err := json.Unmarshal(js, &m); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := m["extension"].(map[string]any); e == nil || e["slot"] != "ext" || e["decoder_pid"].(float64) <= 0 {
+		t.Fatalf("status --format json: want extension with slot ext and a decoder pid:\n%s", js)
+	}
 	f.tablesEqual(t)
 }

@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
@@ -19,6 +22,7 @@ import (
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
+	"github.com/trellara/trellara/sidecar"
 )
 
 // Status is `trellara status`: what the source, the local log and the
@@ -26,9 +30,12 @@ import (
 // failure of the whole report. Problems are what makes status exit 1
 // (StatusProblems documents the rules).
 type Status struct {
-	Flow       string            `json:"flow"`
-	SourceID   string            `json:"source_id"`
-	Slot       *SlotStatus       `json:"slot"`
+	Flow     string      `json:"flow"`
+	SourceID string      `json:"source_id"`
+	Slot     *SlotStatus `json:"slot"`
+	// Extension is the native extension's side of a source.capture:
+	// extension flow: its decoder worker, its slot and its socket.
+	Extension  *ExtensionStatus  `json:"extension,omitempty"`
 	Tables     []TableStatus     `json:"tables"`
 	Log        *LogStatus        `json:"log"`
 	Kafka      *BrokerStatus     `json:"kafka,omitempty"` // a transport.kafka flow's cluster
@@ -346,11 +353,20 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 		st.Notes = append(st.Notes, "source not reachable: "+err.Error())
 	} else {
 		defer src.Close(context.Background())
-		si, err := relay.LookupSlot(ctx, src, f.Cfg.Source.Slot)
+		slot := f.Cfg.Source.Slot
+		if f.Cfg.Source.Capture == config.CaptureExtension {
+			// The decoder's slot is the server's trellara.slot_name.
+			if es, err := f.extensionStatus(ctx, src); err != nil {
+				st.Notes = append(st.Notes, err.Error())
+			} else {
+				st.Extension, slot = es, es.Slot
+			}
+		}
+		si, err := relay.LookupSlot(ctx, src, slot)
 		if err != nil {
 			st.Notes = append(st.Notes, err.Error())
 		} else {
-			ss := &SlotStatus{Name: f.Cfg.Source.Slot, Exists: si.Exists, Active: si.Active, WALStatus: si.WALStatus,
+			ss := &SlotStatus{Name: slot, Exists: si.Exists, Active: si.Active, WALStatus: si.WALStatus,
 				ConfirmedFlushLSN: lsn.Format(si.ConfirmedFlush), RestartLSN: lsn.Format(si.RestartLSN)}
 			var cur string
 			if err := src.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END::text`).Scan(&cur); err == nil {
@@ -363,8 +379,8 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 			ss.MaxSlotWALKeepBytes = -1
 			if si.Exists {
 				if err := src.QueryRow(ctx, `SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size')), safe_wal_size
-					FROM pg_replication_slots WHERE slot_name = $1`, f.Cfg.Source.Slot).Scan(&ss.MaxSlotWALKeepBytes, &ss.SafeWALBytes); err != nil {
-					st.Notes = append(st.Notes, fmt.Sprintf("slot %s: read max_slot_wal_keep_size and safe_wal_size: %v", f.Cfg.Source.Slot, err))
+					FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&ss.MaxSlotWALKeepBytes, &ss.SafeWALBytes); err != nil {
+					st.Notes = append(st.Notes, fmt.Sprintf("slot %s: read max_slot_wal_keep_size and safe_wal_size: %v", slot, err))
 				}
 			}
 			st.Slot = ss
@@ -541,6 +557,17 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			fmt.Fprintf(w, " · %s · wal_status %s\n", state, s.WALStatus)
 			fmt.Fprintf(w, "              confirmed %s · restart %s · current %s\n", s.ConfirmedFlushLSN, s.RestartLSN, s.CurrentLSN)
 			fmt.Fprintf(w, "              lag %s · retained WAL %s\n", bytesString(s.LagBytes), bytesString(s.RetainedWALBytes))
+		}
+	}
+	if e := st.Extension; e != nil {
+		decoder := "not running (the server restarts it every 2 s; see its log)"
+		if e.DecoderPID != 0 {
+			decoder = fmt.Sprintf("pid %d", e.DecoderPID)
+		}
+		fmt.Fprintf(w, "decoder       trellara decoder worker %s · slot %s · database %s\n", decoder, e.Slot, e.Database)
+		fmt.Fprintf(w, "socket        %s · %s\n", e.Socket, e.SocketState)
+		if e.InitialSnapshot != "" {
+			fmt.Fprintf(w, "              initial snapshot %s\n", e.InitialSnapshot)
 		}
 	}
 	for _, t := range st.Tables {
@@ -735,4 +762,41 @@ func listenNote(c *config.Config) string {
 func dirExists(dir string) bool {
 	st, err := os.Stat(dir)
 	return err == nil && st.IsDir()
+}
+
+// ExtensionStatus is what status reports of the trellara extension on a
+// source.capture: extension flow. The decoder's queue is in the server's
+// shared memory and the extension exposes no statistics of it: its fill
+// shows only as the slot's lag.
+type ExtensionStatus struct {
+	DecoderPID int    `json:"decoder_pid"` // 0: not running right now
+	Slot       string `json:"slot"`
+	Database   string `json:"database"`
+	Socket     string `json:"socket"`
+	// SocketState is "present, owner uid N, mode 0600", or why not.
+	SocketState string `json:"socket_state"`
+	// InitialSnapshot is "recorded (resume: CMD)" while the extension
+	// path's initial snapshot is unfinished, else empty.
+	InitialSnapshot string `json:"initial_snapshot,omitempty"`
+}
+
+// extensionStatus reads the extension's settings and decoder over src.
+func (f *Flow) extensionStatus(ctx context.Context, src *pgx.Conn) (*ExtensionStatus, error) {
+	info, err := sidecar.CheckServer(ctx, src)
+	if err != nil {
+		return nil, fmt.Errorf("the trellara extension: %w", err)
+	}
+	es := &ExtensionStatus{DecoderPID: info.DecoderPID, Slot: info.SlotName, Database: info.Database, Socket: f.Cfg.Source.Socket}
+	if es.Socket == "" {
+		es.Socket = info.SocketPath
+	}
+	if fi, err := os.Stat(es.Socket); err != nil {
+		es.SocketState = "not here: " + err.Error()
+	} else if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		es.SocketState = fmt.Sprintf("present, owner uid %d, mode %04o", sys.Uid, fi.Mode().Perm())
+	}
+	if ok, err := f.extensionSnapshotRecorded(); err == nil && ok {
+		es.InitialSnapshot = "recorded and not finished (resume: " + f.extensionSnapshotCommand() + ")"
+	}
+	return es, nil
 }
