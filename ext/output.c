@@ -412,6 +412,16 @@ relation_wanted(TrellaraDecodingData *data, Relation rel)
 			break;
 		}
 	}
+	/*
+	 * The probe tables of `trellara semantics` pass any filter: the probe
+	 * creates them beside the flow's tables for the length of its run, and
+	 * trellara.tables cannot change without a server restart. The flow's
+	 * schema policy admits them only outside production.
+	 */
+	if (!entry->filter_pass &&
+		(strcmp(RelationGetRelationName(rel), "trellara_semantics_a") == 0 ||
+		 strcmp(RelationGetRelationName(rel), "trellara_semantics_b") == 0))
+		entry->filter_pass = true;
 	entry->filter_valid = true;
 	return entry->filter_pass;
 }

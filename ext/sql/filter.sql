@@ -33,6 +33,14 @@ SELECT count(*) FROM pg_logical_slot_peek_binary_changes('filter_slot', NULL, NU
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('filter_slot', NULL, NULL, 'tables', 'public."keep');
 SELECT count(*) FROM pg_logical_slot_peek_binary_changes('filter_slot', NULL, NULL, 'tables', 'public.keep public.skip');
 
+-- the semantics probe's tables pass any filter
+CREATE TABLE public.trellara_semantics_a (id bigint PRIMARY KEY, v bigint NOT NULL);
+CREATE TABLE public.trellara_semantics_c (id bigint PRIMARY KEY, v bigint NOT NULL);
+INSERT INTO public.trellara_semantics_a VALUES (1, 1);
+INSERT INTO public.trellara_semantics_c VALUES (1, 1);
+SELECT trellara_frame_text(data, true)
+FROM pg_logical_slot_peek_binary_changes('filter_slot', NULL, NULL, 'tables', 'sales.orders');
+
 SELECT pg_drop_replication_slot('filter_slot');
-DROP TABLE "Sales"."Orders", public.keep, public.skip;
+DROP TABLE "Sales"."Orders", public.keep, public.skip, public.trellara_semantics_a, public.trellara_semantics_c;
 DROP SCHEMA "Sales";

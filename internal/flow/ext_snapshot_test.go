@@ -328,6 +328,10 @@ func TestEvaluationPathOnTheExtension(t *testing.T) {
 	typed("CONVERGED", "run", "--config", "trellara.yml", "--local", "--verify", "--format", "text")
 	typed("CONVERGED", "verify", "--config", "trellara.yml")
 	typed("", "status", "--config", "trellara.yml", "--view", "report", "--format", "text")
+	// Claim 2 on this path: no half-applied transaction is observable
+	// (the probe's tables pass the decoder's table filter by name).
+	typed("0 violations", "semantics", "--config", "trellara.yml", "--duration", "4s")
+	typed("CONVERGED", "run", "--config", "trellara.yml", "--local", "--verify")
 	// status names the decoder, its slot and the socket with its owner.
 	// (The decoder worker restarts within 2 s after a command at rest
 	// borrowed its slot.)

@@ -80,7 +80,8 @@ var ErrSemanticsProduction = errors.New("semantics writes test transactions to t
 
 // Semantics tries to catch a half-applied transaction on this flow: it
 // creates two tables on the source and the target and adds them to the
-// flow's publication, commits transactions that each write a row to both
+// flow's publication (on the extension path the decoder passes them through
+// its trellara.tables filter by name, ext/output.c), commits transactions that each write a row to both
 // (and move a shared counter in both), and meanwhile reads the target many
 // times, each read comparing the tables in one snapshot. It then removes
 // the tables and their rows again, once the target has applied every
@@ -90,9 +91,6 @@ var ErrSemanticsProduction = errors.New("semantics writes test transactions to t
 func (f *Flow) Semantics(ctx context.Context, o SemanticsOptions) (*SemanticsResult, error) {
 	if f.Cfg.Environment == config.Production {
 		return nil, fmt.Errorf("flow %s: %w (environment: %s in %s)", f.Cfg.Flow, ErrSemanticsProduction, f.Cfg.Environment, f.ConfigPath)
-	}
-	if f.Cfg.Source.Capture == config.CaptureExtension {
-		return nil, fmt.Errorf("flow %s: semantics adds its tables to the flow's publication, which the extension capture path does not use", f.Cfg.Flow)
 	}
 	s, err := f.Sink(o.Sink)
 	if err != nil {
@@ -145,9 +143,13 @@ func (f *Flow) retireSemantics(ctx context.Context, src, tgt *pgx.Conn, s config
 	ta, tb := f.semanticsTables()
 	var members []string
 	var exists bool
-	if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(tablename::text), '{}') FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename IN ($3, $4)`,
-		f.Cfg.Source.Publication, ta.Schema, ta.Name, tb.Name).Scan(&members); err != nil {
-		return err
+	// On the extension path the decoder passes the probe's tables through
+	// any trellara.tables filter (ext/output.c): no publication to leave.
+	if f.Cfg.Source.Capture != config.CaptureExtension {
+		if err := src.QueryRow(ctx, `SELECT coalesce(array_agg(tablename::text), '{}') FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename IN ($3, $4)`,
+			f.Cfg.Source.Publication, ta.Schema, ta.Name, tb.Name).Scan(&members); err != nil {
+			return err
+		}
 	}
 	if err := src.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL OR to_regclass($2) IS NOT NULL`, ta.Sanitize(), tb.Sanitize()).Scan(&exists); err != nil {
 		return err
@@ -192,14 +194,23 @@ func (f *Flow) retireSemantics(ctx context.Context, src, tgt *pgx.Conn, s config
 
 func (f *Flow) semanticsRun(ctx context.Context, src, tgt *pgx.Conn, ta, tb config.TableName, pub, create string,
 	o SemanticsOptions, res *SemanticsResult) error {
-	if _, err := tgt.Exec(ctx, create); err != nil {
+	createTarget := create
+	if f.Cfg.Source.Capture == config.CaptureExtension {
+		// The decoder streams the probe's tables from their creation on:
+		// the source's first rows reach the target through the stream.
+		createTarget = fmt.Sprintf(`CREATE TABLE %[1]s (id bigint PRIMARY KEY, v bigint NOT NULL); CREATE TABLE %[2]s (id bigint PRIMARY KEY, v bigint NOT NULL)`,
+			ta.Sanitize(), tb.Sanitize())
+	}
+	if _, err := tgt.Exec(ctx, createTarget); err != nil {
 		return fmt.Errorf("flow %s: create the semantics tables on the target: %w", f.Cfg.Flow, err)
 	}
 	if _, err := src.Exec(ctx, create); err != nil {
 		return fmt.Errorf("flow %s: create the semantics tables on the source: %w", f.Cfg.Flow, err)
 	}
-	if _, err := src.Exec(ctx, fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE %s, %s`, pub, ta.Sanitize(), tb.Sanitize())); err != nil {
-		return fmt.Errorf("flow %s: add the semantics tables to publication %s (the flow must own it: source.owns_slot: true): %w", f.Cfg.Flow, f.Cfg.Source.Publication, err)
+	if f.Cfg.Source.Capture != config.CaptureExtension {
+		if _, err := src.Exec(ctx, fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE %s, %s`, pub, ta.Sanitize(), tb.Sanitize())); err != nil {
+			return fmt.Errorf("flow %s: add the semantics tables to publication %s (the flow must own it: source.owns_slot: true): %w", f.Cfg.Flow, f.Cfg.Source.Publication, err)
+		}
 	}
 	// One statement, one snapshot: the row counts and the shared counter
 	// of both tables. A transaction applied whole changes both or neither.
