@@ -9,13 +9,14 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/pgcatalog"
 )
 
 // AddTableDetail is the DDLEvent detail of an add_table barrier: the
 // source's definition of a table joining the flow. The applier creates the
-// target table from it (createTable) with TableDef.CreateSQL, as a reseed
+// target table from it (createTable) with pgcatalog.TableDef.CreateSQL, as a reseed
 // creates its shadow table from the source's definition.
-func AddTableDetail(def TableDef) (string, error) {
+func AddTableDetail(def pgcatalog.TableDef) (string, error) {
 	def.Partitions = nil // the root is the relation the stream writes
 	b, err := json.Marshal(def)
 	if err != nil {
@@ -35,7 +36,7 @@ func (x *pgTx) createTable(ctx context.Context, ui int, env *pb.Envelope, d *pb.
 			rel = r
 		}
 	}
-	var def TableDef
+	var def pgcatalog.TableDef
 	if rel == nil || json.Unmarshal([]byte(d.Detail), &def) != nil || len(def.Columns) == 0 {
 		return fmt.Errorf("apply: DDL barrier at commit LSN %s: add_table of %s carries no relation of the unit or no table definition",
 			envelope.FormatLSN(env.CommitLsn), d.Relation)

@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/pgcatalog"
 )
 
 // An add_table barrier creates the target table (and its schema) from the
@@ -29,8 +30,8 @@ func TestAddTableBarrierCreatesTheTargetTable(t *testing.T) {
 
 func addTableBarrier(t *testing.T, conn *pgx.Conn, mod func(*Config)) {
 	rel := relation("app", "new_t", 'd', "id*", "v")
-	detail, err := AddTableDetail(TableDef{Schema: "app", Name: "new_t", PrimaryKey: []string{"id"},
-		Columns: []ColumnDef{{Name: "id", Type: "text", NotNull: true}, {Name: "v", Type: "text"}}})
+	detail, err := AddTableDetail(pgcatalog.TableDef{Schema: "app", Name: "new_t", PrimaryKey: []string{"id"},
+		Columns: []pgcatalog.ColumnDef{{Name: "id", Type: "text", NotNull: true}, {Name: "v", Type: "text"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@
 //
 // # Target tables
 //
-// SourceTables reads definitions from the source catalog; CreateTables
+// pgcatalog.ReadTables reads definitions from the source catalog; CreateTables
 // creates them on the target; ValidateTables names every difference that
 // would make apply fail or diverge, each with the SQL that fixes it.
 package apply

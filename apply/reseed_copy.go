@@ -13,6 +13,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/pgcatalog"
 	"github.com/trellara/trellara/pgname"
 )
 
@@ -306,7 +307,7 @@ func createReseed(ctx context.Context, src, tgt *pgx.Conn, o ReseedOptions) (*Re
 	// Replace reseed the source's current one.
 	createShadow := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)", shadow, target)
 	if o.Replace {
-		defs, err := SourceTables(ctx, src, []pgname.Name{o.Table})
+		defs, err := pgcatalog.ReadTables(ctx, src, []pgname.Name{o.Table})
 		if err != nil {
 			return nil, err
 		}

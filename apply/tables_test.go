@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/trellara/trellara/internal/pgtest"
+	"github.com/trellara/trellara/pgcatalog"
 	"github.com/trellara/trellara/pgname"
 )
 
@@ -27,10 +28,10 @@ func TestTargetTables(t *testing.T) {
 		"CREATE TABLE public.nokey (v text)")
 	ctx := context.Background()
 
-	if _, err := SourceTables(ctx, src, tableNames(t, "shop.missing")); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := pgcatalog.ReadTables(ctx, src, tableNames(t, "shop.missing")); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing table: %v", err)
 	}
-	defs, err := SourceTables(ctx, src, tableNames(t, "shop.orders", `shop."Line Items"`, "public.events", "public.nokey"))
+	defs, err := pgcatalog.ReadTables(ctx, src, tableNames(t, "shop.orders", `shop."Line Items"`, "public.events", "public.nokey"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,38 +149,4 @@ func tableNames(t *testing.T, names ...string) []pgname.Name {
 		out[i] = tn
 	}
 	return out
-}
-
-// The identity gate admits exactly the tables whose updates and deletes
-// carry an identity, and its fix is SQL with the name quoted.
-func TestIdentityGate(t *testing.T) {
-	odd := TableDef{Schema: `S "x"`, Name: "t; drop"}
-	cases := []struct {
-		name  string
-		ident byte
-		pk    []string
-		index []string
-		ok    bool
-		fix   string
-	}{
-		{"primary key", 'd', []string{"id"}, nil, true, ""},
-		{"no key", 'd', nil, nil, false, `ALTER TABLE "S ""x"""."t; drop" ADD PRIMARY KEY`},
-		{"full", 'f', nil, nil, true, ""},
-		{"index", 'i', nil, []string{"k"}, true, ""},
-		{"index dropped", 'i', nil, nil, false, `REPLICA IDENTITY FULL`},
-		{"nothing with a key", 'n', []string{"id"}, nil, false, `ALTER TABLE "S ""x"""."t; drop" REPLICA IDENTITY DEFAULT`},
-		{"nothing", 'n', nil, nil, false, `ALTER TABLE "S ""x"""."t; drop" REPLICA IDENTITY FULL`},
-	}
-	for _, c := range cases {
-		d := odd
-		d.ReplicaIdentity, d.PrimaryKey, d.IdentityIndex = c.ident, c.pk, c.index
-		e := d.IdentityGate()
-		if (e == nil) != c.ok {
-			t.Errorf("%s: gate = %v, want ok=%v", c.name, e, c.ok)
-			continue
-		}
-		if e != nil && (!strings.Contains(e.Fix, c.fix) || e.Table != d.TableName()) {
-			t.Errorf("%s: fix %q does not contain %q", c.name, e.Fix, c.fix)
-		}
-	}
 }

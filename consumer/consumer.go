@@ -80,7 +80,8 @@ var ErrNoCommit = errors.New("consumer: opened without commit; the cursor is nev
 
 // DecodeError is an entry that is in the log (its frames passed the log's
 // checksums) but is not a valid envelope. The consumer stops at it rather
-// than skip data.
+// than skip data. It reaches the caller inside a *StreamError of kind
+// ErrCorrupt (errors.As finds either).
 type DecodeError struct {
 	Offset uint64
 	Err    error
@@ -96,9 +97,12 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 // concurrent use.
 type Consumer struct {
 	log  *segmentlog.Log
+	dir  string
 	name string
 	opts Options
-	rd   *segmentlog.Reader
+	// lastLSN is the commit LSN of the last unit read, for errors.
+	lastLSN uint64
+	rd      *segmentlog.Reader
 	// pending is a unit read while positioning at an LSN, returned by the
 	// first Next.
 	pending *Unit
@@ -111,7 +115,7 @@ func Open(dir, name string, opts Options) (*Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer %q: open %s: %w", name, dir, err)
 	}
-	c := &Consumer{log: l, name: name, opts: opts}
+	c := &Consumer{log: l, dir: dir, name: name, opts: opts}
 	if err := c.position(context.Background()); err != nil {
 		_ = l.Close()
 		return nil, err
@@ -163,19 +167,42 @@ func (c *Consumer) position(ctx context.Context) error {
 }
 
 func (c *Consumer) read(ctx context.Context, rd *segmentlog.Reader) (Unit, error) {
+	want := rd.Offset()
 	off, b, err := rd.Next(ctx)
 	if err != nil {
-		return Unit{}, fmt.Errorf("consumer %q: read offset %d: %w", c.name, rd.Offset(), err)
+		if ctx.Err() != nil {
+			return Unit{}, err
+		}
+		var pr *segmentlog.PastRetentionError
+		switch {
+		case errors.As(err, &pr):
+			return Unit{}, c.streamError(ErrPastRetention, pr.Offset, RecoveryRebuild, err)
+		case segmentlog.IsCorruption(err):
+			return Unit{}, c.streamError(ErrCorrupt, want, RecoveryRestoreLog, err)
+		}
+		return Unit{}, fmt.Errorf("consumer %q: read offset %d: %w", c.name, want, err)
+	}
+	if off != want {
+		return Unit{}, c.streamError(ErrGap, want, RecoveryRestoreLog,
+			fmt.Errorf("the log's next entry is offset %d: entries %d to %d are missing", off, want, off-1))
 	}
 	e, err := envelope.Decode(b)
 	if err != nil {
-		return Unit{}, &DecodeError{Offset: off, Err: err}
+		return Unit{}, c.streamError(ErrCorrupt, off, RecoveryRestoreLog, &DecodeError{Offset: off, Err: err})
 	}
+	c.lastLSN = e.CommitLsn
 	return Unit{Offset: off, Envelope: e, Bytes: len(b)}, nil
 }
 
+// streamError is a gap, past-retention or corruption error at offset.
+func (c *Consumer) streamError(kind error, offset uint64, recovery string, err error) error {
+	return &StreamError{Kind: kind, Consumer: c.name, Recovery: recovery, Err: err,
+		Position: Position{Log: c.dir, Offset: offset, LSN: c.lastLSN}}
+}
+
 // Next returns the next unit, waiting for the relay to append one until
-// ctx is done.
+// ctx is done. A gap, a position past retention or a damaged entry is a
+// *StreamError (ErrGap, ErrPastRetention, ErrCorrupt).
 func (c *Consumer) Next(ctx context.Context) (Unit, error) {
 	if u := c.pending; u != nil {
 		c.pending = nil

@@ -9,16 +9,18 @@
 //     reassembly are transport/kafka's own Reader (the applier's), not a
 //     copy.
 //   - Every unit is decoded and validated (envelope.Decode: structure and
-//     the XXH3 checksum); an invalid one is a *consumer.DecodeError and the
-//     consumer stops at it.
+//     the XXH3 checksum); an invalid one is consumer.ErrCorrupt (with a
+//     *consumer.DecodeError inside) and the consumer stops at it.
 //   - The group position moves only on Commit (or Run's nil return): after
 //     a crash the consumer resumes at the first unit not committed.
 //     Delivery is at least once; Unit.Offset (the unit's offset on the
 //     topic, the manifest's in partitioned mode) with the envelope's commit
 //     LSN is the idempotency key.
-//   - A position the topic no longer holds is ErrPastRetention; a gap in
-//     offsets or a chunk the topic no longer holds (compaction, deleted
-//     records) is an error naming it. Nothing is skipped.
+//   - A position the topic no longer holds is consumer.ErrPastRetention; a
+//     gap in offsets or a chunk the topic no longer holds (compaction,
+//     deleted records) is consumer.ErrGap; a record that is not what the
+//     stream needs is consumer.ErrCorrupt. Each is a *consumer.StreamError
+//     naming the topic, partition and offset. Nothing is skipped.
 //
 // It is a package of its own, not part of consumer, so that franz-go stays
 // out of programs that read only the local log (the trellara binary among
@@ -66,6 +68,12 @@ type Options struct {
 // not safe for concurrent use.
 type Consumer struct {
 	r *kafka.Reader
+	o Options
+	// next is the offset (the manifest's, in partitioned mode) of the
+	// unit Next hands out next, and lastLSN the commit LSN of the last
+	// one handed out: the position errors name.
+	next    uint64
+	lastLSN uint64
 }
 
 var _ consumer.Stream = (*Consumer)(nil)
@@ -87,31 +95,61 @@ func Open(ctx context.Context, o Options) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{r: r}, nil
+	at, err := r.Committed(ctx)
+	if err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("kafkaconsumer: topic %q group %q: read the committed offset: %w", o.Topic, o.Group, err)
+	}
+	return &Consumer{r: r, o: o, next: uint64(max(at, 0))}, nil
 }
 
-// ErrPastRetention is the error (errors.Is) of a Next whose position the
-// topic no longer holds: retention removed units this consumer had not
-// committed. Nothing is skipped: the sink is missing those units and must
-// be rebuilt from a fresh copy of its data.
-var ErrPastRetention = errors.New("kafkaconsumer: the position is past the topic's retention")
+// ErrPastRetention is consumer.ErrPastRetention, kept under this name
+// for callers of the first release of this package.
+var ErrPastRetention = consumer.ErrPastRetention
 
-// Next returns the next whole unit, waiting for one until ctx is done. A
-// unit that fails decoding is a *consumer.DecodeError; a position the topic
-// no longer holds is ErrPastRetention.
+// Next returns the next whole unit, waiting for one until ctx is done.
+// Nothing is skipped; three errors stop the stream, each a
+// *consumer.StreamError naming the topic, partition and offset and the
+// recovery:
+//   - consumer.ErrPastRetention: the group's position is older than the
+//     topic holds (OFFSET_OUT_OF_RANGE);
+//   - consumer.ErrGap: records the stream needs are missing (an offset
+//     skipped on the manifest or strict partition, a chunk no longer in
+//     its data partition);
+//   - consumer.ErrCorrupt: a record is not the manifest or chunk it
+//     should be, a rebuilt unit fails its checksum, or a unit fails
+//     decoding (*consumer.DecodeError).
 func (c *Consumer) Next(ctx context.Context) (consumer.Unit, error) {
 	off, b, err := c.r.Next(ctx)
-	if errors.Is(err, kerr.OffsetOutOfRange) {
-		return consumer.Unit{}, fmt.Errorf("%w: %w", ErrPastRetention, err)
-	}
 	if err != nil {
+		if ctx.Err() != nil {
+			return consumer.Unit{}, err
+		}
+		var re *kafka.RecordError
+		switch {
+		case errors.Is(err, kerr.OffsetOutOfRange):
+			return consumer.Unit{}, c.streamError(consumer.ErrPastRetention, kafka.ManifestPartition, c.next, consumer.RecoveryRebuild, err)
+		case errors.As(err, &re) && re.Kind == kafka.ErrRecordsMissing:
+			return consumer.Unit{}, c.streamError(consumer.ErrGap, re.Partition, uint64(re.Offset), consumer.RecoveryRebuild, err)
+		case errors.As(err, &re) && re.Kind == kafka.ErrInvalidRecord:
+			return consumer.Unit{}, c.streamError(consumer.ErrCorrupt, re.Partition, uint64(re.Offset), consumer.RecoveryCorruptKafka, err)
+		}
 		return consumer.Unit{}, err
 	}
 	e, err := envelope.Decode(b)
 	if err != nil {
-		return consumer.Unit{}, &consumer.DecodeError{Offset: off, Err: err}
+		return consumer.Unit{}, c.streamError(consumer.ErrCorrupt, kafka.ManifestPartition, off, consumer.RecoveryCorruptKafka,
+			&consumer.DecodeError{Offset: off, Err: err})
 	}
+	c.next, c.lastLSN = off+1, e.CommitLsn
 	return consumer.Unit{Offset: off, Envelope: e, Bytes: len(b)}, nil
+}
+
+// streamError is a gap, past-retention or corruption error at a position
+// of the topic.
+func (c *Consumer) streamError(kind error, partition int32, offset uint64, recovery string, err error) error {
+	return &consumer.StreamError{Kind: kind, Consumer: c.o.Group, Recovery: recovery, Err: err,
+		Position: consumer.Position{Topic: c.o.Topic, Partition: partition, Offset: offset, LSN: c.lastLSN}}
 }
 
 // Commit records that u and every unit before it are done: the group's

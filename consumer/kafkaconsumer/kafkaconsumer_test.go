@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,6 +262,115 @@ func TestPastRetention(t *testing.T) {
 	u, err := kc.Next(short)
 	if !errors.Is(err, kafkaconsumer.ErrPastRetention) {
 		t.Fatalf("Next at offset 0 after records below 2 were deleted = offset %d, %v; want ErrPastRetention", u.Offset, err)
+	}
+	if se := checkStreamError(t, err, consumer.ErrPastRetention); se.Position.Offset != 0 {
+		t.Errorf("position %s, want offset 0 (the group's position)", se.Position)
+	}
+}
+
+// checkStreamError requires err to be a *consumer.StreamError of kind and
+// no other, naming the topic, partition and offset and a recovery.
+func checkStreamError(t *testing.T, err, kind error) *consumer.StreamError {
+	t.Helper()
+	var se *consumer.StreamError
+	if !errors.Is(err, kind) || !errors.As(err, &se) {
+		t.Fatalf("error %v, want a *consumer.StreamError matching %v", err, kind)
+	}
+	for _, k := range []error{consumer.ErrGap, consumer.ErrPastRetention, consumer.ErrCorrupt} {
+		if k != kind && errors.Is(err, k) {
+			t.Errorf("error matches %v as well as %v", k, kind)
+		}
+	}
+	if se.Position.Topic != topic || !strings.Contains(err.Error(), se.Position.String()) || !strings.Contains(err.Error(), "recovery: ") {
+		t.Errorf("message %q does not name the topic position and the recovery", err)
+	}
+	return se
+}
+
+// rawClient is a plain client of the cluster, for records the relay would
+// never write.
+func rawClient(t *testing.T, c *kfake.Cluster, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// TestStrictDamagedRecordIsErrCorrupt: a record whose envelope fails its
+// checksum stops the consumer with ErrCorrupt at its offset, after the
+// units before it, and the next Next does not skip it.
+func TestStrictDamagedRecordIsErrCorrupt(t *testing.T) {
+	c, ctx, p := strictTopic(t)
+	if err := p.PublishBatch(ctx, [][]byte{txn(t, 0), txn(t, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	bad := txn(t, 2)
+	bad[len(bad)/2] ^= 0x10
+	if err := rawClient(t, c).ProduceSync(ctx, &kgo.Record{Partition: 0, Value: bad}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kafkaconsumer.Open(ctx, kafkaconsumer.Options{Brokers: c.ListenAddrs(), Topic: topic, Group: "sink"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	for i := range 2 {
+		if u, err := kc.Next(ctx); err != nil || u.Offset != uint64(i) {
+			t.Fatalf("unit %d: offset %d, %v", i, u.Offset, err)
+		}
+	}
+	_, err = kc.Next(ctx)
+	se := checkStreamError(t, err, consumer.ErrCorrupt)
+	var de *consumer.DecodeError
+	if se.Position.Offset != 2 || se.Position.LSN == 0 || !errors.As(err, &de) {
+		t.Fatalf("position %s (%v), want offset 2 after the second unit's LSN, with a *DecodeError", se.Position, err)
+	}
+}
+
+// TestStrictSkippedOffsetIsErrGap: an offset the consumer needs is not on
+// the topic (here a transaction's commit marker occupies it, as a
+// compacted topic's hole would) — ErrGap at that offset, never a skip.
+func TestStrictSkippedOffsetIsErrGap(t *testing.T) {
+	c, ctx, p := strictTopic(t)
+	if err := p.PublishBatch(ctx, [][]byte{txn(t, 0), txn(t, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	tx := rawClient(t, c, kgo.TransactionalID("not-the-relay"))
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: txn(t, 2)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PublishBatch(ctx, [][]byte{txn(t, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kafkaconsumer.Open(ctx, kafkaconsumer.Options{Brokers: c.ListenAddrs(), Topic: topic, Group: "sink"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	var got []uint64
+	for {
+		u, err := kc.Next(ctx)
+		if err != nil {
+			se := checkStreamError(t, err, consumer.ErrGap)
+			if se.Position.Offset != 3 || !slices.Equal(got, []uint64{0, 1, 2}) {
+				t.Fatalf("units %v then a gap at %s, want units 0..2 then offset 3 (the commit marker's)", got, se.Position)
+			}
+			return
+		}
+		got = append(got, u.Offset)
+		if len(got) > 4 {
+			t.Fatalf("units %v: the hole at offset 3 was skipped", got)
+		}
 	}
 }
 

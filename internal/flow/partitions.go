@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/pgcatalog"
 )
 
 // A partitioned table is published, copied and streamed through its root
@@ -37,7 +37,7 @@ type partitionRecord map[string][]string
 func (f *Flow) partitionsPath() string { return filepath.Join(f.dir, "partitions.json") }
 
 // leafRecord is the record of defs as the source has them now.
-func leafRecord(defs []apply.TableDef) partitionRecord {
+func leafRecord(defs []pgcatalog.TableDef) partitionRecord {
 	rec := partitionRecord{}
 	for _, d := range defs {
 		if d.Partitions == nil {
@@ -97,7 +97,7 @@ func (c partitionChange) String() string {
 
 // partitionChanges compares the source's partitions now (defs) with the
 // record; without a record there is nothing to compare.
-func (f *Flow) partitionChanges(defs []apply.TableDef) ([]partitionChange, error) {
+func (f *Flow) partitionChanges(defs []pgcatalog.TableDef) ([]partitionChange, error) {
 	rec, ok, err := f.readPartitions()
 	if err != nil || !ok {
 		return nil, err
@@ -108,7 +108,7 @@ func (f *Flow) partitionChanges(defs []apply.TableDef) ([]partitionChange, error
 		if !known {
 			continue
 		}
-		now := leafRecord([]apply.TableDef{d})[d.String()]
+		now := leafRecord([]pgcatalog.TableDef{d})[d.String()]
 		c := partitionChange{Table: d.String()}
 		for _, p := range now {
 			if !slices.Contains(was, p) {
@@ -134,7 +134,7 @@ func (f *Flow) partitionRepairSteps(ctx context.Context) ([]RepairStep, error) {
 		return nil, err
 	}
 	defer src.Close(context.Background())
-	defs, err := apply.SourceTables(ctx, src, f.Tables())
+	defs, err := pgcatalog.ReadTables(ctx, src, f.Tables())
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +160,7 @@ func (f *Flow) refreshPartitions(ctx context.Context, src *pgx.Conn, converged [
 	if err != nil || !ok || len(converged) == 0 {
 		return err
 	}
-	defs, err := apply.SourceTables(ctx, src, f.Tables())
+	defs, err := pgcatalog.ReadTables(ctx, src, f.Tables())
 	if err != nil {
 		return err
 	}

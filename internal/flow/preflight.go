@@ -12,6 +12,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
 	"github.com/trellara/trellara/lsn"
+	"github.com/trellara/trellara/pgcatalog"
 	"github.com/trellara/trellara/relay"
 )
 
@@ -171,7 +172,7 @@ func (f *Flow) Preflight(ctx context.Context, createTables bool) *PreflightRepor
 
 	}
 
-	defs, err := apply.SourceTables(ctx, src, f.Tables())
+	defs, err := pgcatalog.ReadTables(ctx, src, f.Tables())
 	if err != nil {
 		add(Check{Name: "source tables", Detail: err.Error(), Fix: "create the table or correct source.tables"})
 		return r
@@ -216,7 +217,7 @@ func noTargetProblem(flow string) string {
 
 // preflightSink checks sink sk's target: connection, tables and, before
 // the initial snapshot, rows already there.
-func (f *Flow) preflightSink(ctx context.Context, sk config.Sink, defs []apply.TableDef, createTables bool, add func(Check)) {
+func (f *Flow) preflightSink(ctx context.Context, sk config.Sink, defs []pgcatalog.TableDef, createTables bool, add func(Check)) {
 	name := func(n string) string {
 		if len(f.Sinks()) > 1 {
 			return n + " (sink " + sk.Name + ")"

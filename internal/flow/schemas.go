@@ -16,6 +16,7 @@ import (
 	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/capture"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/pgcatalog"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/schemachange"
 )
@@ -338,7 +339,7 @@ func (f *Flow) newTableFacts(ctx context.Context, src *pgx.Conn, oid uint32, liv
 	if err != nil {
 		return out, err
 	}
-	defs, err := apply.SourceTables(ctx, src, []config.TableName{t})
+	defs, err := pgcatalog.ReadTables(ctx, src, []config.TableName{t})
 	if err != nil {
 		return out, err
 	}

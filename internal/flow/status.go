@@ -20,6 +20,7 @@ import (
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/internal/verify"
 	"github.com/trellara/trellara/lsn"
+	"github.com/trellara/trellara/pgcatalog"
 	"github.com/trellara/trellara/relay"
 	"github.com/trellara/trellara/segmentlog"
 	"github.com/trellara/trellara/sidecar"
@@ -385,7 +386,7 @@ func (f *Flow) Status(ctx context.Context, view string) (*Status, error) {
 			}
 			st.Slot = ss
 		}
-		if defs, err := apply.SourceTables(ctx, src, f.Tables()); err != nil {
+		if defs, err := pgcatalog.ReadTables(ctx, src, f.Tables()); err != nil {
 			st.Notes = append(st.Notes, err.Error())
 		} else {
 			for _, d := range defs {

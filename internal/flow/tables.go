@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/pgcatalog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
 )
 
@@ -31,15 +31,15 @@ func tableStrings(tables []config.TableName) []string {
 
 // gatedSourceTables reads the configured tables' definitions from the
 // source and refuses, naming each fix, when one fails the identity gate
-// (apply.TableDef.IdentityGate, the rule preflight reports). Run calls it
+// (pgcatalog.TableDef.IdentityGate, the rule preflight reports). Run calls it
 // before it creates a publication or target tables: a published table
 // without a replica identity makes the source reject every UPDATE and
 // DELETE on it.
-func (f *Flow) gatedSourceTables(ctx context.Context, src *pgx.Conn) ([]apply.TableDef, error) {
+func (f *Flow) gatedSourceTables(ctx context.Context, src *pgx.Conn) ([]pgcatalog.TableDef, error) {
 	if err := f.resolveTables(ctx, src); err != nil {
 		return nil, err
 	}
-	defs, err := apply.SourceTables(ctx, src, f.Tables())
+	defs, err := pgcatalog.ReadTables(ctx, src, f.Tables())
 	if err != nil {
 		return nil, fmt.Errorf("flow %s: %w", f.Cfg.Flow, err)
 	}

@@ -2,7 +2,9 @@ package importrules
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +21,14 @@ var forbidden = []string{"internal/config", "internal/cli", "internal/flow"}
 
 // envelopeMay is all envelope may depend on inside the module.
 var envelopeMay = []string{"envelope/envelopepb", "lsn"}
+
+// pgcatalogMay is all pgcatalog (the reading of table definitions) may
+// depend on inside the module: it is a leaf beside pgname.
+var pgcatalogMay = []string{"pgname"}
+
+// catalogReaders must read a source's table definitions through pgcatalog
+// (one reading, one identity gate), not through one another.
+var catalogReaders = []string{"apply", "internal/flow"}
 
 type graph map[string][]string // package (module-relative) → its imports
 
@@ -94,17 +104,17 @@ func (g graph) path(root string, bad func(string) bool) []string {
 func TestImportRules(t *testing.T) {
 	for _, tags := range []string{"", "full"} {
 		t.Run("tags="+tags, func(t *testing.T) {
-			roots, g := load(t, tags, append(slices.Clone(dataPath), "./envelope")...)
+			roots, g := load(t, tags, append(slices.Clone(dataPath), "./envelope", "./pgcatalog", "./internal/flow")...)
 			if len(roots) < len(dataPath) {
 				t.Fatalf("go list named %d packages for %d patterns: %v", len(roots), len(dataPath), roots)
 			}
-			for _, p := range []string{"apply", "envelope"} {
+			for _, p := range []string{"apply", "envelope", "pgcatalog", "internal/flow"} {
 				if _, ok := g[p]; !ok {
 					t.Fatalf("go list -deps did not list %s", p)
 				}
 			}
 			for _, r := range roots {
-				if r == "envelope" {
+				if r == "envelope" || r == "pgcatalog" || r == "internal/flow" {
 					continue
 				}
 				if c := g.path(r, func(p string) bool { return slices.Contains(forbidden, p) }); c != nil {
@@ -119,6 +129,39 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("envelope depends on %s (it may depend on nothing in the module but %s): %s",
 					c[len(c)-1], strings.Join(envelopeMay, " and "), strings.Join(c, " → "))
 			}
+			if c := g.path("pgcatalog", func(p string) bool { return !slices.Contains(pgcatalogMay, p) }); c != nil {
+				t.Errorf("pgcatalog depends on %s (it may depend on nothing in the module but %s): %s",
+					c[len(c)-1], strings.Join(pgcatalogMay, " and "), strings.Join(c, " → "))
+			}
+			for _, r := range catalogReaders {
+				if !slices.Contains(g[r], "pgcatalog") {
+					t.Errorf("%s does not import pgcatalog: its table definitions must come from the one catalog reading", r)
+				}
+			}
 		})
+	}
+}
+
+// TestCatalogReadingLivesInPgcatalog: no package but pgcatalog defines the
+// reading of table definitions (the functions apply once held), so a
+// second copy cannot grow back beside the first.
+func TestCatalogReadingLivesInPgcatalog(t *testing.T) {
+	out := goList(t, "", "-f", "{{.ImportPath}} {{.Dir}} {{join .GoFiles \" \"}}", "./...")
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] == module+"pgcatalog" {
+			continue
+		}
+		for _, name := range f[2:] {
+			src, err := os.ReadFile(filepath.Join(f[1], name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, def := range []string{"type TableDef ", "type ColumnDef ", "func SourceTables(", "func readTableDef(", "func leafPartitions(", "func uniqueKeys("} {
+				if bytes.Contains(src, []byte("\n"+def)) {
+					t.Errorf("%s/%s defines %q: table definitions are read by pgcatalog only", f[0], name, strings.TrimSpace(def))
+				}
+			}
+		}
 	}
 }

@@ -134,21 +134,24 @@ func (r *Reader) tryAssemble(h pendingManifest) ([]byte, []ChunkRef, error) {
 		rec := a.chunks[c.Partition][c.Offset]
 		if rec == nil {
 			if a.seen[c.Partition] > c.Offset {
-				return nil, nil, fmt.Errorf("kafka: flow %q: topic %q: the chunk of commit LSN %s at %s is not in the partition (deleted or compacted records); "+
-					"the unit cannot be rebuilt and is not applied; fix: set cleanup.policy=delete and a retention longer than the applier's downtime on the topic, and re-copy the flow's tables",
-					r.cfg.Flow, r.cfg.topic(), envelope.FormatLSN(h.lsn), c)
+				return nil, nil, &RecordError{Kind: ErrRecordsMissing, Topic: r.cfg.topic(), Partition: c.Partition, Offset: c.Offset,
+					Err: fmt.Errorf("kafka: flow %q: topic %q: the chunk of commit LSN %s at %s is not in the partition (deleted or compacted records); "+
+						"the unit cannot be rebuilt and is not applied; fix: set cleanup.policy=delete and a retention longer than the applier's downtime on the topic, and re-copy the flow's tables",
+						r.cfg.Flow, r.cfg.topic(), envelope.FormatLSN(h.lsn), c)}
 			}
 			missing = append(missing, c)
 			continue
 		}
 		got, err := chunkRows(rec, h)
 		if err != nil {
-			return nil, nil, fmt.Errorf("kafka: flow %q: topic %q: the record at %s named by the manifest of commit LSN %s (offset %d): %w",
-				r.cfg.Flow, r.cfg.topic(), c, envelope.FormatLSN(h.lsn), h.offset, err)
+			return nil, nil, &RecordError{Kind: ErrInvalidRecord, Topic: r.cfg.topic(), Partition: c.Partition, Offset: c.Offset,
+				Err: fmt.Errorf("kafka: flow %q: topic %q: the record at %s named by the manifest of commit LSN %s (offset %d): %w",
+					r.cfg.Flow, r.cfg.topic(), c, envelope.FormatLSN(h.lsn), h.offset, err)}
 		}
 		if len(got) != c.Rows {
-			return nil, nil, fmt.Errorf("kafka: flow %q: topic %q: the chunk at %s holds %d rows, its manifest (offset %d) says %d",
-				r.cfg.Flow, r.cfg.topic(), c, len(got), h.offset, c.Rows)
+			return nil, nil, &RecordError{Kind: ErrInvalidRecord, Topic: r.cfg.topic(), Partition: c.Partition, Offset: c.Offset,
+				Err: fmt.Errorf("kafka: flow %q: topic %q: the chunk at %s holds %d rows, its manifest (offset %d) says %d",
+					r.cfg.Flow, r.cfg.topic(), c, len(got), h.offset, c.Rows)}
 		}
 		rows = append(rows, got)
 	}
@@ -157,8 +160,9 @@ func (r *Reader) tryAssemble(h pendingManifest) ([]byte, []ChunkRef, error) {
 	}
 	b, err := manifest.Assemble(h.m, rows)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kafka: flow %q: topic %q: rebuild the unit of manifest offset %d (commit LSN %s): %w",
-			r.cfg.Flow, r.cfg.topic(), h.offset, envelope.FormatLSN(h.lsn), err)
+		return nil, nil, &RecordError{Kind: ErrInvalidRecord, Topic: r.cfg.topic(), Partition: ManifestPartition, Offset: h.offset,
+			Err: fmt.Errorf("kafka: flow %q: topic %q: rebuild the unit of manifest offset %d (commit LSN %s): %w",
+				r.cfg.Flow, r.cfg.topic(), h.offset, envelope.FormatLSN(h.lsn), err)}
 	}
 	return b, nil, nil
 }
@@ -304,14 +308,16 @@ func (r *Reader) fillPartitioned(ctx context.Context) error {
 func (r *Reader) addManifest(rec *kgo.Record) error {
 	a := r.part
 	if rec.Offset != a.recv {
-		return fmt.Errorf("kafka: flow %q: topic %q partition %d: expected manifest offset %d, got %d: records are missing "+
-			"(a compacted topic or deleted records); fix: set cleanup.policy=delete on the topic and re-copy the flow's tables",
-			r.cfg.Flow, r.cfg.topic(), ManifestPartition, a.recv, rec.Offset)
+		return &RecordError{Kind: ErrRecordsMissing, Topic: r.cfg.topic(), Partition: ManifestPartition, Offset: a.recv,
+			Err: fmt.Errorf("kafka: flow %q: topic %q partition %d: expected manifest offset %d, got %d: records are missing "+
+				"(a compacted topic or deleted records); fix: set cleanup.policy=delete on the topic and re-copy the flow's tables",
+				r.cfg.Flow, r.cfg.topic(), ManifestPartition, a.recv, rec.Offset)}
 	}
 	bad := func(err error) error {
-		return fmt.Errorf("kafka: flow %q: topic %q partition %d offset %d is not a manifest of this flow: %w; "+
-			"fix: the manifest partition is written by the relay alone; point transport.kafka.topic at the flow's own topic",
-			r.cfg.Flow, r.cfg.topic(), ManifestPartition, rec.Offset, err)
+		return &RecordError{Kind: ErrInvalidRecord, Topic: r.cfg.topic(), Partition: ManifestPartition, Offset: rec.Offset,
+			Err: fmt.Errorf("kafka: flow %q: topic %q partition %d offset %d is not a manifest of this flow: %w; "+
+				"fix: the manifest partition is written by the relay alone; point transport.kafka.topic at the flow's own topic",
+				r.cfg.Flow, r.cfg.topic(), ManifestPartition, rec.Offset, err)}
 	}
 	if k := header(rec.Headers, HeaderRecord); k != RecordManifest {
 		return bad(fmt.Errorf("%s is %q", HeaderRecord, k))

@@ -79,9 +79,10 @@ func (r *Reader) Next(ctx context.Context) (uint64, []byte, error) {
 	rec := r.buf[0]
 	r.buf = r.buf[1:]
 	if rec.Offset != r.pos {
-		return 0, nil, fmt.Errorf("kafka: flow %q: topic %q partition %d: expected offset %d, got %d: records are missing "+
-			"(a compacted topic or deleted records); fix: set cleanup.policy=delete on the topic and re-copy the flow's tables",
-			r.cfg.Flow, r.cfg.topic(), Partition, r.pos, rec.Offset)
+		return 0, nil, &RecordError{Kind: ErrRecordsMissing, Topic: r.cfg.topic(), Partition: Partition, Offset: r.pos,
+			Err: fmt.Errorf("kafka: flow %q: topic %q partition %d: expected offset %d, got %d: records are missing "+
+				"(a compacted topic or deleted records); fix: set cleanup.policy=delete on the topic and re-copy the flow's tables",
+				r.cfg.Flow, r.cfg.topic(), Partition, r.pos, rec.Offset)}
 	}
 	r.pos++
 	return uint64(rec.Offset), rec.Value, nil
