@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/pgcatalog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/config"
+	"github.com/trellara/trellara/internal/shell"
+	"github.com/trellara/trellara/pgcatalog"
 )
 
 // Tables returns the flow's source tables: source.tables, then the tables
