@@ -64,20 +64,28 @@ func extSource(t *testing.T, conf map[string]string) (*pgtest.Cluster, string) {
 // public.u into dir with captureLines choosing the capture path.
 func extFlowConfig(t *testing.T, as osUser, dir string, src, target *pgtest.Cluster, captureLines string) string {
 	t.Helper()
+	return writeExtFlow(t, as, dir, "extflow", "public.t, public.u", src, target, captureLines)
+}
+
+// writeExtFlow writes dir/trellara.yml: flow name from src to target over
+// tables (a YAML list's items), its local log in dir/data, captureLines
+// choosing the capture path, owned by as.
+func writeExtFlow(t *testing.T, as osUser, dir, name, tables string, src, target *pgtest.Cluster, captureLines string) string {
+	t.Helper()
 	cfg := filepath.Join(dir, "trellara.yml")
 	body := fmt.Sprintf(`version: 2
-flow: extflow
+flow: %s
 source:
   id: ext
   database_url: %q
-%s  tables: [public.t, public.u]
+%s  tables: [%s]
 transport:
   local: {dir: %s, fsync: always}
 target:
   database_url: %q
 run:
   listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, src.URL("postgres"), captureLines, filepath.Join(dir, "data"), target.URL("postgres"), freePort(t), freePort(t))
+`, name, src.URL("postgres"), captureLines, tables, filepath.Join(dir, "data"), target.URL("postgres"), freePort(t), freePort(t))
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

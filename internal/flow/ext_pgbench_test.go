@@ -47,27 +47,7 @@ func TestExtensionPgbenchLoopWithKills(t *testing.T) {
 	as := serverUser(t, src)
 	bin := as.copyBin(t, trellaraBin(t))
 	dir := as.tempDir(t)
-	cfg := filepath.Join(dir, "trellara.yml")
-	relayPort, applierPort := freePort(t), freePort(t)
-	body := fmt.Sprintf(`version: 2
-flow: extbench
-source:
-  id: ext
-  database_url: %q
-  capture: extension
-  socket: %s
-  tables: [%s]
-transport:
-  local: {dir: %s, fsync: always}
-target:
-  database_url: %q
-run:
-  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, src.URL("postgres"), sock, tables, filepath.Join(dir, "data"), target.URL("postgres"), relayPort, applierPort)
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	as.chown(t, cfg)
+	cfg := writeExtFlow(t, as, dir, "extbench", tables, src, target, fmt.Sprintf("  capture: extension\n  socket: %s\n", sock))
 
 	// TPC-B throughout, at a steady rate.
 	script := filepath.Join(t.TempDir(), "tpcb.sql")

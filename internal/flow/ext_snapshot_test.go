@@ -44,26 +44,8 @@ func newExtSnapshotFlow(t *testing.T) *extSnapshotFlow {
 	target.Exec(t, schema...)
 	as := serverUser(t, src)
 	dir := as.tempDir(t)
-	cfg := filepath.Join(dir, "trellara.yml")
-	body := fmt.Sprintf(`version: 2
-flow: extsnap
-source:
-  id: ext
-  database_url: %q
-  capture: extension
-  socket: %s
-  tables: [public.oltp1, public.oltp2, public.big]
-transport:
-  local: {dir: %s, fsync: always}
-target:
-  database_url: %q
-run:
-  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, src.URL("postgres"), sock, filepath.Join(dir, "data"), target.URL("postgres"), freePort(t), freePort(t))
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	as.chown(t, cfg)
+	cfg := writeExtFlow(t, as, dir, "extsnap", "public.oltp1, public.oltp2, public.big", src, target,
+		fmt.Sprintf("  capture: extension\n  socket: %s\n", sock))
 	return &extSnapshotFlow{src: src, target: target, as: as, bin: as.copyBin(t, trellaraBin(t)), cfg: cfg, sock: sock,
 		work: &oltpWorkload{tables: 2, rows: extSnapshotRows}}
 }
