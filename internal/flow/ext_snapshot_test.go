@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -310,6 +311,16 @@ func TestEvaluationPathOnTheExtension(t *testing.T) {
 	typed("CONVERGED", "run", "--config", "trellara.yml", "--local", "--verify", "--format", "text")
 	typed("CONVERGED", "verify", "--config", "trellara.yml")
 	typed("", "status", "--config", "trellara.yml", "--view", "report", "--format", "text")
+	// At rest, a committed change the target lacks is counted: the
+	// decoder's slot is peeked through the extension's own plugin, unmoved.
+	f.src.Exec(t, `UPDATE oltp1 SET c = 'pending' WHERE id = 1`)
+	cmd := f.as.command(f.bin, "verify", "--config", "trellara.yml")
+	cmd.Dir = dir
+	behind, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || !strings.Contains(string(behind), "BEHIND") {
+		t.Fatalf("verify at rest with a pending change on the extension path: %v, want exit 3 BEHIND\n%s", err, behind)
+	}
+	typed("CONVERGED", "run", "--config", "trellara.yml", "--local", "--verify")
 	// Claim 2 on this path: no half-applied transaction is observable
 	// (the probe's tables pass the decoder's table filter by name).
 	typed("0 violations", "semantics", "--config", "trellara.yml", "--duration", "4s")
@@ -327,7 +338,7 @@ func TestEvaluationPathOnTheExtension(t *testing.T) {
 	if !strings.Contains(out, "socket        "+strings.TrimSpace(f.sock)+" · present, owner uid") {
 		t.Fatalf("status names no socket %s with its owner:\n%s", f.sock, out)
 	}
-	cmd := f.as.command(f.bin, "status", "--config", "trellara.yml", "--format", "json")
+	cmd = f.as.command(f.bin, "status", "--config", "trellara.yml", "--format", "json")
 	cmd.Dir = dir
 	js, _ := cmd.Output()
 	checkJSONAgainst(t, "status.schema.json", string(js), "verify.schema.json")
