@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,11 +30,11 @@ import (
 // format 2, the target's checkpoint and snapshot_progress tables).
 const previousRelease = "f637245"
 
-// buildPreviousRelease extracts previousRelease from git history into a
-// temporary directory (git archive, so the worktree is untouched) and
-// builds its CLI. It skips only when the history is not there, as in a
-// shallow clone ("git fetch --unshallow" restores it).
-func buildPreviousRelease(t *testing.T) string {
+// buildPreviousRelease extracts commit previousRelease from git history
+// into a temporary directory (git archive, so the worktree is untouched)
+// and builds its CLI. It skips only when the history is not there, as in
+// a shallow clone ("git fetch --unshallow" restores it).
+func buildPreviousRelease(t *testing.T, previousRelease string) string {
 	t.Helper()
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
@@ -98,7 +99,7 @@ func listState(t *testing.T, dir string) []string {
 // converges; and upgrades again. docs/EVIDENCE.md records the results.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
 	pgtest.Require(t)
-	oldBin := buildPreviousRelease(t)
+	oldBin := buildPreviousRelease(t, previousRelease)
 	newBin := buildCLI(t)
 	src := pgtest.Start(t, pgtest.Options{})
 	dst := pgtest.Start(t, pgtest.Options{})
@@ -116,26 +117,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := run(oldBin, "init", "--source-database-url", src.URL("postgres"), "--target-database-url", dst.URL("postgres"),
-		"--table", "public.orders", "--table", "public.line_items", "--table", "public.counters", "--flow", "upgrade", "--evaluate",
-		"--output", cfgPath); err != nil {
-		t.Fatalf("init (%s): %v\n%s", previousRelease, err, out)
-	}
-	// The services listen on free loopback ports, not the defaults init
-	// writes (:9401, :9402), which anything else on the machine may hold.
-	b, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range []string{":9401", ":9402"} {
-		if !bytes.Contains(b, []byte(d)) {
-			t.Fatalf("init (%s) wrote no listen address %s:\n%s", previousRelease, d, b)
-		}
-		b = bytes.Replace(b, []byte(d), []byte(fmt.Sprintf("127.0.0.1:%d", freePort(t))), 1)
-	}
-	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	initWith(t, oldBin, previousRelease, dir, cfgPath, src, dst)
 	if out, err := run(oldBin, "run", "--config", cfgPath, "--local"); err != nil {
 		t.Fatalf("initial run (%s): %v\n%s", previousRelease, err, out)
 	}
@@ -342,6 +324,36 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	}
 }
 
+// initWith runs bin's init (bin is release rev) for the crash schema's
+// three tables, flow "upgrade", in evaluation mode, and moves the
+// services' listeners to free loopback ports (init writes :9401 and
+// :9402, which anything else on the machine may hold).
+func initWith(t *testing.T, bin, rev, dir, cfgPath string, src, dst *pgtest.Cluster) {
+	t.Helper()
+	cmd := exec.Command(bin, "init", "--source-database-url", src.URL("postgres"), "--target-database-url", dst.URL("postgres"),
+		"--table", "public.orders", "--table", "public.line_items", "--table", "public.counters", "--flow", "upgrade", "--evaluate",
+		"--output", cfgPath)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("init (%s): %v\n%s", rev, err, out)
+	}
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []string{"9401", "9402"} {
+		// ":9401" (f637245) or "127.0.0.1:9401" (later releases).
+		d := regexp.MustCompile(`"?(127\.0\.0\.1)?:` + port + `"?`)
+		if !d.Match(b) {
+			t.Fatalf("init (%s) wrote no listen address on port %s:\n%s", rev, port, b)
+		}
+		b = d.ReplaceAll(b, []byte(fmt.Sprintf(`"127.0.0.1:%d"`, freePort(t))))
+	}
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func readState(t *testing.T, dir, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, name))
@@ -400,4 +412,141 @@ func exactlyOnce(t *testing.T, src, dst *pgtest.Cluster, committed int) {
 	if sum != int64(committed) {
 		t.Fatalf("target counters sum to %d, %d transactions committed", sum, committed)
 	}
+}
+
+// layeredBase is main before the data path became a library (issue 32:
+// the pgcatalog package, Options in every data-path package, the protocol
+// constants in envelope, the public stream API). The CLI's behaviour is
+// meant to be unchanged across it.
+const layeredBase = "0335858"
+
+// TestUpgradeAcrossTheLibraryLayering: a flow started by layeredBase's
+// binary (init, an initial run, then a bounded run SIGKILLed mid-stream
+// while the workload writes) is continued by the current binary on the
+// same config, log, slot and target: run --local --verify CONVERGED, every
+// transaction applied exactly once (the counters sum to the committed
+// transactions, the tables' counts equal), and the current service then
+// streams on from the same state, again exactly once.
+//
+// Mutation tried: the current applier's redelivery check starting from 0
+// instead of the target's checkpoint (apply.tryTxns, last :=
+// a.cp.CommitLSN): the units the SIGKILLed run had applied but not yet
+// passed in its cursor are applied again, and the first run --local
+// --verify after the upgrade is not CONVERGED (red).
+func TestUpgradeAcrossTheLibraryLayering(t *testing.T) {
+	pgtest.Require(t)
+	if testing.Short() {
+		t.Skip("builds " + layeredBase + " from git history")
+	}
+	oldBin := buildPreviousRelease(t, layeredBase)
+	newBin := buildCLI(t)
+	src := pgtest.Start(t, pgtest.Options{})
+	dst := pgtest.Start(t, pgtest.Options{})
+	src.Exec(t, crashSchema)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "trellara.yml")
+	run := func(bin string, args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	initWith(t, oldBin, layeredBase, dir, cfgPath, src, dst)
+	if out, err := run(oldBin, "run", "--config", cfgPath, "--local"); err != nil {
+		t.Fatalf("initial run (%s): %v\n%s", layeredBase, err, out)
+	}
+	ctx := context.Background()
+	committed := 0
+	workload := func(from, to int, stop <-chan struct{}) {
+		conn := src.Connect(ctx)
+		defer conn.Close(ctx)
+		rng := rand.New(rand.NewPCG(uint64(from), 32))
+		for i := from; i <= to; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := workloadTxn(ctx, conn, i, rng); err != nil {
+				t.Errorf("workload txn %d: %v", i, err)
+				return
+			}
+			committed = i
+		}
+	}
+	workload(1, 150, nil)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); workload(151, 900, stop) }()
+	cmd := exec.Command(oldBin, "run", "--config", cfgPath, "--local")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tgt := dst.Connect(ctx)
+	defer tgt.Close(ctx)
+	for i := 0; ; i++ {
+		var n int64
+		if tgt.QueryRow(ctx, `SELECT sum(n) FROM counters`).Scan(&n) == nil && n > 170 {
+			break
+		}
+		if i > 3000 {
+			t.Fatalf("the %s run applied nothing new:\n%s", layeredBase, stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	close(stop)
+	wg.Wait()
+	t.Logf("%s SIGKILLed mid-stream; %d transactions committed", layeredBase, committed)
+
+	converge := func(who string) {
+		t.Helper()
+		var out string
+		var err error
+		for attempt := 0; attempt < 5; attempt++ {
+			if out, err = run(newBin, "run", "--config", cfgPath, "--local", "--verify", "--format", "text"); err == nil ||
+				!strings.Contains(out, "in use by another process") {
+				break
+			}
+			time.Sleep(time.Second) // the killed walsender has not exited yet
+		}
+		if err != nil || !strings.Contains(out, "CONVERGED") {
+			t.Fatalf("run --local --verify (%s): %v\n%s", who, err, out)
+		}
+	}
+	converge("current, after " + layeredBase)
+	exactlyOnce(t, src, dst, committed)
+
+	// The current service streams on from the state the bounded runs left.
+	svc := exec.Command(newBin, "run", "--config", cfgPath)
+	svc.Dir = dir
+	var svcOut bytes.Buffer
+	svc.Stdout, svc.Stderr = &svcOut, &svcOut
+	if err := svc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	workload(committed+1, committed+150, nil)
+	for i := 0; ; i++ {
+		var n int64
+		if tgt.QueryRow(ctx, `SELECT sum(n) FROM counters`).Scan(&n) == nil && n == int64(committed) {
+			break
+		}
+		if i > 6000 {
+			_ = svc.Process.Signal(syscall.SIGKILL)
+			_ = svc.Wait()
+			t.Fatalf("the current service did not apply through transaction %d:\n%s", committed, svcOut.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = svc.Process.Signal(syscall.SIGTERM)
+	if err := svc.Wait(); err != nil {
+		t.Logf("service exit after SIGTERM: %v", err)
+	}
+	converge("current, after its service")
+	exactlyOnce(t, src, dst, committed)
 }
