@@ -34,12 +34,8 @@ type graph map[string][]string // package (module-relative) → its imports
 
 func goList(t *testing.T, tags string, args ...string) string {
 	t.Helper()
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		t.Fatalf("go list -m: %v", err)
-	}
 	cmd := exec.Command("go", append([]string{"list", "-tags=" + tags}, args...)...)
-	cmd.Dir = strings.TrimSpace(string(root))
+	cmd.Dir = moduleRoot(t)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -164,4 +160,78 @@ func TestCatalogReadingLivesInPgcatalog(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestReadmeLayoutMatchesTheTree: every package directory of the module
+// at the top level and under internal/ has a line in the README's layout
+// table, and every directory the table names exists. (Mutation tried:
+// deleting the internal/lake line from the table: red, naming it.)
+func TestReadmeLayoutMatchesTheTree(t *testing.T) {
+	root := moduleRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "## Layout\n\n```\n")
+	if !ok {
+		t.Fatal("README.md has no ## Layout section with a code block")
+	}
+	table, _, _ := strings.Cut(after, "```")
+	named := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		first, _, _ := strings.Cut(line, " ")
+		for _, d := range strings.Split(strings.TrimSuffix(first, ","), ",") {
+			if d = strings.TrimSuffix(strings.TrimSpace(d), "/"); d != "" && !strings.Contains(d, "*") {
+				named[d] = true
+			}
+		}
+		// "cmd/trellara, cmd/trellara-check, ..." names several.
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "cmd/") {
+				named[strings.TrimSuffix(f, ",")] = true
+			}
+		}
+	}
+	for d := range named {
+		if _, err := os.Stat(filepath.Join(root, d)); err != nil {
+			t.Errorf("README layout names %s, which is not in the tree", d)
+		}
+	}
+	var dirs []string
+	for _, parent := range []string{".", "internal"} {
+		ents, err := os.ReadDir(filepath.Join(root, parent))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if !e.IsDir() || strings.HasPrefix(name, ".") || name == "internal" || name == "docs" || name == "node_modules" || name == "bin" || name == "out" {
+				continue
+			}
+			dirs = append(dirs, filepath.ToSlash(filepath.Join(parent, name)))
+		}
+	}
+	under := func(d string) bool { // cmd: named by its binaries
+		for n := range named {
+			if strings.HasPrefix(n, d+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, d := range dirs {
+		if d = strings.TrimPrefix(d, "./"); !named[d] && !under(d) {
+			t.Errorf("%s is in the tree but has no line in the README's layout table", d)
+		}
+	}
+}
+
+// moduleRoot is the module's directory.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("go list -m: %v", err)
+	}
+	return strings.TrimSpace(string(root))
 }
