@@ -149,11 +149,24 @@ check "replay is complete" [ "$(grep -c '^frame I' <<<"$out")" = 3002 ]
 check "slot advances to the acknowledged end" wait_for 10 lsn_ge "$(confirmed)" "$end_lsn"
 acked=$(confirmed)
 
+# trellara_queue() (0.3) reads the live queue: the socket worker's pid, the
+# sidecar's durable position, every published slot taken once idle.
+psqlc "CREATE EXTENSION IF NOT EXISTS trellara" >/dev/null
+queue() { psqlc "SELECT $1 FROM trellara_queue()"; }
+queue_is() { [ "$(queue "$1")" = t ]; } # re-read on each try of wait_for
+# (the socket worker has no database connection, so no pg_stat_activity
+# row: its process title names it)
+check "trellara_queue(): the socket worker's pid" grep -q "trellara socket server" "/proc/$(queue socket_pid)/cmdline"
+check "trellara_queue(): the sidecar's durable position is the slot's" lsn_ge "$(queue acked_lsn)" "$acked"
+check "trellara_queue(): slots published and taken, none filled when idle" wait_for 10 queue_is "published > 0 AND published = taken AND filled = 0"
+epoch=$(queue decoder_epoch)
+
 # terminate the decoder: it restarts, nothing acknowledged is replayed
 check "decoder running" wait_for 20 decoder_running
 pid=$(decoder_pid)
 psqlc "SELECT pg_terminate_backend($pid)" >/dev/null
 check "decoder restarted after termination" wait_for 20 decoder_replaced "$pid"
+check "trellara_queue(): the decoder's restart counted" wait_for 10 queue_is "decoder_epoch > $epoch"
 psqlc "INSERT INTO w VALUES (5000, 'after restart')"
 out=$(probe --ack --commits 1 --seconds 20)
 check "only the new transaction is delivered after a decoder restart" [ "$(grep -c '^frame I' <<<"$out")" = 1 ]

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -328,8 +329,17 @@ func TestEvaluationPathOnTheExtension(t *testing.T) {
 	// status names the decoder, its slot and the socket with its owner.
 	// (The decoder worker restarts within 2 s after a command at rest
 	// borrowed its slot.)
+	// Its queue is read through trellara_queue() (extension 0.3), which
+	// needs CREATE EXTENSION in the flow's database: until then status says
+	// so, with the fix.
 	out := typed("trellara decoder worker", "status", "--config", "trellara.yml")
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out, "trellara decoder worker pid"); time.Sleep(500 * time.Millisecond) {
+	if !strings.Contains(out, "queue         not readable: ") || !strings.Contains(out, "fix: CREATE EXTENSION trellara") {
+		t.Fatalf("status before CREATE EXTENSION: want the queue not readable with its fix:\n%s", out)
+	}
+	f.src.Exec(t, `CREATE EXTENSION trellara`)
+	queueLine := regexp.MustCompile(`queue         \d+ of 16 slots filled \(decoder start \d+: \d+ published, \d+ taken\), sidecar durable through [0-9A-F]+/[0-9A-F]+`)
+	out = typed("trellara decoder worker", "status", "--config", "trellara.yml")
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out, "trellara decoder worker pid") || !queueLine.MatchString(out); time.Sleep(500 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("status names no running decoder worker:\n%s", out)
 		}
@@ -348,6 +358,8 @@ func TestEvaluationPathOnTheExtension(t *testing.T) {
 	}
 	if e, _ := m["extension"].(map[string]any); e == nil || e["slot"] != "ext" || e["decoder_pid"].(float64) <= 0 {
 		t.Fatalf("status --format json: want extension with slot ext and a decoder pid:\n%s", js)
+	} else if q, _ := e["queue"].(map[string]any); q == nil || q["slots"] != float64(16) || q["socket_pid"].(float64) <= 0 {
+		t.Fatalf("status --format json: want the decoder's queue (16 slots, a socket worker pid):\n%s", js)
 	}
 	f.tablesEqual(t)
 }

@@ -566,6 +566,11 @@ func (st *Status) RenderText(w io.Writer, view string) error {
 			decoder = fmt.Sprintf("pid %d", e.DecoderPID)
 		}
 		fmt.Fprintf(w, "decoder       trellara decoder worker %s · slot %s · database %s\n", decoder, e.Slot, e.Database)
+		if e.Queue != nil {
+			fmt.Fprintf(w, "queue         %s\n", e.Queue)
+		} else {
+			fmt.Fprintf(w, "queue         %s\n", e.QueueState)
+		}
 		fmt.Fprintf(w, "socket        %s · %s\n", e.Socket, e.SocketState)
 		if e.InitialSnapshot != "" {
 			fmt.Fprintf(w, "              initial snapshot %s\n", e.InitialSnapshot)
@@ -766,9 +771,8 @@ func dirExists(dir string) bool {
 }
 
 // ExtensionStatus is what status reports of the trellara extension on a
-// source.capture: extension flow. The decoder's queue is in the server's
-// shared memory and the extension exposes no statistics of it: its fill
-// shows only as the slot's lag.
+// source.capture: extension flow: the decoder, its shared-memory queue (the
+// extension's trellara_queue(), 0.3) and the socket.
 type ExtensionStatus struct {
 	DecoderPID int    `json:"decoder_pid"` // 0: not running right now
 	Slot       string `json:"slot"`
@@ -779,6 +783,9 @@ type ExtensionStatus struct {
 	// InitialSnapshot is "recorded (resume: CMD)" while the extension
 	// path's initial snapshot is unfinished, else empty.
 	InitialSnapshot string `json:"initial_snapshot,omitempty"`
+	// Queue is the decoder's queue; QueueState says why it is missing.
+	Queue      *sidecar.Queue `json:"queue,omitempty"`
+	QueueState string         `json:"queue_state,omitempty"`
 }
 
 // extensionStatus reads the extension's settings and decoder over src.
@@ -795,6 +802,11 @@ func (f *Flow) extensionStatus(ctx context.Context, src *pgx.Conn) (*ExtensionSt
 		es.SocketState = "not here: " + err.Error()
 	} else if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 		es.SocketState = fmt.Sprintf("present, owner uid %d, mode %04o", sys.Uid, fi.Mode().Perm())
+	}
+	if q, err := sidecar.ReadQueue(ctx, src); err != nil {
+		es.QueueState = "not readable: " + err.Error()
+	} else {
+		es.Queue = &q
 	}
 	if ok, err := f.extensionSnapshotRecorded(); err == nil && ok {
 		es.InitialSnapshot = "recorded and not finished (resume: " + f.extensionSnapshotCommand() + ")"
