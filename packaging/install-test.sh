@@ -64,7 +64,8 @@ chmod 755 "$work"
 # end, so the test leaves the machine as it found it.
 ext_files=(/usr/lib/postgresql/15/lib/trellara.so /usr/share/postgresql/15/extension/trellara.control
 	/usr/share/postgresql/15/extension/trellara--0.1.sql /usr/share/postgresql/15/extension/trellara--0.1--0.2.sql
-	/usr/share/postgresql/15/extension/trellara--0.2.sql)
+	/usr/share/postgresql/15/extension/trellara--0.2.sql /usr/share/postgresql/15/extension/trellara--0.2--0.3.sql
+	/usr/share/postgresql/15/extension/trellara--0.3.sql)
 mkdir -p "$work/aside"
 for f in "${ext_files[@]}"; do
 	if [ -e "$f" ] && ! dpkg -S "$f" >/dev/null 2>&1; then
@@ -122,6 +123,23 @@ ok "system user trellara ($gecos), home $home, shell $shell"
 [ "$(stat -c '%U:%G %a' /var/lib/trellara)" = "trellara:trellara 750" ] ||
 	fail "/var/lib/trellara is $(stat -c '%U:%G %a' /var/lib/trellara), want trellara:trellara 750"
 ok "/var/lib/trellara trellara:trellara 0750"
+# The extension path's state directory, for the sidecar unit and the first
+# run --local --verify as the server's user.
+[ "$(stat -c '%U:%G %a' /var/lib/trellara-sidecar 2>&1)" = "postgres:trellara 750" ] ||
+	fail "/var/lib/trellara-sidecar is $(stat -c '%U:%G %a' /var/lib/trellara-sidecar 2>&1), want postgres:trellara 750"
+ok "/var/lib/trellara-sidecar postgres:trellara 0750"
+sidecar_unit=/usr/lib/systemd/system/trellara-sidecar@.service
+grep -q -- '--role all' "$sidecar_unit" || fail "$sidecar_unit: does not run --role all (the sidecar and its appliers, as postgres)"
+grep -q '^User=postgres$' "$sidecar_unit" || fail "$sidecar_unit: does not run as postgres"
+ok "trellara-sidecar@ runs the sidecar and its appliers (--role all) as postgres"
+if [ ${#ext_debs[@]} = 1 ]; then
+	for want in "trellara extension installed for PostgreSQL 15" "ALTER SYSTEM SET shared_preload_libraries" \
+		"ALTER SYSTEM SET trellara.tables" "runuser -u postgres -- trellara run --config /etc/trellara/FLOW.yml --local --verify" \
+		"systemctl enable --now trellara-sidecar@FLOW"; do
+		grep -qF -- "$want" "$work/install.log" || { cat "$work/install.log"; fail "the extension package's post-install text lacks: $want"; }
+	done
+	ok "postgresql-15-trellara's post-install text names the settings, the restart, the first run and the unit"
+fi
 enabled=$(find /etc/systemd/system -name 'trellara-*' 2>/dev/null)
 [ -z "$enabled" ] || fail "install enabled units: $enabled"
 ok "no unit enabled or started"
@@ -235,7 +253,7 @@ getent group trellara >/dev/null && groupdel trellara
 apt-get install -y -qq --no-install-recommends "./${debs[0]}" >"$work/install.log" 2>&1 ||
 	{ cat "$work/install.log"; fail "reinstall"; }
 purge
-for p in /etc/trellara /var/lib/trellara /usr/bin/trellara /usr/lib/systemd/system/trellara-relay@.service; do
+for p in /etc/trellara /var/lib/trellara /var/lib/trellara-sidecar /usr/bin/trellara /usr/lib/systemd/system/trellara-relay@.service; do
 	[ ! -e "$p" ] || fail "$p left after install + purge"
 done
 ! getent passwd trellara >/dev/null || fail "purge left the trellara user it created"
@@ -323,6 +341,8 @@ want: $want"
 		fail "$erpm: no install script under /usr/pgsql-$major/share/extension"
 	[ "$(rpm -qp --qf '[%{FILEMODES:perms} %{FILENAMES}\n]' "$erpm" | grep ' /usr/pgsql-[0-9]*/lib/trellara.so$' | cut -d' ' -f1)" = -rwxr-xr-x ] ||
 		fail "$erpm: trellara.so is not 0755"
+	rpm -qp --scripts "$erpm" | grep -qF "ALTER SYSTEM SET shared_preload_libraries" ||
+		fail "$erpm: no post-install text naming the settings (rpm -qp --scripts)"
 	ok "$name $rpm_version: requires postgresql$major-server, glibc >= $rpm_libc (trellara.so needs GLIBC_$needs); $(wc -l <<<"$got") files under /usr/pgsql-$major, the same bytes as $(basename "$deb")"
 done
 [ ${#all_ext_debs[@]} -gt 0 ] || echo "   no extension packages in dist/: extension rpm checks skipped"

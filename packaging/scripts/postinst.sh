@@ -28,6 +28,13 @@ fi
 if [ ! -d /var/lib/trellara ]; then
 	install -d -o trellara -g trellara -m 0750 /var/lib/trellara
 fi
+# The extension path's state: trellara-sidecar@.service runs as the server's
+# OS user (postgres), and so does the flow's first `trellara run --local
+# --verify` (its initial snapshot), which needs the directory before any
+# unit has started. Made only where the Debian/PGDG server user exists.
+if [ ! -d /var/lib/trellara-sidecar ] && getent passwd postgres >/dev/null; then
+	install -d -o postgres -g trellara -m 0750 /var/lib/trellara-sidecar
+fi
 
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload >/dev/null 2>&1 || true

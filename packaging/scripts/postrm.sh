@@ -22,6 +22,7 @@ fi
 
 # An empty state directory holds no data (postinst made it); remove it.
 rmdir /var/lib/trellara 2>/dev/null || true
+rmdir /var/lib/trellara-sidecar 2>/dev/null || true
 kept=""
 for dir in /var/lib/trellara /var/lib/trellara-sidecar; do
 	if [ -e "$dir" ]; then
