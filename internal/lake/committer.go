@@ -241,7 +241,7 @@ func (c *Committer) drain(ctx context.Context, r *sourceReader, b *batch) error 
 					"source", r.src.ID, "stream", r.stream.Where(), "offset", at, "err", err)
 				return nil
 			case errors.Is(err, consumer.ErrGap) || errors.Is(err, consumer.ErrCorrupt) || errors.As(err, &de):
-				r.quarantined = fmt.Sprintf("%s offset %d: %v", r.stream.Where(), at, err)
+				r.quarantined = fmt.Sprintf("%s, read from offset %d: %v", r.stream.Where(), at, err)
 				c.log.Error("lake: source quarantined: its stream has a unit missing or invalid", "source", r.src.ID,
 					"stream", r.stream.Where(), "offset", at, "err", err)
 				return nil
@@ -578,7 +578,10 @@ func (c *Committer) FinishEpoch(ctx context.Context, pe *PendingEpoch) (Epoch, e
 		case r.quarantined != "":
 			lines[i].Reason += ": " + r.quarantined
 		case r.pastRetain && !p.SlotLost && r.stream != nil:
-			lines[i].Reason += fmt.Sprintf("; the committer's position on its %s is past the stream's retention", r.stream.Where())
+			// The slot is fine: the stream dropped what the committer had
+			// not read yet.
+			lines[i].Reason = fmt.Sprintf("past retention: the committer's position on its %s is older than the stream holds "+
+				"(retention removed units it had not committed); the source needs a reseed (a new slot and a re-snapshot)", r.stream.Where())
 		case p.Confirmed && r.behind != "" && lines[i].Lagging:
 			lines[i].Reason += "; " + r.behind
 		}

@@ -255,3 +255,74 @@ func TestFleetKafka(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetKafkaStreamErrors: the Kafka consumer's typed errors reach the
+// epoch with the source's name. After a first complete epoch the
+// committer is SIGKILLed and stays down while db1's topic (strict) loses
+// its records below the end (DeleteRecords, as retention would): on
+// restart its group offset is older than the topic holds,
+// consumer.ErrPastRetention, so db1 is past_retention. db2's topic
+// (partitioned) gets a record on its manifest partition that is no
+// manifest (a foreign writer): consumer.ErrCorrupt, so db2 is
+// quarantined, its reason naming the topic and offset. Neither is
+// skipped: the epoch is complete_with_gaps naming both.
+func TestFleetKafkaStreamErrors(t *testing.T) {
+	pgtest.Require(t)
+	catalog := pgtest.Start(t, pgtest.Options{})
+	e := newKafkaFleet(t, 2, catalog)
+	l := e.openLake()
+	for i := range e.ids {
+		e.startRelay(i)
+	}
+	w := startWorkload(t, e.sources)
+	fleet := e.start()
+	first := e.waitEpoch(l, 0, "complete", func(ep lake.Epoch) bool { return ep.Status == lake.StatusComplete })
+	_ = fleet.Process.Signal(syscall.SIGKILL)
+	_ = fleet.Wait()
+	time.Sleep(time.Second) // more units the committer has not read
+	w.end()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	group := e.groupCommitted()
+	ends, err := adm.ListEndOffsets(ctx, "trellara.db1")
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1, _ := ends.Lookup("trellara.db1", 0)
+	if e1.Offset <= group["db1"] {
+		t.Fatalf("db1's topic ends at %d, the committer's group is at %d: no unread units to lose", e1.Offset, group["db1"])
+	}
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: "trellara.db1", Partition: 0, At: e1.Offset})
+	if resp, err := adm.DeleteRecords(ctx, del); err != nil || resp.Error() != nil {
+		t.Fatalf("delete records of trellara.db1 below %d: %v %v", e1.Offset, err, resp.Error())
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "trellara.db2", Partition: 0, Value: []byte("not a manifest")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	ep := e.waitEpoch(l, first.ID, "past_retention db1 and quarantined db2", func(ep lake.Epoch) bool {
+		s1, _ := ep.Source("db1")
+		s2, _ := ep.Source("db2")
+		return s1.PastRetention && s2.Quarantined
+	})
+	s1, _ := ep.Source("db1")
+	s2, _ := ep.Source("db2")
+	t.Logf("epoch %d %s (group offsets before: %v, db1 records deleted below %d)\n  db1: %s\n  db2: %s", ep.ID, ep.Status, group, e1.Offset, s1.Reason, s2.Reason)
+	if ep.Status != lake.StatusGaps || strings.Join(ep.Missing(), ",") != "db1,db2" {
+		t.Fatalf("epoch %d: status %s, missing %v; want complete_with_gaps naming db1 and db2", ep.ID, ep.Status, ep.Missing())
+	}
+	if !strings.Contains(s1.Reason, "topic trellara.db1") || !strings.Contains(s2.Reason, `topic "trellara.db2" partition 0 offset`) {
+		t.Fatalf("the reasons do not name the topics:\n  db1: %s\n  db2: %s", s1.Reason, s2.Reason)
+	}
+	checkNoDuplicates(t, l)
+	checkNoOverclaim(t, l)
+}
