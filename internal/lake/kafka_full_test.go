@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/trellara/trellara/internal/lake"
 	"github.com/trellara/trellara/internal/pgtest"
@@ -160,6 +162,9 @@ func (e *kafkaFleet) groupCommitted() map[string]int64 {
 //     the seed printed), and the committer once exactly between a table's
 //     Iceberg commit and its consumer-group commit (after-table-commit:kill):
 //     the restart re-reads from the group offset, which is behind;
+//   - db1's topic unreadable by the committer (ListOffsets and Fetch
+//     faulted, its relay up) makes an epoch complete_with_gaps naming db1,
+//     and complete once the fault is removed;
 //   - db2's relay stopped for longer than max_lag makes an epoch
 //     complete_with_gaps naming db2 (lagging, not offline: the source is
 //     up); restarted, it catches up and a later epoch is complete;
@@ -240,6 +245,22 @@ func TestFleetKafka(t *testing.T) {
 	e.startRelay(1)
 	back := e.waitEpoch(l, gapped.ID, "complete again", func(ep lake.Epoch) bool { return ep.Status == lake.StatusComplete })
 	t.Logf("epoch %d complete after db2's relay caught up", back.ID)
+
+	// db1's topic unreadable by the committer (a lost partition: every
+	// ListOffsets and Fetch of it fails) while its relay is up and its
+	// slot confirmed: the committer cannot read to the end, so db1 lags,
+	// then is a gap past max_lag; the fault removed, it catches up.
+	lost := e.kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ListOffsets, kmsg.Fetch}, Topic: "trellara.db1", Err: kerr.UnknownServerError, Count: -1})
+	dark := e.waitEpoch(l, lastID(t, l), "complete_with_gaps naming db1", func(ep lake.Epoch) bool {
+		return ep.Status == lake.StatusGaps && strings.Join(ep.Missing(), ",") == "db1"
+	})
+	if se, _ := dark.Source("db1"); se.Included || !se.Lagging || !strings.Contains(se.Reason, "trellara.db1") {
+		t.Fatalf("epoch %d line of db1 with its topic unreadable = %+v, want lagging, not included, the topic named", dark.ID, se)
+	}
+	t.Logf("epoch %d: db1 %s", dark.ID, dark.Sources[0].Reason)
+	lost.Remove()
+	back = e.waitEpoch(l, dark.ID, "complete again", func(ep lake.Epoch) bool { return ep.Status == lake.StatusComplete })
+	t.Logf("epoch %d complete after db1's topic is readable again", back.ID)
 
 	w.end()
 	e.waitEpoch(l, lastID(t, l), "complete after the workload", func(ep lake.Epoch) bool { return ep.Status == lake.StatusComplete })
