@@ -211,6 +211,9 @@ func (c *Committer) drain(ctx context.Context, r *sourceReader, b *batch) error 
 	if r.quarantined != "" || r.pastRetain || r.reopen || !c.open(ctx, r) {
 		return nil
 	}
+	// A source stays behind over many steps while a broker is down: log
+	// when it falls behind, not at every step.
+	wasBehind := r.behind != ""
 	r.behind = ""
 	end, err := r.stream.Durable(ctx)
 	if err != nil {
@@ -218,8 +221,13 @@ func (c *Committer) drain(ctx context.Context, r *sourceReader, b *batch) error 
 			return ctx.Err()
 		}
 		r.behind = fmt.Sprintf("the durable end of its %s is unknown: %v", r.stream.Where(), err)
-		c.log.Warn("lake: source behind: cannot read where its stream ends", "source", r.src.ID, "stream", r.stream.Where(), "err", err)
+		if !wasBehind {
+			c.log.Warn("lake: source behind: cannot read where its stream ends", "source", r.src.ID, "stream", r.stream.Where(), "err", err)
+		}
 		return nil
+	}
+	if wasBehind {
+		c.log.Info("lake: source readable again", "source", r.src.ID, "stream", r.stream.Where(), "end", end)
 	}
 	// A read below the durable end does not wait for the relay; a broker
 	// that stops answering makes this source behind, not the loop stall.
