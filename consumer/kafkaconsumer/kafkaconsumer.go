@@ -164,5 +164,22 @@ func (c *Consumer) Run(ctx context.Context, h consumer.Handler) error {
 	return consumer.RunStream(ctx, c, h)
 }
 
+// Offset is the offset (the manifest's, in partitioned mode) of the unit
+// Next hands out next.
+func (c *Consumer) Offset() uint64 { return c.next }
+
+// EndOffset lists the topic's end offset now (partition 0's high
+// watermark): every unit below it is durable in the cluster, whole, so
+// Next hands out each one from Offset up to it without waiting for the
+// relay. A consumer that must read "everything durable now" (the lake
+// committer, after its epoch probes) reads while Offset < EndOffset.
+func (c *Consumer) EndOffset(ctx context.Context) (uint64, error) {
+	end, err := c.r.End(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("kafkaconsumer: topic %q: %w", c.o.Topic, err)
+	}
+	return end, nil
+}
+
 // Close releases the consumer's clients. Nothing is committed.
 func (c *Consumer) Close() error { return c.r.Close() }

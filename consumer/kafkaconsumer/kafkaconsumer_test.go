@@ -398,3 +398,40 @@ func strictTopic(t *testing.T) (*kfake.Cluster, context.Context, *kafka.Producer
 	t.Cleanup(p.Close)
 	return c, ctx, p
 }
+
+// TestEndOffsetIsWhatIsDurable: EndOffset is the offset after the newest
+// unit the cluster holds, and Offset the next unit's: a reader that reads
+// while Offset < EndOffset reads everything durable without waiting (the
+// lake committer's "read what is durable now").
+func TestEndOffsetIsWhatIsDurable(t *testing.T) {
+	c, ctx, p := strictTopic(t)
+	if err := p.PublishBatch(ctx, [][]byte{txn(t, 0), txn(t, 1), txn(t, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kafkaconsumer.Open(ctx, kafkaconsumer.Options{Brokers: c.ListenAddrs(), Topic: topic, Group: "durable"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	end, err := kc.EndOffset(ctx)
+	if err != nil || end != 3 || kc.Offset() != 0 {
+		t.Fatalf("EndOffset = %d, %v; Offset = %d; want 3 and 0", end, err, kc.Offset())
+	}
+	for kc.Offset() < end {
+		short, stop := context.WithTimeout(ctx, 10*time.Second)
+		u, err := kc.Next(short)
+		stop()
+		if err != nil {
+			t.Fatalf("Next below the end offset (at %d of %d): %v", kc.Offset(), end, err)
+		}
+		if u.Offset+1 != kc.Offset() {
+			t.Fatalf("unit at offset %d, Offset then %d", u.Offset, kc.Offset())
+		}
+	}
+	if err := p.PublishBatch(ctx, [][]byte{txn(t, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	if end, err := kc.EndOffset(ctx); err != nil || end != 4 {
+		t.Fatalf("EndOffset after one more unit = %d, %v; want 4", end, err)
+	}
+}

@@ -181,6 +181,9 @@ type sourceLog struct {
 }
 
 func readSourceLog(s lake.FleetSource, cursor string) sourceLog {
+	if k := s.Kafka(); k != nil {
+		return sourceLog{Err: "a Kafka source (topic " + k.Topic + "): its position is in the topic, not a local log"}
+	}
 	l, err := segmentlog.OpenReadOnly(s.Flow.Transport.Local.LogDir(), segmentlog.Options{})
 	if err != nil {
 		return sourceLog{Err: err.Error()}
@@ -233,7 +236,7 @@ func fleetReport(c *cli.Context) error {
 	var out []reportSource
 	for _, s := range f.Sources {
 		rs := reportSource{SourceID: s.ID, Flow: s.Flow.Flow, Config: s.Config, Slot: s.Flow.Source.Slot,
-			LogDir: s.Flow.Transport.Local.LogDir(), Log: readSourceLog(s, f.Run.Cursor)}
+			LogDir: s.LogDir(), Log: readSourceLog(s, f.Run.Cursor)}
 		if ep != nil {
 			if se, ok := ep.Source(s.ID); ok {
 				rs.Epoch = &se

@@ -11,6 +11,10 @@ import (
 // turned into the data path's own Options: the data-path packages never
 // import internal/config (docs/DESIGN.md, STYLE.md rule 12).
 
+// KafkaOptions is kafkaOptions for the lake committer (internal/lake),
+// which reads a fleet source's topic through consumer/kafkaconsumer.
+func KafkaOptions(k *config.Kafka) *kafka.Options { return kafkaOptions(k) }
+
 // kafkaOptions maps transport.kafka to kafka.Options. The SASL password
 // stays a reference, resolved when a client connects.
 func kafkaOptions(k *config.Kafka) *kafka.Options {

@@ -18,8 +18,10 @@ import (
 	"github.com/trellara/trellara/segmentlog"
 )
 
-// Committer is the lake's only writer: it reads every source's log
-// through the consumer package (one cursor per log, Fleet.Run.Cursor),
+// Committer is the lake's only writer: it reads every source's stream
+// (a local log through the consumer package, one cursor per log,
+// Fleet.Run.Cursor; or a Kafka topic through consumer/kafkaconsumer, in
+// the consumer group Fleet.KafkaGroup),
 // batches the changes per changelog table across sources, writes each
 // table's batch in one Iceberg commit together with the table's
 // per-source dedup marks, then moves the cursors; and it closes epochs.
@@ -28,7 +30,9 @@ import (
 //  1. table commits (rows + marks, atomic per table): a crash between two
 //     tables leaves the cursors behind; the restart re-reads the units and
 //     Dedup skips what the first table already has.
-//  2. cursor commits: a crash before them re-reads, and dedup skips.
+//  2. cursor (or consumer-group offset) commits: a crash before them
+//     re-reads, and dedup skips. They are hints for where to start
+//     reading; the position of record is the marks in the tables.
 //  3. the epoch record, written only after the data it claims: a crash
 //     before it leaves no epoch, never an epoch ahead of the data.
 type Committer struct {
@@ -55,10 +59,10 @@ type CommitterStats struct {
 	LastEpoch Epoch
 }
 
-// sourceReader is one source's log as the committer reads it.
+// sourceReader is one source's stream as the committer reads it.
 type sourceReader struct {
-	src  FleetSource
-	cons *consumer.Consumer
+	src    FleetSource
+	stream sourceStream
 	// held are the units of a group not complete yet (read, not written).
 	held []consumer.Unit
 	// done is the last unit of the last complete group taken into the
@@ -67,6 +71,14 @@ type sourceReader struct {
 	quarantined string
 	pastRetain  bool
 	openErr     error
+	// behind says why the last drain did not reach the durable end (a
+	// broker not answering, a read that timed out); "" when it did. A
+	// source behind is not caught up at an epoch.
+	behind string
+	// reopen: the stream failed with an error it may not recover from in
+	// place; it is closed after the batch's commits and opened again,
+	// from its committed position (dedup skips what is re-read).
+	reopen bool
 }
 
 // NewCommitter opens the committer over lake l. It reads every changelog
@@ -113,9 +125,9 @@ func NewCommitter(ctx context.Context, l *Lake, f *Fleet, log *slog.Logger) (*Co
 // Close releases the source logs.
 func (c *Committer) Close() {
 	for _, r := range c.sources {
-		if r.cons != nil {
-			_ = r.cons.Close()
-			r.cons = nil
+		if r.stream != nil {
+			_ = r.stream.Close()
+			r.stream = nil
 		}
 	}
 }
@@ -173,48 +185,88 @@ func (b *batch) add(src string, lsn uint64, tc TableChanges) {
 	b.rows[src] += int64(len(tc.Changes))
 }
 
-// open opens source r's log for the committer's cursor, once the relay
-// has created it.
-func (c *Committer) open(r *sourceReader) bool {
-	if r.cons != nil {
+// open opens source r's stream for the committer, once the relay has
+// created it (the log directory, the topic).
+func (c *Committer) open(ctx context.Context, r *sourceReader) bool {
+	if r.stream != nil {
 		return true
 	}
-	cons, err := consumer.Open(r.src.Flow.Transport.Local.LogDir(), c.fleet.Run.Cursor, consumer.Options{Logger: c.log})
+	s, err := openStream(ctx, r.src, c.fleet, c.log)
 	if err != nil {
 		if r.openErr == nil || r.openErr.Error() != err.Error() {
-			c.log.Info("lake: source log not readable yet", "source", r.src.ID, "err", err)
+			c.log.Info("lake: source stream not readable yet", "source", r.src.ID, "err", err)
 		}
-		r.openErr = err
+		r.openErr, r.behind = err, "its stream is not readable: "+err.Error()
 		return false
 	}
-	r.cons, r.openErr = cons, nil
+	r.stream, r.openErr = s, nil
 	return true
 }
 
-// drain reads source r's log up to its durable end now into b: complete
+// drain reads source r's stream up to its durable end now into b: complete
 // groups go into the batch (those dedup has not seen), an incomplete one
-// stays held.
+// stays held. The end is read when drain starts: called after an epoch's
+// probes, it covers every transaction the probes saw confirmed.
 func (c *Committer) drain(ctx context.Context, r *sourceReader, b *batch) error {
-	if r.quarantined != "" || r.pastRetain || !c.open(r) {
+	if r.quarantined != "" || r.pastRetain || r.reopen || !c.open(ctx, r) {
 		return nil
 	}
-	end := r.cons.NextOffset()
-	for r.cons.Offset() < end {
-		u, err := r.cons.Next(ctx)
+	// A source stays behind over many steps while a broker is down: log
+	// when it falls behind, not at every step.
+	wasBehind := r.behind != ""
+	r.behind = ""
+	end, err := r.stream.Durable(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.behind = fmt.Sprintf("the durable end of its %s is unknown: %v", r.stream.Where(), err)
+		if !wasBehind {
+			c.log.Warn("lake: source behind: cannot read where its stream ends", "source", r.src.ID, "stream", r.stream.Where(), "err", err)
+		}
+		return nil
+	}
+	if wasBehind {
+		c.log.Info("lake: source readable again", "source", r.src.ID, "stream", r.stream.Where(), "end", end)
+	}
+	// A read below the durable end does not wait for the relay; a broker
+	// that stops answering makes this source behind, not the loop stall.
+	dctx, cancel := context.WithTimeout(ctx, drainWait)
+	defer cancel()
+	for r.stream.Offset() < end {
+		at := r.stream.Offset()
+		u, err := r.stream.Next(dctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			var pr *segmentlog.PastRetentionError
-			if errors.As(err, &pr) {
-				r.pastRetain = true
-				c.log.Error("lake: source past retention: the committer's cursor is behind the log's retention", "source", r.src.ID, "err", err)
-				return nil
-			}
 			var de *consumer.DecodeError
-			if errors.As(err, &de) {
-				r.quarantined = err.Error()
-				c.log.Error("lake: source quarantined: a log entry is not a valid envelope", "source", r.src.ID, "err", err)
+			switch {
+			case errors.Is(err, consumer.ErrPastRetention) || errors.As(err, &pr):
+				r.pastRetain = true
+				c.log.Error("lake: source past retention: the committer's position is behind its stream's retention; the source needs a reseed",
+					"source", r.src.ID, "stream", r.stream.Where(), "offset", at, "err", err)
+				return nil
+			case errors.Is(err, consumer.ErrGap) || errors.Is(err, consumer.ErrCorrupt) || errors.As(err, &de):
+				r.quarantined = fmt.Sprintf("%s, read from offset %d: %v", r.stream.Where(), at, err)
+				c.log.Error("lake: source quarantined: its stream has a unit missing or invalid", "source", r.src.ID,
+					"stream", r.stream.Where(), "offset", at, "err", err)
+				return nil
+			case dctx.Err() != nil:
+				r.behind = fmt.Sprintf("its %s was not read to its durable end %d within %s (at %d)", r.stream.Where(), end, drainWait, at)
+				c.log.Warn("lake: source behind: its stream was not read to its durable end in time", "source", r.src.ID,
+					"stream", r.stream.Where(), "offset", at, "end", end, "wait", drainWait)
+				return nil
+			case r.src.Kafka() != nil:
+				// A broker error: the source lags, and its consumer is
+				// opened again after this batch's commits.
+				r.behind, r.reopen = fmt.Sprintf("its %s failed at offset %d: %v", r.stream.Where(), at, err), true
+				c.log.Warn("lake: source behind: reading its topic failed; reopening it after this batch", "source", r.src.ID,
+					"stream", r.stream.Where(), "offset", at, "err", err)
 				return nil
 			}
-			return fmt.Errorf("lake: source %s: %w", r.src.ID, err)
+			return fmt.Errorf("lake: source %s: %s offset %d: %w", r.src.ID, r.stream.Where(), at, err)
 		}
 		r.held = append(r.held, u)
 		if !EndsGroup(u.Envelope) {
@@ -237,7 +289,8 @@ func (c *Committer) takeGroup(r *sourceReader, b *batch) error {
 	var order []string
 	for _, u := range r.held {
 		if u.Envelope.SourceId != "" && u.Envelope.SourceId != r.src.ID {
-			return fmt.Errorf("log entry %d carries source id %q, the flow's is %q", u.Offset, u.Envelope.SourceId, r.src.ID)
+			return fmt.Errorf("%s offset %d (commit LSN %s) carries source id %q, the flow's is %q",
+				r.stream.Where(), u.Offset, fmtLSN(u.Envelope.CommitLsn), u.Envelope.SourceId, r.src.ID)
 		}
 		lsn = max(lsn, u.Envelope.CommitLsn)
 		tcs, err := Changes(u.Envelope)
@@ -312,13 +365,24 @@ func (c *Committer) flush(ctx context.Context, b *batch) error {
 	}
 	for _, id := range c.fleet.SourceIDs() {
 		r := c.sources[id]
-		if r.done == nil {
-			continue
+		if r.done != nil {
+			err := r.stream.Commit(*r.done)
+			switch {
+			case err != nil && r.src.Kafka() != nil:
+				// The group offset is a hint: the next commit moves it,
+				// and a restart before then re-reads what dedup skips.
+				c.log.Warn("lake: source: the consumer-group offset was not committed; the next batch commits it",
+					"source", id, "stream", r.stream.Where(), "offset", r.done.Offset, "group", c.fleet.KafkaGroup(), "err", err)
+			case err != nil:
+				return fmt.Errorf("lake: source %s: %s offset %d: %w", id, r.stream.Where(), r.done.Offset, err)
+			}
+			r.done = nil
 		}
-		if err := r.cons.Commit(*r.done); err != nil {
-			return fmt.Errorf("lake: source %s: %w", id, err)
+		if r.reopen {
+			// The units held are read again from the committed position.
+			_ = r.stream.Close()
+			r.stream, r.held, r.reopen = nil, nil, false
 		}
-		r.done = nil
 	}
 	c.mu.Lock()
 	for s, n := range b.rows {
@@ -511,12 +575,23 @@ func (c *Committer) FinishEpoch(ctx context.Context, pe *PendingEpoch) (Epoch, e
 		r, p := c.sources[id], probes[i]
 		// Caught up: confirmed, the log readable, nothing held back and
 		// no quarantine.
-		caught := p.Confirmed && r.cons != nil && len(r.held) == 0 && r.quarantined == "" && !r.pastRetain
+		caught := p.Confirmed && r.stream != nil && r.behind == "" && len(r.held) == 0 && r.quarantined == "" && !r.pastRetain
 		lines[i] = Decide(Observation{SourceID: id, Reachable: p.Reachable, WALPos: p.WALPos, CaughtUp: caught,
 			SlotLost: p.SlotLost || r.pastRetain, Quarantined: r.quarantined != "", Prev: c.prev[id],
 			LastIncluded: c.lastIn[id], Err: p.Err}, now, c.fleet.Epochs.MaxLag)
 		if p.Reachable && !p.Confirmed && lines[i].Lagging {
 			lines[i].Reason += fmt.Sprintf("; the slot was not confirmed at %s within %s", fmtLSN(p.WALPos), wait)
+		}
+		switch {
+		case r.quarantined != "":
+			lines[i].Reason += ": " + r.quarantined
+		case r.pastRetain && !p.SlotLost && r.stream != nil:
+			// The slot is fine: the stream dropped what the committer had
+			// not read yet.
+			lines[i].Reason = fmt.Sprintf("past retention: the committer's position on its %s is older than the stream holds "+
+				"(retention removed units it had not committed); the source needs a reseed (a new slot and a re-snapshot)", r.stream.Where())
+		case p.Confirmed && r.behind != "" && lines[i].Lagging:
+			lines[i].Reason += "; " + r.behind
 		}
 	}
 	e, err := c.lake.WriteEpoch(ctx, now, lines)

@@ -46,15 +46,47 @@ type Fleet struct {
 	file string
 }
 
+// Where a source's relay runs (sources[].relay, run.relays).
+const (
+	// RelayFleet: fleet run starts the source's relay in its own process.
+	RelayFleet = "fleet"
+	// RelayExternal: the relay runs elsewhere (trellara run --role relay
+	// with the flow's config, on any machine); fleet run only commits
+	// what it publishes. Meant for transport.kafka flows, whose stream the
+	// committer reads over the network.
+	RelayExternal = "external"
+)
+
 // FleetSource is one source of the fleet: a flow with its own
-// trellara.yml (source, slot and transport.local log).
+// trellara.yml (source, slot, and a transport.local log or a
+// transport.kafka topic).
 type FleetSource struct {
 	Config string // config: path of the flow's trellara.yml, relative to fleet.yml's directory
+	// Relay (relay) is where the source's relay runs: RelayFleet or
+	// RelayExternal; the default is run.relays.
+	Relay string
 	// ID is the flow's source.id, read from Config by Load.
 	ID string
 	// Flow is the flow's configuration, loaded by Load.
 	Flow *config.Config
 }
+
+// Kafka is the flow's transport.kafka, nil for a transport.local flow: the
+// committer then reads the topic through consumer/kafkaconsumer.
+func (s FleetSource) Kafka() *config.Kafka { return s.Flow.Transport.Kafka }
+
+// LogDir is the flow's local log directory, "" for a Kafka flow (its log
+// is the topic).
+func (s FleetSource) LogDir() string {
+	if s.Flow.Transport.Local == nil {
+		return ""
+	}
+	return s.Flow.Transport.Local.LogDir()
+}
+
+// ExternalRelay reports whether fleet run leaves the source's relay to
+// another process.
+func (s FleetSource) ExternalRelay() bool { return s.Relay == RelayExternal }
 
 // Sink is the lake: an Iceberg catalog, a warehouse and a namespace.
 type Sink struct {
@@ -95,7 +127,16 @@ type FleetRun struct {
 	Listen      string        // listen: /healthz and /metrics of the lake committer
 	CommitEvery time.Duration // commit_every: how often the committer writes a batch
 	Cursor      string        // cursor: the committer's cursor name in every source's log
+	// Relays (relays) is where the sources' relays run unless a source
+	// says otherwise: RelayFleet (default) or RelayExternal.
+	Relays string
 }
+
+// KafkaGroup is the committer's consumer group on every Kafka source's
+// topic: trellara.<fleet>.<run.cursor>. It is a hint for lag monitoring
+// and for where a restart starts reading; the position of record is the
+// per-source marks in the Iceberg tables (docs/LAKE.md).
+func (f *Fleet) KafkaGroup() string { return "trellara." + f.Name + "." + f.Run.Cursor }
 
 // File is the path fleet.yml was loaded from.
 func (f *Fleet) File() string { return f.file }
@@ -209,6 +250,17 @@ func (d *fleetDecoder) duration(dst *time.Duration) func(string, *yaml.Node) {
 	}
 }
 
+// relay decodes a relay placement: fleet or external.
+func (d *fleetDecoder) relay(dst *string) func(string, *yaml.Node) {
+	return func(p string, n *yaml.Node) {
+		if n.Kind != yaml.ScalarNode || (n.Value != RelayFleet && n.Value != RelayExternal) {
+			d.fail(p, n, "write fleet (fleet run starts the relay) or external (trellara run --role relay runs it elsewhere)", "must be fleet or external")
+			return
+		}
+		*dst = n.Value
+	}
+}
+
 // secret decodes a credential reference by trellara.yml's rule
 // (config.DecodeSecretRef): no error shows the value.
 func (d *fleetDecoder) secret(dst *config.SecretRef) func(string, *yaml.Node) {
@@ -227,7 +279,7 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 	f := &Fleet{file: file,
 		Lake:   Sink{Namespace: DefaultNamespace, Catalog: Catalog{Name: DefaultCatalogName}},
 		Epochs: EpochPolicy{CloseInterval: DefaultCloseInterval, MaxLag: DefaultMaxLag},
-		Run:    FleetRun{Listen: DefaultFleetListen, CommitEvery: DefaultCommitEvery, Cursor: "lake"},
+		Run:    FleetRun{Listen: DefaultFleetListen, CommitEvery: DefaultCommitEvery, Cursor: "lake", Relays: RelayFleet},
 	}
 	d := &fleetDecoder{}
 	if len(root.Content) == 0 {
@@ -280,6 +332,7 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 				"listen":       d.str(&f.Run.Listen),
 				"commit_every": d.duration(&f.Run.CommitEvery),
 				"cursor":       d.str(&f.Run.Cursor),
+				"relays":       d.relay(&f.Run.Relays),
 			})
 		},
 	}, "version", "fleet", "sources", "lake")
@@ -291,7 +344,7 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 			for i, n := range srcNodes.Content {
 				var s FleetSource
 				p := fmt.Sprintf("sources[%d]", i)
-				d.mapping(p, n, map[string]func(string, *yaml.Node){"config": d.str(&s.Config)}, "config")
+				d.mapping(p, n, map[string]func(string, *yaml.Node){"config": d.str(&s.Config), "relay": d.relay(&s.Relay)}, "config")
 				if s.Config == "" {
 					continue
 				}
@@ -304,14 +357,19 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 					d.fail(p+".config", n, "fix the flow config ("+shell.Trellara("config validate", cp)+")", "%s: %v", cp, err)
 					continue
 				}
-				if fc.Transport.Local == nil {
-					d.fail(p+".config", n, "give the flow a transport.local log: the lake committer reads it", "flow %s has no transport.local", fc.Flow)
+				if fc.Transport.Local == nil && fc.Transport.Kafka == nil {
+					d.fail(p+".config", n, "give the flow a transport.local log or a transport.kafka topic: the lake committer reads it", "flow %s has no transport", fc.Flow)
 					continue
 				}
 				s.Config, s.ID, s.Flow = cp, fc.Source.ID, fc
 				f.Lake.Production = f.Lake.Production || fc.Environment == config.Production
 				f.Sources = append(f.Sources, s)
 			}
+		}
+	}
+	for i := range f.Sources {
+		if f.Sources[i].Relay == "" {
+			f.Sources[i].Relay = f.Run.Relays
 		}
 	}
 	d.validate(f)
@@ -367,6 +425,9 @@ func (d *fleetDecoder) validate(f *Fleet) {
 		}
 	}
 	for i, s := range f.Sources {
+		if s.ExternalRelay() {
+			continue // its relay listens in its own process, maybe on another machine
+		}
 		a := listener{fmt.Sprintf("sources[%d] (flow %s, %s) run.listen.relay", i, s.Flow.Flow, s.Config), s.Flow.Run.Listen.Relay}
 		for _, b := range listeners {
 			if config.ListenConflict(a.addr, b.addr) {

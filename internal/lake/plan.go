@@ -33,6 +33,11 @@ func PlanNext(f *Fleet) ([]PlanSource, error) {
 	var out []PlanSource
 	for _, s := range f.Sources {
 		p := PlanSource{SourceID: s.ID}
+		if s.Kafka() != nil {
+			p.Note = "a Kafka source (topic " + s.Kafka().Topic + "): lake plan reads local logs only"
+			out = append(out, p)
+			continue
+		}
 		c, err := consumer.Open(s.Flow.Transport.Local.LogDir(), f.Run.Cursor, consumer.Options{NoCommit: true})
 		if err != nil {
 			p.Note = "log not readable: " + err.Error()

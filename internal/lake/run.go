@@ -27,9 +27,12 @@ type RunOptions struct {
 	Listening func(addr string)
 }
 
-// RunFleet runs the fleet until ctx ends: one relay per source (the flow's
-// own relay service: its slot, its local log, its /healthz and /metrics on
-// the flow's run.listen.relay) and one lake committer over every log,
+// RunFleet runs the fleet until ctx ends: one relay per source whose
+// relay is the fleet's (the flow's own relay service: its slot, its local
+// log or Kafka topic, its /healthz and /metrics on the flow's
+// run.listen.relay; a source with relay: external has its relay run
+// elsewhere, by trellara run --role relay) and one lake committer over
+// every source's stream,
 // serving /healthz and /metrics on run.listen. Each part restarts with
 // capped backoff after an error; a source that is down only makes its
 // relay reconnect, and nothing is buffered on the source side beyond what
@@ -55,6 +58,11 @@ func RunFleet(ctx context.Context, f *Fleet, o RunOptions) error {
 	}
 	var wg sync.WaitGroup
 	for _, s := range f.Sources {
+		if s.ExternalRelay() {
+			log.Info("fleet: source relay runs outside this process (relay: external); committing what it publishes",
+				"source", s.ID, "config", s.Config, "stream", streamName(s))
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -83,6 +91,14 @@ func RunFleet(ctx context.Context, f *Fleet, o RunOptions) error {
 	}
 	log.Info("trellara fleet stopped", "fleet", f.Name)
 	return nil
+}
+
+// streamName names what the committer reads of source s.
+func streamName(s FleetSource) string {
+	if k := s.Kafka(); k != nil {
+		return "kafka topic " + k.Topic
+	}
+	return "log " + s.LogDir()
 }
 
 // restart runs body until ctx ends, again after each error with capped,

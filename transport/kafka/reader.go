@@ -125,6 +125,20 @@ func (r *Reader) fill(ctx context.Context) error {
 // Position returns the offset the next Next returns.
 func (r *Reader) Position() uint64 { return uint64(r.pos) }
 
+// End returns partition 0's end offset (high watermark) now: the offset
+// after the newest unit in strict mode, after the newest manifest in
+// partitioned mode. Every unit below it is durable in the cluster, and in
+// partitioned mode so is every chunk its manifest names, since the
+// producer writes manifests only after their chunks are acknowledged: a
+// reader at Position reads through End without waiting for the relay.
+func (r *Reader) End(ctx context.Context) (uint64, error) {
+	_, end, err := offsets(ctx, r.adm, r.cfg)
+	if err != nil {
+		return 0, err
+	}
+	return uint64(end), nil
+}
+
 // Oldest returns the partition's log start offset as of NewReader.
 func (r *Reader) Oldest() uint64 { return uint64(r.oldest) }
 
