@@ -18,7 +18,7 @@
 # .cache/pgmatrix; a rerun downloads nothing.
 #
 #   PGMATRIX_MAJORS="15 17"   subset of majors (default 15 16 17 18)
-#   PGMATRIX_TIMEOUT=10m      go test -timeout, per package binary
+#   PGMATRIX_TIMEOUT=20m      go test -timeout, per package binary (three majors side by side on two cores stretch internal/flow past 10m)
 #   PGMATRIX_ALLOW_FAIL=1     record failures but exit 0
 #   PGMATRIX_JOBS=2           majors run side by side (default 1)
 #
@@ -29,7 +29,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 majors=${PGMATRIX_MAJORS:-15 16 17 18}
-timeout=${PGMATRIX_TIMEOUT:-10m}
+timeout=${PGMATRIX_TIMEOUT:-20m}
 cache=${PGMATRIX_CACHE:-$repo/.cache/pgmatrix}
 export PGMATRIX_CACHE=$cache
 results=pgmatrix/results
