@@ -71,8 +71,17 @@ func render(l TDLine) string {
 	return b.String() + " " + strings.Repeat("x", int(l.Xid%7))
 }
 
+// FuzzParseTestDecoding is seeded with the lines above and with lines a
+// PostgreSQL 15 server printed (testdata/test_decoding.txt, written by
+// TestTestDecodingOnPostgres with LAKEREAD_CAPTURE=1).
 func FuzzParseTestDecoding(f *testing.F) {
 	for _, l := range tdLines {
+		f.Add(l)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(readTestdata(f, "test_decoding.txt"))), "\n") {
+		if _, err := ParseTestDecoding(l); err != nil {
+			f.Fatalf("a captured line does not parse: %v", err)
+		}
 		f.Add(l)
 	}
 	f.Fuzz(func(t *testing.T, s string) { _, _ = ParseTestDecoding(s) })
