@@ -59,10 +59,6 @@ type Reader struct {
 	Catalog *Catalog
 	Opener  Opener
 	Log     *slog.Logger // nil: slog.Default()
-	// Skip, when set, drops the data files it returns true for from the
-	// reader's view. It exists to prove the checks notice a missing file
-	// (TestIndependentReaderFleet's mutation); leave it nil.
-	Skip func(path string) bool
 }
 
 // Tables lists the namespace's tables.
@@ -163,10 +159,6 @@ func (r *Reader) ReadTable(ctx context.Context, namespace, name string) (*Table,
 		}
 	}
 	for _, df := range t.Files {
-		if r.Skip != nil && r.Skip(df.Path) {
-			log.Warn("lakeread: a data file is left out of the reader's view (Reader.Skip)", "table", namespace+"."+name, "file", df.Path)
-			continue
-		}
 		if err := r.readFile(ctx, t, sc.Fields, df); err != nil {
 			return nil, fileErr("data file", df.Path, err)
 		}
