@@ -3,9 +3,12 @@
 package lake
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -127,4 +130,72 @@ func renderRows(rs []lakeread.Row) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, "\n")
+}
+
+// TestDevLakeReadExitsOnADuplicate: trellara-full dev lake-read reads a
+// fleet's namespace with lakeread; clean, it prints NO DUPLICATES and
+// exits 0; after a commit that writes a change again (what the committer
+// would do with dedup off), it names the change, both files, and exits 1.
+func TestDevLakeReadExitsOnADuplicate(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "trellara-full")
+	if b, err := exec.Command("go", "build", "-tags", "full", "-o", bin, "github.com/trellara/trellara/cmd/trellara-full").CombinedOutput(); err != nil {
+		t.Fatalf("build trellara-full: %v\n%s", err, b)
+	}
+	writeFlow(t, dir, "a", "127.0.0.1:9401", "127.0.0.1:9402")
+	fy := filepath.Join(dir, "fleet.yml")
+	body := "version: 1\nfleet: f\nsources:\n  - config: a.yml\nlake:\n  catalog: {kind: sql-sqlite, uri: lake/c.db}\n  warehouse: file://lake/wh\n  namespace: ns\n"
+	if err := os.WriteFile(fy, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := LoadFleet(fy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Lake.CreateLocalDirs(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := Open(ctx, f.Lake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	v := func(s string) *string { return &s }
+	tc := TableChanges{Table: TableRef{"public", "t"}, Columns: []string{"id"}, Keys: []string{"id"}, Changes: []Change{
+		{SourceID: "a", CommitLSN: 100, Op: OpSnapshot, Cols: map[string]*string{"id": v("1")}},
+		{SourceID: "a", CommitLSN: 200, Xid: 5, Seq: 0, Op: OpInsert, Cols: map[string]*string{"id": v("2")}}}}
+	commit := func(chs []Change) {
+		tb, err := l.changelogTable(ctx, tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.appendChanges(ctx, tb, chs, map[string]uint64{"a": 200}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() (string, int) {
+		cmd := exec.Command(bin, "dev", "lake-read", "--config", fy)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String() + errb.String(), code
+	}
+	commit(tc.Changes)
+	if out, code := run(); code != 0 || !strings.Contains(out, "ns.public__t: snapshot ") || !strings.Contains(out, "2 rows (1 snapshot rows) from 1 sources, 0 duplicates") ||
+		!strings.Contains(out, "NO DUPLICATES") {
+		t.Fatalf("clean lake: exit %d\n%s", code, out)
+	}
+	commit(tc.Changes[1:])
+	out, code := run()
+	if code != 1 || !strings.Contains(out, "source a change at commit 0/C8 position 0 twice") || !strings.Contains(out, "1 DUPLICATES") {
+		t.Fatalf("a change written twice: exit %d\n%s", code, out)
+	}
+	t.Logf("dev lake-read on a change written twice (exit %d):\n%s", code, out)
 }
