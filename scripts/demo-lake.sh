@@ -3,7 +3,9 @@
 # (SQL catalog in SQLite, file:// warehouse) by trellara-full fleet run,
 # under a small write workload. One source is taken offline: the next
 # epoch reads complete_with_gaps naming it and `lake epoch` refuses it;
-# back up, a later epoch is complete; fanin verify ends on CONVERGED.
+# back up, a later epoch is complete; fanin verify ends on CONVERGED, and
+# dev lake-read reads the changelog again with the independent reader
+# (internal/lake/lakeread) and finds no change twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -123,5 +125,7 @@ step "trellara-full fleet report --config fleet.yml"
 "$T" fleet report --config fleet.yml
 step "trellara-full fanin verify --config fleet.yml"
 "$T" fanin verify --config fleet.yml --wait 60s
+step "trellara-full dev lake-read --config fleet.yml   (a second reader, no iceberg-go code: exit 1 on a change there twice)"
+"$T" dev lake-read --config fleet.yml
 step "trellara-full fleet scorecard --config fleet.yml"
 "$T" fleet scorecard --config fleet.yml || true

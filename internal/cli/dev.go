@@ -12,6 +12,10 @@ import (
 // (dev_full.go), so the default binary links no Kafka code.
 var devKafkaCluster cli.ActionFunc
 
+// devLakeRead serves `dev lake-read`; the full edition sets it
+// (dev_lakeread_full.go).
+var devLakeRead cli.ActionFunc
+
 // devCommand holds development tools: hidden, never for production.
 func devCommand() *cli.Command {
 	return &cli.Command{
@@ -50,6 +54,24 @@ func devCommand() *cli.Command {
 					}
 				}
 				return devKafkaCluster(c)
+			},
+		}, {
+			Name: "lake-read",
+			Usage: "read a fleet's changelog tables with the independent reader (no iceberg-go code) and check that no change is there twice; " +
+				"trellara-full only",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "path to the fleet config (fleet.yml)", Value: "fleet.yml"},
+				formatFlag(),
+			},
+			Action: func(c *cli.Context) error {
+				if _, err := outputFormat(c); err != nil {
+					return err
+				}
+				if devLakeRead == nil {
+					return cli.Exit("trellara dev lake-read needs trellara-full (the full edition, built with make build as bin/trellara-full); "+
+						"this binary is trellara "+VersionString(), ExitError)
+				}
+				return devLakeRead(c)
 			},
 		}},
 	}
