@@ -60,7 +60,7 @@ func TestPartitionedSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	k := kafka.DefaultOptions()
 	k.Brokers, k.Topic, k.ConsumerGroup, k.Mode, k.Partitions = c.ListenAddrs(), topic, "trellara.sales", kafka.ModePartitioned, partitions
@@ -202,7 +202,7 @@ func checkRuns(t *testing.T, record string, payloads [][]byte) {
 // slowly so that the parent's kills land mid-stream, until it has the
 // last unit.
 func killChild(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kc, err := kafkaconsumer.Open(ctx, kafkaconsumer.Options{Brokers: strings.Split(os.Getenv("TRELLARA_KC_CHILD"), ","),
 		Topic: topic, Group: "killed", Mode: kafka.ModePartitioned, Partitions: partitions})
