@@ -128,23 +128,7 @@ func write(t *testing.T, ctx context.Context, cl *kgo.Client, payloads [][]byte,
 // group position moves only on Commit, so a reopened consumer resumes at
 // the first unit not committed, with no gap.
 func TestPartitionedWholeInCommitOrder(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	k := kafka.DefaultOptions()
-	k.Brokers, k.Topic, k.ConsumerGroup, k.Mode, k.Partitions = c.ListenAddrs(), topic, "trellara.sales", kafka.ModePartitioned, partitions
-	if _, err := kafka.CheckTopic(ctx, kafka.Config{Flow: "sales", Kafka: k}); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, ctx, cl := partitionedTopic(t, 2*time.Minute)
 	var payloads [][]byte
 	for i := range units {
 		payloads = append(payloads, txn(t, i))
@@ -372,6 +356,30 @@ func TestStrictSkippedOffsetIsErrGap(t *testing.T) {
 			t.Fatalf("units %v: the hole at offset 3 was skipped", got)
 		}
 	}
+}
+
+// partitionedTopic is a partitioned-mode topic on three in-process
+// brokers and a client that writes to the partition a record names.
+func partitionedTopic(t *testing.T, timeout time.Duration) (*kfake.Cluster, context.Context, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	k := kafka.DefaultOptions()
+	k.Brokers, k.Topic, k.ConsumerGroup, k.Mode, k.Partitions = c.ListenAddrs(), topic, "trellara.sales", kafka.ModePartitioned, partitions
+	if _, err := kafka.CheckTopic(ctx, kafka.Config{Flow: "sales", Kafka: k}); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return c, ctx, cl
 }
 
 // strictTopic is a strict-mode topic on three in-process brokers and the

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/trellara/trellara/consumer/kafkaconsumer"
@@ -55,23 +53,7 @@ func TestPartitionedSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SIGKILLs a consumer process three times (about 10 s)")
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	k := kafka.DefaultOptions()
-	k.Brokers, k.Topic, k.ConsumerGroup, k.Mode, k.Partitions = c.ListenAddrs(), topic, "trellara.sales", kafka.ModePartitioned, partitions
-	if _, err := kafka.CheckTopic(ctx, kafka.Config{Flow: "sales", Kafka: k}); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, ctx, cl := partitionedTopic(t, 6*time.Minute)
 	var payloads [][]byte
 	for i := range killUnits {
 		payloads = append(payloads, txn(t, i))

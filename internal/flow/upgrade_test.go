@@ -189,33 +189,9 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 
 	// The old binary runs while the workload writes and is SIGKILLed once
 	// it has applied some of the new transactions.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); workload(201, 1200, stop) }()
-	cmd := exec.Command(oldBin, "run", "--config", cfgPath, "--local")
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	tgt := dst.Connect(ctx)
 	defer tgt.Close(ctx)
-	for i := 0; ; i++ {
-		var n int64
-		if tgt.QueryRow(ctx, `SELECT sum(n) FROM counters`).Scan(&n) == nil && n > 220 {
-			break
-		}
-		if i > 3000 {
-			t.Fatalf("the %s run applied nothing new:\n%s", previousRelease, stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-	close(stop)
-	wg.Wait()
+	killUnderWrites(t, oldBin, previousRelease, dir, cfgPath, tgt, 220, func(stop <-chan struct{}) { workload(201, 1200, stop) })
 	t.Logf("%s SIGKILLed mid-stream; %d transactions committed; state: %v", previousRelease, committed, listState(t, state))
 
 	// The current binary continues on the same config, log, slot and target.
@@ -354,6 +330,37 @@ func initWith(t *testing.T, bin, rev, dir, cfgPath string, src, dst *pgtest.Clus
 	}
 }
 
+// killUnderWrites runs bin's (release rev) run --local while writes runs
+// (until its stop closes), SIGKILLs the run once the target's counters
+// sum past past, then stops the writes and waits for them.
+func killUnderWrites(t *testing.T, bin, rev, dir, cfgPath string, tgt *pgx.Conn, past int64, writes func(stop <-chan struct{})) {
+	t.Helper()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); writes(stop) }()
+	defer func() { close(stop); wg.Wait() }()
+	cmd := exec.Command(bin, "run", "--config", cfgPath, "--local")
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGKILL); _ = cmd.Wait() }()
+	for i := 0; ; i++ {
+		var n int64
+		if tgt.QueryRow(ctx, `SELECT sum(n) FROM counters`).Scan(&n) == nil && n > past {
+			return
+		}
+		if i > 3000 {
+			t.Fatalf("the %s run applied nothing new:\n%s", rev, stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func readState(t *testing.T, dir, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, name))
@@ -475,33 +482,9 @@ func TestUpgradeAcrossTheLibraryLayering(t *testing.T) {
 		}
 	}
 	workload(1, 150, nil)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); workload(151, 900, stop) }()
-	cmd := exec.Command(oldBin, "run", "--config", cfgPath, "--local")
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	tgt := dst.Connect(ctx)
 	defer tgt.Close(ctx)
-	for i := 0; ; i++ {
-		var n int64
-		if tgt.QueryRow(ctx, `SELECT sum(n) FROM counters`).Scan(&n) == nil && n > 170 {
-			break
-		}
-		if i > 3000 {
-			t.Fatalf("the %s run applied nothing new:\n%s", layeredBase, stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
-	close(stop)
-	wg.Wait()
+	killUnderWrites(t, oldBin, layeredBase, dir, cfgPath, tgt, 170, func(stop <-chan struct{}) { workload(151, 900, stop) })
 	t.Logf("%s SIGKILLed mid-stream; %d transactions committed", layeredBase, committed)
 
 	converge := func(who string) {
