@@ -197,18 +197,28 @@ func TestReadmeLayoutMatchesTheTree(t *testing.T) {
 			t.Errorf("README layout names %s, which is not in the tree", d)
 		}
 	}
+	// The tree is what git tracks: build outputs (bin/, dist/, .cache/)
+	// are not part of it.
+	ls := exec.Command("git", "ls-files")
+	ls.Dir = root
+	files, err := ls.Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	seen := map[string]bool{}
 	var dirs []string
-	for _, parent := range []string{".", "internal"} {
-		ents, err := os.ReadDir(filepath.Join(root, parent))
-		if err != nil {
-			t.Fatal(err)
+	for _, f := range strings.Split(string(files), "\n") {
+		parts := strings.Split(f, "/")
+		d := ""
+		switch {
+		case len(parts) >= 3 && parts[0] == "internal":
+			d = parts[0] + "/" + parts[1]
+		case len(parts) >= 2 && parts[0] != "internal" && parts[0] != "docs" && !strings.HasPrefix(parts[0], "."):
+			d = parts[0]
 		}
-		for _, e := range ents {
-			name := e.Name()
-			if !e.IsDir() || strings.HasPrefix(name, ".") || name == "internal" || name == "docs" || name == "node_modules" || name == "bin" || name == "out" {
-				continue
-			}
-			dirs = append(dirs, filepath.ToSlash(filepath.Join(parent, name)))
+		if d != "" && !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
 		}
 	}
 	under := func(d string) bool { // cmd: named by its binaries
