@@ -83,10 +83,13 @@ func TestExtensionPgbenchLoopWithKills(t *testing.T) {
 	rctx, stopReader := context.WithCancel(context.Background())
 	var rwg sync.WaitGroup
 	rwg.Add(1)
+	conn := target.Connect(context.Background())
+	// On every way out, a failure included, the reader stops before its
+	// connection is closed and the target server stops (cleanups run last
+	// registered first).
+	t.Cleanup(func() { stopReader(); rwg.Wait() })
 	go func() {
 		defer rwg.Done()
-		conn := target.Connect(context.Background())
-		defer conn.Close(context.Background())
 		for rctx.Err() == nil {
 			var a, te, b, h int64
 			err := pgx.BeginTxFunc(rctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -129,10 +132,18 @@ func TestExtensionPgbenchLoopWithKills(t *testing.T) {
 		time.Sleep(time.Duration(1500+rng.Intn(3500)) * time.Millisecond)
 		if i == 2 {
 			// The decoder worker, once: the server restarts it, and the
-			// sidecar reconnects to the new one.
+			// sidecar reconnects to the new one. Right after a SIGKILL of
+			// the service the worker may itself be restarting (it exits
+			// when its sidecar goes), so wait for one to be there.
 			var n int
-			if err := sc.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'trellara decoder'`).Scan(&n); err != nil || n != 1 {
-				t.Fatalf("terminate the decoder worker: %d terminated (%v)", n, err)
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+				err := sc.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'trellara decoder'`).Scan(&n)
+				if err != nil || n > 1 || (n == 0 && time.Now().After(deadline)) {
+					t.Fatalf("terminate the decoder worker: %d terminated (%v)", n, err)
+				}
+				if n == 1 {
+					break
+				}
 			}
 			t.Logf("decoder worker terminated")
 			continue

@@ -70,7 +70,7 @@ var (
 		Row:     "Envelope: 13-field protobuf IDL, xxh3_64 over the whole message, validated both ways",
 		Command: "go test ./envelope"}
 	evFanIn = Evidence{Doc: readme, Section: readmeEv,
-		Row:     "Fleet and Iceberg fan-in (`trellara-full`): `fleet.yml`, `fleet run` (one relay per source and one lake committer in one process), one append-only Iceberg changelog per source table across sources, dedup by source and commit LSN, `_trellara_epochs` with `complete` / `complete_with_gaps`, `lake epoch` gate, `lake plan`, `fanin verify`, `fleet report`/`scorecard`; SQL catalog on PostgreSQL and SQLite with a `file://` warehouse ([docs/LAKE.md](docs/LAKE.md))",
+		Row:     "Fleet and Iceberg fan-in (`trellara-full`): `fleet.yml`, `fleet run` (one relay per source and one lake committer in one process, or the committer alone reading sources' Kafka topics, their relays run elsewhere as `run --role relay`), one append-only Iceberg changelog per source table across sources, dedup by source and commit LSN, `_trellara_epochs` with `complete` / `complete_with_gaps`, `lake epoch` gate, `lake plan`, `fanin verify`, `fleet report`/`scorecard`; SQL catalog on PostgreSQL and SQLite with a `file://` warehouse ([docs/LAKE.md](docs/LAKE.md))",
 		Command: "go test -tags full ./internal/lake -run TestFleetFanIn", Note: "three sources, one stopped and restarted, fleet SIGKILLed mid-commit → no duplicates, no overclaiming epoch, CONVERGED"}
 	evRepairPlan = Evidence{Doc: readme, Section: readmeEv,
 		Row:     "`repair-plan`: quarantined units and diverged tables with their fixes",

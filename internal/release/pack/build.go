@@ -196,6 +196,14 @@ func parse(configPath string, vars map[string]string, format string) (*nfpm.Info
 	if err != nil {
 		return nil, fmt.Errorf("pack: %s (%s): %w", configPath, format, err)
 	}
+	// Scripts are named relative to the definition, as its readers see
+	// them, not to whatever directory the build runs from.
+	dir := filepath.Dir(configPath)
+	for _, s := range []*string{&info.Scripts.PreInstall, &info.Scripts.PostInstall, &info.Scripts.PreRemove, &info.Scripts.PostRemove} {
+		if *s != "" && !filepath.IsAbs(*s) {
+			*s = filepath.Join(dir, *s)
+		}
+	}
 	return info, nil
 }
 
