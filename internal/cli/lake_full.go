@@ -18,7 +18,6 @@ import (
 	"github.com/trellara/trellara/internal/check"
 	"github.com/trellara/trellara/internal/lake"
 	"github.com/trellara/trellara/internal/shell"
-	"github.com/trellara/trellara/segmentlog"
 )
 
 func init() { lakeCommands = fullLakeCommands }
@@ -171,34 +170,6 @@ func fleetRun(c *cli.Context) error {
 	return nil
 }
 
-// sourceLog is a source's log position as the committer's cursor sees it.
-type sourceLog struct {
-	DurableEnd  uint64 `json:"durable_end"`
-	Cursor      uint64 `json:"cursor"`
-	Registered  bool   `json:"cursor_registered"`
-	UnitsBehind uint64 `json:"units_behind"`
-	Err         string `json:"error,omitempty"`
-}
-
-func readSourceLog(s lake.FleetSource, cursor string) sourceLog {
-	if k := s.Kafka(); k != nil {
-		return sourceLog{Err: "a Kafka source (topic " + k.Topic + "): its position is in the topic, not a local log"}
-	}
-	l, err := segmentlog.OpenReadOnly(s.Flow.Transport.Local.LogDir(), segmentlog.Options{})
-	if err != nil {
-		return sourceLog{Err: err.Error()}
-	}
-	defer l.Close()
-	sl := sourceLog{DurableEnd: l.NextOffset(), Cursor: l.FirstOffset()}
-	if off, ok, err := l.CursorOffset(cursor); err == nil && ok {
-		sl.Cursor, sl.Registered = off, true
-	}
-	if sl.DurableEnd > sl.Cursor {
-		sl.UnitsBehind = sl.DurableEnd - sl.Cursor
-	}
-	return sl
-}
-
 // lastEpoch reads the epochs; a lake that cannot be opened is reported,
 // not fatal, for report and scorecard.
 func lastEpoch(ctx context.Context, f *lake.Fleet) (*lake.Epoch, string) {
@@ -218,13 +189,13 @@ func lastEpoch(ctx context.Context, f *lake.Fleet) (*lake.Epoch, string) {
 }
 
 type reportSource struct {
-	SourceID string            `json:"source_id"`
-	Flow     string            `json:"flow"`
-	Config   string            `json:"config"`
-	Slot     string            `json:"slot"`
-	LogDir   string            `json:"log_dir"`
-	Log      sourceLog         `json:"log"`
-	Epoch    *lake.SourceEpoch `json:"epoch,omitempty"`
+	SourceID string              `json:"source_id"`
+	Flow     string              `json:"flow"`
+	Config   string              `json:"config"`
+	Slot     string              `json:"slot"`
+	LogDir   string              `json:"log_dir"`
+	Log      lake.StreamPosition `json:"log"`
+	Epoch    *lake.SourceEpoch   `json:"epoch,omitempty"`
 }
 
 func fleetReport(c *cli.Context) error {
@@ -236,7 +207,7 @@ func fleetReport(c *cli.Context) error {
 	var out []reportSource
 	for _, s := range f.Sources {
 		rs := reportSource{SourceID: s.ID, Flow: s.Flow.Flow, Config: s.Config, Slot: s.Flow.Source.Slot,
-			LogDir: s.LogDir(), Log: readSourceLog(s, f.Run.Cursor)}
+			LogDir: s.LogDir(), Log: lake.ReadPosition(c.Context, f, s)}
 		if ep != nil {
 			if se, ok := ep.Source(s.ID); ok {
 				rs.Epoch = &se
@@ -249,19 +220,26 @@ func fleetReport(c *cli.Context) error {
 	}
 	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "fleet %s: %d sources, lake %s %s namespace %s\n", f.Name, len(f.Sources), f.Lake.Catalog.Kind, f.Lake.Warehouse, f.Lake.Namespace)
-	fmt.Fprintln(w, "SOURCE\tFLOW\tSLOT\tLOG END\tCURSOR\tBEHIND\tEPOCH")
+	fmt.Fprintln(w, "SOURCE\tFLOW\tSLOT\tSTREAM\tEND\tCURSOR\tBEHIND\tEPOCH")
+	var unreadable []reportSource
 	for _, r := range out {
 		e := "-"
 		if r.Epoch != nil {
 			e = epochLine(*r.Epoch)
 		}
-		logEnd := fmt.Sprint(r.Log.DurableEnd)
+		end, cursor, behind := fmt.Sprint(r.Log.DurableEnd), fmt.Sprint(r.Log.Cursor), fmt.Sprint(r.Log.UnitsBehind)
 		if r.Log.Err != "" {
-			logEnd = "unreadable"
+			end, cursor, behind = "unreadable", "-", "-"
+			unreadable = append(unreadable, r)
+		} else if !r.Log.Registered {
+			cursor += " (none yet)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", r.SourceID, r.Flow, r.Slot, logEnd, r.Log.Cursor, r.Log.UnitsBehind, e)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.SourceID, r.Flow, r.Slot, r.Log.Where, end, cursor, behind, e)
 	}
 	_ = w.Flush()
+	for _, r := range unreadable {
+		fmt.Fprintf(c.App.Writer, "%s: %s unreadable: %s\n", r.SourceID, r.Log.Where, r.Log.Err)
+	}
 	switch {
 	case lerr != "":
 		fmt.Fprintf(c.App.Writer, "lake: %s\n", lerr)
@@ -323,7 +301,7 @@ func fleetScorecard(c *cli.Context) error {
 	ok := true
 	for _, s := range f.Sources {
 		ss := scoreSource{SourceID: s.ID, Grade: "-", LastVerify: "never", Epoch: "-"}
-		ss.UnitsBehind = readSourceLog(s, f.Run.Cursor).UnitsBehind
+		ss.UnitsBehind = lake.ReadPosition(c.Context, f, s).UnitsBehind
 		if g, err := captureGrade(c.Context, s); err != nil {
 			ss.GradeError = err.Error()
 			ok = false

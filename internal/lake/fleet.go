@@ -344,8 +344,38 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 			for i, n := range srcNodes.Content {
 				var s FleetSource
 				p := fmt.Sprintf("sources[%d]", i)
-				d.mapping(p, n, map[string]func(string, *yaml.Node){"config": d.str(&s.Config), "relay": d.relay(&s.Relay)}, "config")
+				keys := map[string]func(string, *yaml.Node){"config": d.str(&s.Config), "relay": d.relay(&s.Relay)}
+				topicKeys := map[string]*yaml.Node{}
+				for _, k := range topicSourceKeys {
+					keys[k] = func(_ string, v *yaml.Node) { topicKeys[k] = v }
+				}
+				d.mapping(p, n, keys)
+				if s.Config == "" && len(topicKeys) > 0 {
+					// A source named by its topic: its relay runs
+					// elsewhere, from a flow config the fleet does not see.
+					if s.Relay == RelayFleet {
+						d.fail(p+".relay", n, "remove relay: fleet, or name the flow's config with config: so fleet run can start its relay", "a source named by topic has no flow config to run a relay from")
+						continue
+					}
+					fc := d.topicFlow(p, n, topicKeys)
+					if fc == nil {
+						continue
+					}
+					s.ID, s.Flow, s.Relay = fc.Source.ID, fc, RelayExternal
+					f.Lake.Production = f.Lake.Production || fc.Environment == config.Production
+					f.Sources = append(f.Sources, s)
+					continue
+				}
 				if s.Config == "" {
+					d.fail(p+".config", n, "name the flow's trellara.yml (config: flows/NAME.yml), or name the source by its topic (id, topic, kafka, database_url, tables)", "required")
+					continue
+				}
+				if len(topicKeys) > 0 {
+					for _, k := range topicSourceKeys {
+						if v := topicKeys[k]; v != nil {
+							d.fail(p+"."+k, v, "remove it: with config: the flow config says it", "a source with config: takes no %s", k)
+						}
+					}
 					continue
 				}
 				cp := s.Config

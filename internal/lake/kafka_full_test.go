@@ -40,7 +40,9 @@ type kafkaFleet struct {
 // newKafkaFleet writes n transport.kafka flows (db2 partitioned over 3
 // data partitions, the others strict) and a fleet.yml naming them, with
 // run.relays: external but for the sources inFleet (indexes), whose
-// relays fleet run starts in its own process (relay: fleet).
+// relays fleet run starts in its own process (relay: fleet). db1 (strict,
+// external) is named in fleet.yml by its topic, with no flow config: its
+// relay runs from db1.yml, which the committer never reads.
 func newKafkaFleet(t *testing.T, n int, catalog *pgtest.Cluster, inFleet ...int) *kafkaFleet {
 	kc, err := kfake.NewCluster(kfake.NumBrokers(3))
 	if err != nil {
@@ -77,9 +79,15 @@ transport:
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if slices.Contains(inFleet, i) {
+		switch {
+		case slices.Contains(inFleet, i):
 			fmt.Fprintf(&srcs, "  - {config: %s.yml, relay: fleet}\n", id)
-		} else {
+		case i == 0:
+			// db1 is named by its topic: the committer's fleet.yml has
+			// no flow config for it, only what the committer needs.
+			fmt.Fprintf(&srcs, "  - id: %s\n    environment: development\n    topic: trellara.%s\n    kafka: {brokers: [%s], profile: development}\n    database_url: %q\n    tables: [public.items, public.counters]\n",
+				id, id, strings.Join(kc.ListenAddrs(), ", "), c.URL("postgres"))
+		default:
 			fmt.Fprintf(&srcs, "  - config: %s.yml\n", id)
 		}
 		e.sources, e.ids, e.cfgs = append(e.sources, c), append(e.ids, id), append(e.cfgs, cfg)
@@ -282,11 +290,31 @@ func TestFleetKafka(t *testing.T) {
 	checkNoOverclaim(t, l)
 	checkAgainstSource(t, l, e.fleetEnv)
 	checkCounterUpdates(t, l, e.fleetEnv)
-	for id, at := range e.groupCommitted() {
+	hint := e.groupCommitted()
+	for id, at := range hint {
 		if at <= 0 {
 			t.Fatalf("the committer's group %s has no offset on %s's topic: the hint is not committed", e.f.KafkaGroup(), id)
 		}
 	}
+	// fleet report's positions come from the topics' metadata and the
+	// group (no local log): each equal to what kadm reads on its own.
+	var pos []lake.StreamPosition
+	for _, s := range e.f.Sources {
+		pos = append(pos, lake.ReadPosition(context.Background(), e.f, s))
+	}
+	later := e.groupCommitted()
+	for i, p := range pos {
+		id := e.ids[i]
+		if p.Err != "" || !p.Registered || p.Where != "topic trellara."+id || p.NewestCommitLSN == 0 ||
+			int64(p.Cursor) < hint[id] || int64(p.Cursor) > later[id] || p.DurableEnd < p.Cursor || p.UnitsBehind != p.DurableEnd-p.Cursor {
+			t.Fatalf("%s: position %+v, want the group's offset (%d..%d) on topic trellara.%s, below the end", id, p, hint[id], later[id], id)
+		}
+	}
+	out, errOut, code = e.cli("fleet", "report")
+	if code != 0 || strings.Contains(out, "unreadable") || !strings.Contains(out, "topic trellara.db2") {
+		t.Fatalf("fleet report: exit %d\n%s\n%s", code, out, errOut)
+	}
+	t.Logf("fleet report:\n%s", out)
 }
 
 // TestFleetKafkaStreamErrors: the Kafka consumer's typed errors reach the
