@@ -10,7 +10,7 @@ LDFLAGS := -s -w -X github.com/trellara/trellara/internal/buildinfo.Version=$(VE
 PKGS := ./...
 TEST_TIMEOUT ?= 25m
 
-.PHONY: all build deps test test-phases ext-test lint fmt-check vet staticcheck generate generate-check unit demo demo-kafka demo-lake bench bench-e2e bench-mem fuzz fuzz-short clean
+.PHONY: all build deps test test-phases ext-test lint fmt-check vet staticcheck generate generate-check unit demo demo-kafka demo-lake demo-lake-kafka bench bench-e2e bench-mem bench-fleet fuzz fuzz-short clean
 
 all: build
 
@@ -98,10 +98,25 @@ bench: build
 demo-lake: build
 	./scripts/demo-lake.sh
 
+# demo-lake-kafka: the fleet over Kafka: three relays as their own
+# processes, the lake committer alone reading their topics (in-process
+# kfake brokers); ends on a complete epoch, fanin verify CONVERGED and the
+# independent reader's check.
+demo-lake-kafka: build
+	./scripts/demo-lake-kafka.sh
+
 # bench-e2e: native logical replication vs trellara end to end (backlog
 # catch-up and steady-rate latency), ABBA; sizes in scripts/bench-e2e.sh.
 bench-e2e: build
 	./scripts/bench-e2e.sh
+
+# bench-fleet: the qualified source count. N sources as databases over a
+# few clusters, a light steady load each, through one fleet run into the
+# lake; one row per N (sizes, clusters, rate and window from the
+# TRELLARA_BENCH_FLEET_* variables, internal/lake/fleetbench_full_test.go).
+bench-fleet: build
+	TRELLARA_BENCH_FLEET_SOURCES=$${TRELLARA_BENCH_FLEET_SOURCES:-100,200,400} \
+		$(GO) test -tags full -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 4h -v ./internal/lake 2>&1 | grep -v '^\s*cluster.go'
 
 # bench-mem: peak RSS of run --local for one large transaction (1.5M and
 # 4.5M rows by default; sizes in scripts/bench-mem.sh).

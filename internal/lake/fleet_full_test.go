@@ -74,7 +74,7 @@ type fleetEnv struct {
 	catalogURL string
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -84,7 +84,7 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func buildFull(t *testing.T) string {
+func buildFull(t testing.TB) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "trellara-full")
 	cmd := exec.Command("go", "build", "-tags", "full", "-o", out, "github.com/trellara/trellara/cmd/trellara-full")
