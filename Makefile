@@ -116,7 +116,7 @@ bench-e2e: build
 # TRELLARA_BENCH_FLEET_* variables, internal/lake/fleetbench_full_test.go).
 bench-fleet: build
 	TRELLARA_BENCH_FLEET_SOURCES=$${TRELLARA_BENCH_FLEET_SOURCES:-100,200,400} \
-		$(GO) test -tags full -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 4h -v ./internal/lake 2>&1 | grep -v '^\s*cluster.go'
+		$(GO) test -tags full -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 4h -v ./internal/lake
 
 # bench-mem: peak RSS of run --local for one large transaction (1.5M and
 # 4.5M rows by default; sizes in scripts/bench-mem.sh).

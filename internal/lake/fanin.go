@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,12 +54,116 @@ type FaninResult struct {
 // includes the source through S (fleet run closes one every
 // close_interval), and replays the source's changelog rows with a commit
 // LSN before S. Counts, key checksums and row checksums must agree.
+//
+// It scales with the fleet: the snapshots are taken a few sources at a
+// time before any waiting, one wait covers every source (not one epoch
+// per source in turn), and each changelog table is read once for all
+// sources, not once per source.
 func FaninVerify(ctx context.Context, l *Lake, f *Fleet, wait time.Duration) (*FaninResult, error) {
-	res := &FaninResult{Verdict: Converged}
-	for _, s := range f.Sources {
-		fs, err := faninSource(ctx, l, s, wait)
+	snaps := make([]*sourceSnap, len(f.Sources))
+	errs := make([]error, len(f.Sources))
+	sem := make(chan struct{}, faninParallel)
+	var wg sync.WaitGroup
+	for i, s := range f.Sources {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			snaps[i], errs[i] = snapshotSource(ctx, s)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return nil, err
+		}
+	}
+
+	// The epochs that cover the snapshots: one wait for all.
+	deadline := time.Now().Add(wait)
+	for {
+		eps, err := l.Epochs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		waiting := 0
+		for _, sn := range snaps {
+			if sn.epoch != nil {
+				continue
+			}
+			for i := len(eps) - 1; i >= 0; i-- {
+				if se, ok := eps[i].Source(sn.fs.SourceID); ok && se.Included && se.ThroughLSN >= sn.at {
+					sn.epoch = &eps[i]
+					break
+				}
+			}
+			if sn.epoch == nil {
+				waiting++
+			}
+		}
+		if waiting == 0 || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+
+	// Each changelog table once, its changes split by source.
+	type tableChanges struct {
+		bySource map[string][]Change
+		keys     []string
+	}
+	read := map[string]*tableChanges{}
+	res := &FaninResult{Verdict: Converged}
+	for _, sn := range snaps {
+		fs := sn.fs
+		if sn.epoch == nil {
+			fs.Verdict = Behind
+			fs.Reason = fmt.Sprintf("no epoch includes source %s through %s yet (waited %s); keep trellara-full fleet run going and run fanin verify again", fs.SourceID, fs.AtLSN, wait)
+		} else {
+			fs.Epoch = sn.epoch.ID
+			fs.Verdict = Converged
+			for _, st := range sn.tables {
+				name := st.ref.LakeName()
+				tc := read[name]
+				if tc == nil {
+					changes, lakeKeys, err := l.ReadChanges(ctx, name)
+					if err != nil {
+						return nil, err
+					}
+					tc = &tableChanges{bySource: map[string][]Change{}, keys: lakeKeys}
+					for _, ch := range changes {
+						tc.bySource[ch.SourceID] = append(tc.bySource[ch.SourceID], ch)
+					}
+					read[name] = tc
+				}
+				var mine []Change
+				for _, ch := range tc.bySource[fs.SourceID] {
+					if visibleAt(ch, sn.at) {
+						mine = append(mine, ch)
+					}
+				}
+				keys := st.keys
+				if len(keys) == 0 {
+					keys = tc.keys
+				}
+				src := st.digest
+				if src == nil {
+					d := NewDigest(keyed(st.rows, keys, st.cols), st.cols)
+					src = &d
+				}
+				ft := FaninTable{SourceID: fs.SourceID, Table: st.ref.String(), Verdict: Converged,
+					Source: *src, Lake: NewDigest(NetState(mine, keys, st.cols), st.cols)}
+				if !ft.Source.Equal(ft.Lake) {
+					ft.Verdict = Diverged
+					ft.Samples = ft.Source.Diff(ft.Lake, 5)
+					fs.Verdict = Diverged
+				}
+				fs.Tables = append(fs.Tables, ft)
+			}
 		}
 		res.Sources = append(res.Sources, *fs)
 		switch {
@@ -71,15 +176,34 @@ func FaninVerify(ctx context.Context, l *Lake, f *Fleet, wait time.Duration) (*F
 	return res, nil
 }
 
+// faninParallel is how many sources fanin verify reads at once.
+const faninParallel = 8
+
 // sourceTable is a source table's rows and shape, read in the snapshot.
 type sourceTable struct {
 	ref  TableRef
 	cols []string
 	keys []string
 	rows map[string]map[string]*string
+	// digest is the rows' digest, taken at once (and rows dropped) for a
+	// table with a key: fanin verify holds every source's snapshot while
+	// it waits, and a digest is far smaller than the rows. A keyless
+	// table's rows wait for the lake's key columns.
+	digest *Digest
 }
 
-func faninSource(ctx context.Context, l *Lake, s FleetSource, wait time.Duration) (*FaninSource, error) {
+// sourceSnap is one source's snapshot: its position, its tables, and the
+// epoch found to cover it.
+type sourceSnap struct {
+	fs     *FaninSource
+	at     uint64
+	tables []sourceTable
+	epoch  *Epoch
+}
+
+// snapshotSource reads source s's published tables in one REPEATABLE READ
+// snapshot and records its WAL insert position.
+func snapshotSource(ctx context.Context, s FleetSource) (*sourceSnap, error) {
 	fs := &FaninSource{SourceID: s.ID}
 	sec, err := s.Flow.Source.DatabaseURL.Resolve()
 	if err != nil {
@@ -109,64 +233,13 @@ func faninSource(ctx context.Context, l *Lake, s FleetSource, wait time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("fanin verify: source %s: %w", s.ID, scrubConn(err, url))
 	}
-	_ = tx.Rollback(ctx)
-
-	// The epoch that covers the snapshot.
-	deadline := time.Now().Add(wait)
-	var epoch *Epoch
-	for {
-		eps, err := l.Epochs(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for i := len(eps) - 1; i >= 0; i-- {
-			if se, ok := eps[i].Source(s.ID); ok && se.Included && se.ThroughLSN >= at {
-				epoch = &eps[i]
-				break
-			}
-		}
-		if epoch != nil || time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+	for i, st := range tables {
+		if len(st.keys) > 0 {
+			d := NewDigest(keyed(st.rows, st.keys, st.cols), st.cols)
+			tables[i].digest, tables[i].rows = &d, nil
 		}
 	}
-	if epoch == nil {
-		fs.Verdict = Behind
-		fs.Reason = fmt.Sprintf("no epoch includes source %s through %s yet (waited %s); keep trellara-full fleet run going and run fanin verify again", s.ID, fs.AtLSN, wait)
-		return fs, nil
-	}
-	fs.Epoch = epoch.ID
-	fs.Verdict = Converged
-	for _, st := range tables {
-		changes, lakeKeys, err := l.ReadChanges(ctx, st.ref.LakeName())
-		if err != nil {
-			return nil, err
-		}
-		var mine []Change
-		for _, ch := range changes {
-			if ch.SourceID == s.ID && visibleAt(ch, at) {
-				mine = append(mine, ch)
-			}
-		}
-		keys := st.keys
-		if len(keys) == 0 {
-			keys = lakeKeys
-		}
-		ft := FaninTable{SourceID: s.ID, Table: st.ref.String(), Verdict: Converged,
-			Source: NewDigest(keyed(st.rows, keys, st.cols), st.cols),
-			Lake:   NewDigest(NetState(mine, keys, st.cols), st.cols)}
-		if !ft.Source.Equal(ft.Lake) {
-			ft.Verdict = Diverged
-			ft.Samples = ft.Source.Diff(ft.Lake, 5)
-			fs.Verdict = Diverged
-		}
-		fs.Tables = append(fs.Tables, ft)
-	}
-	return fs, nil
+	return &sourceSnap{fs: fs, at: at, tables: tables}, nil
 }
 
 // visibleAt reports whether change ch is visible in a source snapshot

@@ -5,6 +5,7 @@ package lake_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -395,6 +396,36 @@ func TestFleetFanIn(t *testing.T) {
 	checkNoOverclaim(t, l)
 	checkAgainstSource(t, l, e)
 	checkIndependently(t, e)
+
+	// A row in the lake that db2 never committed (a foreign writer):
+	// fanin verify names db2, its table and the key, and only db2.
+	//
+	// Mutation: FaninVerify comparing each source with every source's
+	// changes of the table (not split by source) is red here (every
+	// source DIVERGED), as is one that skips the comparison.
+	id := "987654"
+	v, n := "foreign", "0"
+	if err := l.AppendForeignChanges(context.Background(), "public__items", []lake.Change{{SourceID: "db2", CommitLSN: 1, Op: "insert",
+		Cols: map[string]*string{"id": &id, "v": &v, "n": &n}}}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = e.cli("fanin", "verify", "--wait", "60s", "--format", "json")
+	var res lake.FaninResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != 1 || res.Verdict != lake.Diverged || len(res.Sources) != 3 {
+		t.Fatalf("fanin verify with a foreign row: exit %d, %v\n%s\n%s", code, err, out, errOut)
+	}
+	for _, fs := range res.Sources {
+		want := lake.Converged
+		if fs.SourceID == "db2" {
+			want = lake.Diverged
+		}
+		if fs.Verdict != want {
+			t.Fatalf("source %s: %s, want %s\n%s", fs.SourceID, fs.Verdict, want, out)
+		}
+	}
+	if !strings.Contains(out, "extra in the lake: ") || !strings.Contains(out, id) {
+		t.Fatalf("fanin verify does not name the foreign row's key %s:\n%s", id, out)
+	}
 }
 
 // checkNoDuplicates: every (source, commit LSN, position) is in the

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,6 +173,7 @@ func runFleetBench(b *testing.B, bin string, n, clusters, rateMilli int, steady 
 	}
 	var srcs []source
 	var fleetSources strings.Builder
+	ports := distinctPorts(b, 2*n+1)
 	for i := range n {
 		c := servers[i%clusters]
 		db := fmt.Sprintf("s%04d", i+1)
@@ -190,7 +192,7 @@ transport:
   local: {dir: %s, fsync: always}
 run:
   listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, db, db, u, filepath.Join(dir, db), freePort(b), freePort(b))
+`, db, db, u, filepath.Join(dir, db), ports[2*i], ports[2*i+1])
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			b.Fatal(err)
 		}
@@ -209,7 +211,7 @@ sources:
   namespace: bench
 epochs: {close_interval: %s, max_lag: 30s}
 run: {listen: "127.0.0.1:%d", commit_every: 2s}
-`, fleetSources.String(), filepath.Join(dir, "warehouse"), closeInterval, freePort(b))
+`, fleetSources.String(), filepath.Join(dir, "warehouse"), closeInterval, ports[2*n])
 	if err := os.WriteFile(fleetYML, []byte(body), 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -297,7 +299,19 @@ run: {listen: "127.0.0.1:%d", commit_every: 2s}
 	for first.ID == 0 {
 		if time.Since(start) > budget {
 			r.broke = "no complete epoch within " + budget.String()
-			b.Logf("%s", r.row())
+			if eps := epochs(); len(eps) > 0 {
+				last := eps[len(eps)-1]
+				miss := last.Missing()
+				reason := ""
+				if len(miss) > 0 {
+					se, _ := last.Source(miss[0])
+					reason = se.Reason
+				}
+				r.broke += fmt.Sprintf(" (last epoch %d %s, %d sources missing, first %s: %s)", last.ID, last.Status, len(miss), strings.Join(firstN(miss, 1), ""), reason)
+			} else {
+				r.broke += " (no epoch closed)"
+			}
+			b.Logf("%s\nfleet log tail:\n%s", r.row(), tail(readFile(filepath.Join(dir, "fleet.log")), 20))
 			return r
 		}
 		select {
@@ -413,6 +427,28 @@ run: {listen: "127.0.0.1:%d", commit_every: 2s}
 	}
 	b.Logf("%s", r.row())
 	return r
+}
+
+// distinctPorts returns k free ports, all different: each listener is
+// held open until all are taken (freePort one at a time may hand the
+// same ephemeral port out twice over hundreds of sources).
+func distinctPorts(b *testing.B, k int) []int {
+	var out []int
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for range k {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return out
 }
 
 func firstN(s []string, n int) []string { return s[:min(n, len(s))] }
