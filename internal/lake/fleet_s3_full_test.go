@@ -48,9 +48,10 @@ type s3Server struct {
 
 	mu  sync.Mutex
 	ops map[string]int // operation name -> requests that reached the backend
-	// lastFault is the fault key (method, path, upload id, part) of each
-	// request failed last, so the request's retry passes: see fault.
-	lastFault map[string]bool
+	// faulted are the fault keys (method, path, range, upload id, part)
+	// of the requests failed so far: each is failed at most once, so a
+	// request's retry always passes (see fault).
+	faulted map[string]bool
 
 	faultPermille atomic.Int64 // of 1000 requests, how many fail (0: none)
 	faults        atomic.Int64 // requests failed by the fault mode
@@ -61,7 +62,7 @@ type s3Server struct {
 func startS3(t *testing.T, bucket, key, secret string) *s3Server {
 	t.Helper()
 	s := &s3Server{t: t, backend: s3mem.New(), key: key, secret: secret, region: "us-east-1",
-		ops: map[string]int{}, lastFault: map[string]bool{}, verify: true}
+		ops: map[string]int{}, faulted: map[string]bool{}, verify: true}
 	if err := s.backend.CreateBucket(bucket); err != nil {
 		t.Fatal(err)
 	}
@@ -164,26 +165,24 @@ func (s *s3Server) handler(next http.Handler) http.Handler {
 }
 
 // fault decides whether to fail r: with the configured probability, but
-// never the same request (method, path, upload id, part) twice in a row.
-// A client that retries at least once therefore always gets through; one
-// that does not retry fails about permille/1000 of its requests.
+// never the same request (method, path, range, upload id, part) twice.
+// A client that retries at least once therefore always gets through,
+// whatever other clients ask for the same object meanwhile (the fleet and
+// the test both read the same metadata); one that does not retry fails
+// about permille/1000 of its new requests.
 func (s *s3Server) fault(r *http.Request) bool {
 	p := s.faultPermille.Load()
 	if p == 0 {
 		return false
 	}
 	q := r.URL.Query()
-	k := r.Method + " " + r.URL.Path + " " + q.Get("uploadId") + " " + q.Get("partNumber")
+	k := r.Method + " " + r.URL.Path + " " + r.Header.Get("Range") + " " + q.Get("uploadId") + " " + q.Get("partNumber")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.lastFault[k] {
-		delete(s.lastFault, k)
+	if s.faulted[k] || rand.Int64N(1000) >= p {
 		return false
 	}
-	if rand.Int64N(1000) >= p {
-		return false
-	}
-	s.lastFault[k] = true
+	s.faulted[k] = true
 	s.faults.Add(1)
 	return true
 }
@@ -387,7 +386,7 @@ func s3Restarts(log string) []string {
 //     (the server saw CreateMultipartUpload, UploadPart,
 //     CompleteMultipartUpload).
 //   - Then the server fails 10% of requests (503 SlowDown or 500
-//     InternalError, never the same request twice in a row); the fleet is
+//     InternalError, never the same request twice); the fleet is
 //     SIGKILLed once under load and once at the after-table-commit
 //     failpoint. The SDK's retries absorb every fault: the committer never
 //     restarts on an S3 error.
