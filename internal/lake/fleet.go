@@ -93,12 +93,18 @@ type Sink struct {
 	Catalog Catalog
 	// Warehouse is warehouse: file:///path (a relative file:// path and a
 	// relative SQLite catalog path are taken from fleet.yml's directory),
-	// or s3://bucket/prefix: configured, not run here.
+	// or s3://bucket/prefix (iceberg-go's S3 blob IO, linked in the full
+	// build; S3 says how the bucket is reached).
 	Warehouse string
 	Namespace string // namespace
-	// Properties are passed to iceberg-go as they are (S3 endpoint,
-	// region, REST credentials by reference are not supported: use the
-	// environment iceberg-go reads).
+	// S3 is lake.s3, nil when absent: the endpoint, region, addressing
+	// and credentials of an s3:// warehouse. Without it iceberg-go uses
+	// the AWS SDK's own chain (AWS_REGION, AWS_ACCESS_KEY_ID, ~/.aws, an
+	// instance role).
+	S3 *S3
+	// Properties are passed to iceberg-go as they are (REST credentials by
+	// reference are not supported: use the environment iceberg-go reads).
+	// The s3.* properties lake.s3 sets are refused here: one place each.
 	Properties map[string]string
 	// Production is set when any source flow is environment: production:
 	// a sql-postgres catalog then needs verified TLS (config.CheckPostgresTLS).
@@ -113,6 +119,67 @@ type Catalog struct {
 	// VerifyCAReason (verify_ca_reason): why sslmode=verify-ca is enough
 	// for a sql-postgres catalog of a production fleet.
 	VerifyCAReason string
+}
+
+// S3 is lake.s3. Each key maps to one iceberg-go property (S3Props).
+type S3 struct {
+	// Endpoint (endpoint) is the S3 API's base URL, for a store other than
+	// AWS (http://127.0.0.1:9000); "" is AWS's endpoint for the region.
+	Endpoint string
+	Region   string // region: the signing region (us-east-1 for most non-AWS stores)
+	// PathStyle (path_style) addresses the bucket in the path
+	// (endpoint/bucket/key) rather than the host (bucket.endpoint/key);
+	// nil leaves iceberg-go's default: path style when an endpoint is set.
+	PathStyle *bool
+	// AccessKeyID (access_key_id) and SecretAccessKey (secret_access_key)
+	// are a static key pair, both or neither, as {env: NAME} or {file:
+	// /path} references (inline only outside production); neither leaves
+	// the AWS SDK's credential chain.
+	AccessKeyID     config.SecretRef
+	SecretAccessKey config.SecretRef
+}
+
+// s3Keys are the iceberg-go properties lake.s3 owns.
+var s3Keys = map[string]string{
+	"s3.endpoint":                 "lake.s3.endpoint",
+	"s3.region":                   "lake.s3.region",
+	"client.region":               "lake.s3.region",
+	"s3.force-virtual-addressing": "lake.s3.path_style",
+	"s3.access-key-id":            "lake.s3.access_key_id",
+	"s3.secret-access-key":        "lake.s3.secret_access_key",
+}
+
+// S3Props resolves lake.s3 into iceberg-go's S3 properties. The returned
+// map holds the secret in the clear: it goes to iceberg-go and nowhere
+// else. Errors name the key, never the value.
+func (s *S3) S3Props() (map[string]string, error) {
+	props := map[string]string{}
+	if s == nil {
+		return props, nil
+	}
+	if s.Endpoint != "" {
+		props["s3.endpoint"] = s.Endpoint
+	}
+	if s.Region != "" {
+		props["s3.region"] = s.Region
+	}
+	if s.PathStyle != nil {
+		props["s3.force-virtual-addressing"] = fmt.Sprint(!*s.PathStyle)
+	}
+	for _, k := range []struct {
+		key, prop string
+		ref       config.SecretRef
+	}{{"lake.s3.access_key_id", "s3.access-key-id", s.AccessKeyID}, {"lake.s3.secret_access_key", "s3.secret-access-key", s.SecretAccessKey}} {
+		if k.ref.IsZero() {
+			continue
+		}
+		sec, err := k.ref.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("lake: %s: %w", k.key, err)
+		}
+		props[k.prop] = sec.Reveal()
+	}
+	return props, nil
 }
 
 // EpochPolicy is epochs: how often an epoch closes and how far behind a
@@ -250,6 +317,17 @@ func (d *fleetDecoder) duration(dst *time.Duration) func(string, *yaml.Node) {
 	}
 }
 
+func (d *fleetDecoder) boolean(dst **bool) func(string, *yaml.Node) {
+	return func(p string, n *yaml.Node) {
+		var v bool
+		if n.Kind != yaml.ScalarNode || n.Decode(&v) != nil {
+			d.fail(p, n, "write true or false", "must be true or false")
+			return
+		}
+		*dst = &v
+	}
+}
+
 // relay decodes a relay placement: fleet or external.
 func (d *fleetDecoder) relay(dst *string) func(string, *yaml.Node) {
 	return func(p string, n *yaml.Node) {
@@ -309,6 +387,16 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 				},
 				"warehouse": d.str(&f.Lake.Warehouse),
 				"namespace": d.str(&f.Lake.Namespace),
+				"s3": func(p string, n *yaml.Node) {
+					f.Lake.S3 = &S3{}
+					d.mapping(p, n, map[string]func(string, *yaml.Node){
+						"endpoint":          d.str(&f.Lake.S3.Endpoint),
+						"region":            d.str(&f.Lake.S3.Region),
+						"path_style":        d.boolean(&f.Lake.S3.PathStyle),
+						"access_key_id":     d.secret(&f.Lake.S3.AccessKeyID),
+						"secret_access_key": d.secret(&f.Lake.S3.SecretAccessKey),
+					})
+				},
 				"properties": func(p string, n *yaml.Node) {
 					if n.Kind != yaml.MappingNode {
 						d.fail(p, n, "write key: value lines", "must be a mapping")
@@ -482,6 +570,7 @@ func (d *fleetDecoder) validate(f *Fleet) {
 			d.fail("lake.warehouse", nil, "write file:///absolute/path or s3://bucket/prefix", "scheme %q is not supported", u.Scheme)
 		}
 	}
+	d.validateS3(f)
 	if f.Lake.Namespace == "" || strings.ContainsAny(f.Lake.Namespace, ". ") {
 		d.fail("lake.namespace", nil, "write a single name without dots or spaces", "%q is not a namespace name", f.Lake.Namespace)
 	}
@@ -490,6 +579,38 @@ func (d *fleetDecoder) validate(f *Fleet) {
 	}
 	if f.Run.Cursor == "" {
 		d.fail("run.cursor", nil, "name the committer's cursor", "must not be empty")
+	}
+}
+
+// validateS3 checks lake.s3 against the warehouse and lake.properties.
+func (d *fleetDecoder) validateS3(f *Fleet) {
+	for k := range f.Lake.Properties {
+		if key, ok := s3Keys[k]; ok && f.Lake.S3 != nil {
+			d.fail("lake.properties."+k, nil, "set it once, as "+key, "lake.s3 sets %s", k)
+		}
+	}
+	s := f.Lake.S3
+	if s == nil {
+		return
+	}
+	if !strings.HasPrefix(f.Lake.Warehouse, "s3://") {
+		d.fail("lake.s3", nil, "remove lake.s3, or write lake.warehouse: s3://bucket/prefix", "lake.s3 configures an s3:// warehouse; lake.warehouse is %q", f.Lake.Warehouse)
+	}
+	if s.Endpoint != "" {
+		if u, err := url.Parse(s.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			d.fail("lake.s3.endpoint", nil, "write the store's base URL, e.g. https://s3.example.com or http://127.0.0.1:9000", "%q is not an http(s) URL", s.Endpoint)
+		} else if u.User != nil {
+			d.fail("lake.s3.endpoint", nil, "remove the user info from the URL; put the key pair in lake.s3.access_key_id and lake.s3.secret_access_key as {env: NAME}", "the endpoint URL carries credentials (not shown)")
+		}
+		if s.Region == "" {
+			d.fail("lake.s3.region", nil, "set the store's signing region (us-east-1 for most S3-compatible stores)", "required when lake.s3.endpoint is set: requests are signed for a region")
+		}
+	}
+	if s.AccessKeyID.IsZero() != s.SecretAccessKey.IsZero() {
+		d.fail("lake.s3", nil, "set both access_key_id and secret_access_key, or neither (the AWS SDK's credential chain)", "only one of access_key_id and secret_access_key is set")
+	}
+	if f.Lake.Production && s.SecretAccessKey.IsInline() {
+		d.fail("lake.s3.secret_access_key", nil, "write secret_access_key: {env: TRELLARA_S3_SECRET} or {file: /etc/trellara/s3-secret}", "an inline secret in a production fleet (the value is not shown)")
 	}
 }
 

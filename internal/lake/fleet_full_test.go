@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/internal/lake"
+	"github.com/trellara/trellara/internal/lake/lakeread"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -73,6 +74,9 @@ type fleetEnv struct {
 	f       *lake.Fleet
 	// catalogURL is the SQL catalog's PostgreSQL URL.
 	catalogURL string
+	// opener is how checkIndependently reads the warehouse's files (nil:
+	// lakeread.FileOpener, a file:// warehouse).
+	opener lakeread.Opener
 }
 
 func freePort(t testing.TB) int {
@@ -96,6 +100,12 @@ func buildFull(t testing.TB) string {
 }
 
 func newFleet(t *testing.T, n int, catalog *pgtest.Cluster) *fleetEnv {
+	return newFleetAt(t, n, catalog, "")
+}
+
+// newFleetAt is newFleet with warehouse as fleet.yml's lake lines for the
+// warehouse ("": a file:// warehouse in the test's directory).
+func newFleetAt(t *testing.T, n int, catalog *pgtest.Cluster, warehouse string) *fleetEnv {
 	e := &fleetEnv{t: t, bin: buildFull(t), dir: t.TempDir()}
 	var srcs strings.Builder
 	for i := range n {
@@ -124,16 +134,18 @@ run:
 	t.Setenv("LAKE_CATALOG_URL", catalog.URL("postgres"))
 	e.catalogURL = catalog.URL("postgres")
 	e.fleet = filepath.Join(e.dir, "fleet.yml")
+	if warehouse == "" {
+		warehouse = "  warehouse: file://" + filepath.Join(e.dir, "warehouse") + "\n"
+	}
 	body := fmt.Sprintf(`version: 1
 fleet: test
 sources:
 %slake:
   catalog: {kind: sql-postgres, uri: {env: LAKE_CATALOG_URL}}
-  warehouse: file://%s
-  namespace: fanin
+%s  namespace: fanin
 epochs: {close_interval: 1s, max_lag: 3s}
 run: {listen: "127.0.0.1:%d", commit_every: 300ms}
-`, srcs.String(), filepath.Join(e.dir, "warehouse"), freePort(t))
+`, srcs.String(), warehouse, freePort(t))
 	if err := os.WriteFile(e.fleet, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,11 @@ func checkIndependently(t *testing.T, e *fleetEnv) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	r := &lakeread.Reader{Catalog: lakeread.NewCatalog(db, lakeread.Postgres, e.f.Lake.Catalog.Name), Opener: lakeread.FileOpener{}}
+	var opener lakeread.Opener = lakeread.FileOpener{}
+	if e.opener != nil {
+		opener = e.opener
+	}
+	r := &lakeread.Reader{Catalog: lakeread.NewCatalog(db, lakeread.Postgres, e.f.Lake.Catalog.Name), Opener: opener}
 	read := func() []*lakeread.Table {
 		var tables []*lakeread.Table
 		for _, name := range []string{"public__items", "public__counters"} {

@@ -36,6 +36,9 @@ type Lake struct {
 	ns   table.Identifier
 	sink Sink
 	uri  string // resolved catalog URI, for scrubbing errors
+	// s3secret is lake.s3.secret_access_key resolved, for scrubbing
+	// errors: no SDK message is expected to quote it, and none may.
+	s3secret string
 }
 
 // Open opens the catalog of sink, creating its tables (SQL catalogs) and
@@ -56,7 +59,17 @@ func Open(ctx context.Context, sink Sink) (*Lake, error) {
 	for k, v := range sink.Properties {
 		props[k] = v
 	}
-	l := &Lake{ns: table.Identifier{sink.Namespace}, sink: sink, uri: uri}
+	// lake.s3 goes to iceberg-go as catalog properties: every table's
+	// FileIO (io.LoadFS) is built from them, for the committer's writes
+	// and for lake epoch / fanin verify's reads alike.
+	s3props, err := sink.S3.S3Props()
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range s3props {
+		props[k] = v
+	}
+	l := &Lake{ns: table.Identifier{sink.Namespace}, sink: sink, uri: uri, s3secret: s3props["s3.secret-access-key"]}
 	switch sink.Catalog.Kind {
 	case CatalogSQLite, CatalogPostgres:
 		driver, dialect, dsn := "pgx", sqlcat.Postgres, uri
@@ -110,7 +123,26 @@ func (l *Lake) Close() {
 	}
 }
 
-func (l *Lake) scrub(err error) error { return config.ScrubConnError(err, l.uri) }
+func (l *Lake) scrub(err error) error {
+	err = config.ScrubConnError(err, l.uri)
+	// The secret is replaced whole, and only when it is long enough not
+	// to be an ordinary word of the message (AWS secret keys are 40
+	// characters).
+	if err != nil && len(l.s3secret) >= 16 && strings.Contains(err.Error(), l.s3secret) {
+		return &scrubbed{msg: strings.ReplaceAll(err.Error(), l.s3secret, "<redacted>"), err: err}
+	}
+	return err
+}
+
+// scrubbed is an error whose message had a secret cut out; errors.Is and
+// errors.As still see the original chain.
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (e *scrubbed) Error() string { return e.msg }
+func (e *scrubbed) Unwrap() error { return e.err }
 
 func (l *Lake) ident(name string) table.Identifier {
 	return append(append(table.Identifier{}, l.ns...), name)
