@@ -27,13 +27,8 @@ const LeaseTable = "trellara_lake_leases"
 // committer renews every leaseTTL/3 and before each Iceberg commit.
 const DefaultLeaseTTL = 30 * time.Second
 
-// leaseTTL is the TTL of new leases and renewals; leaseHolderSuffix is
-// appended to the holder id. Tests shorten the one and set the other to
-// run two holders of one committer in one process.
-var (
-	leaseTTL          = DefaultLeaseTTL
-	leaseHolderSuffix = ""
-)
+// leaseTTL is the TTL of new leases and renewals; tests shorten it.
+var leaseTTL = DefaultLeaseTTL
 
 // ErrLeaseHeld: the table is leased to another live committer.
 var ErrLeaseHeld = errors.New("the table is leased to another committer")
@@ -100,7 +95,7 @@ func newLeases(l *Lake, log *slog.Logger) (*leases, error) {
 		host = "unknown-host"
 	}
 	ls := &leases{db: l.db, d: l.dialect, catalog: l.sink.Catalog.Name, ns: l.sink.Namespace, owner: l.sink.Committer,
-		holder: l.sink.Committer + "@" + host + leaseHolderSuffix,
+		holder: l.sink.Committer + "@" + host,
 		ttl:    leaseTTL, log: log, held: map[string]bool{}}
 	if ls.owner == "" {
 		ls.owner = "default"
@@ -196,7 +191,9 @@ func (ls *leases) Acquire(ctx context.Context, name string) (bool, error) {
 // refusal is the error for table name leased by cur: the owner, the
 // table, how live the lease is, and the fix.
 func (ls *leases) refusal(name string, cur leaseRow) error {
-	ms := func(v int64) time.Duration { return (time.Duration(v) * time.Millisecond).Round(100 * time.Millisecond) }
+	ms := func(v int64) time.Duration {
+		return (time.Duration(v) * time.Millisecond).Round(100 * time.Millisecond)
+	}
 	fix := fmt.Sprintf("give this committer other tables with lake.tables, or stop %q", cur.owner)
 	if cur.owner == ls.owner {
 		fix = fmt.Sprintf("another process runs with lake.committer %q: stop it, or give this one its own lake.committer and lake.tables", cur.owner)
