@@ -247,13 +247,14 @@ func TestLeaseExpiryTakeoverFencesThePausedCommitter(t *testing.T) {
 	// eu resumes: it read the same changes and would commit them again.
 	before = rows(t, lUS, "public__counters")
 	err = eu.Step(context.Background())
+	if n := rows(t, lUS, "public__counters"); n != before {
+		checkNoDuplicates(t, lUS)
+		t.Fatalf("the fenced committer committed: %d rows, were %d", n, before)
+	}
 	if !errors.Is(err, lake.ErrLeaseLost) || !strings.Contains(err.Error(), `committer "us"`) {
 		t.Fatalf("the paused committer's step: %v, want ErrLeaseLost naming us", err)
 	}
 	t.Logf("fenced: %v", err)
-	if n := rows(t, lUS, "public__counters"); n != before {
-		t.Fatalf("the fenced committer committed: %d rows, were %d", n, before)
-	}
 	e.write(3)
 	stepUntil(t, us, lUS, "public__counters", before)
 	checkNoDuplicates(t, lUS)
