@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -366,4 +367,66 @@ transport:
 			t.Errorf("%q: %v, want an error naming %s", extra, err, want)
 		}
 	}
+}
+
+// TestLeaseFleetRunsHandOver: the same through `fleet run`: of two fleet
+// processes over the same tables, the second logs the refusal naming the
+// first and commits nothing; SIGTERM to the first releases its leases and
+// the second, retrying on its backoff, takes the tables and commits.
+//
+// Red when: Close does not release the leases (a clean stop leaves them
+// to expire): the second takes over only after the 30 s TTL, past this
+// test's 20 s wait.
+func TestLeaseFleetRunsHandOver(t *testing.T) {
+	e := newLeaseEnv(t, false)
+	e.write(5)
+	run := func(f *lake.Fleet) (*exec.Cmd, string) {
+		logPath := filepath.Join(e.dir, "fleet-"+f.Lake.Committer+".log")
+		cmd := exec.Command(e.bin, "fleet", "run", "--config", f.File(), "--verbose")
+		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+		return cmd, logPath
+	}
+	fEU, fUS := e.fleet("eu"), e.fleet("us")
+	l := e.openLake()
+	eu, _ := run(fEU)
+	waitFor := func(what string, d time.Duration, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within %s: %s", d, what)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitFor("eu leases every table", 60*time.Second, func() bool {
+		m, _ := l.Leases(context.Background())
+		return m["public__counters"] == "eu" && m["_trellara_epochs"] == "eu" && rows(t, l, "public__counters") > 0
+	})
+	_, usLog := run(fUS)
+	waitFor("us logs the refusal naming eu", 30*time.Second, func() bool {
+		b, _ := os.ReadFile(usLog)
+		return strings.Contains(string(b), `leased to committer \"eu\"`)
+	})
+	if err := eu.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := eu.Wait(); err != nil {
+		t.Fatalf("fleet run eu after SIGTERM: %v", err)
+	}
+	e.write(5)
+	before := rows(t, l, "public__counters")
+	waitFor("us takes the tables over and commits", 20*time.Second, func() bool {
+		m, _ := l.Leases(context.Background())
+		return m["public__counters"] == "us" && rows(t, l, "public__counters") > before
+	})
+	checkNoDuplicates(t, l)
 }
