@@ -142,7 +142,13 @@ func commitLoop(ctx context.Context, f *Fleet, log *slog.Logger, h *obs.Health, 
 	defer l.Close()
 	c, err := NewCommitter(ctx, l, f, log)
 	if err != nil {
-		h.Set("catalog unavailable", false, err)
+		what := "catalog unavailable"
+		if errors.Is(err, ErrLeaseHeld) {
+			// Another committer owns a table: this one waits on the
+			// restart backoff, committing nothing (a standby).
+			what = "a table is leased to another committer"
+		}
+		h.Set(what, false, err)
 		return err
 	}
 	defer c.Close()
