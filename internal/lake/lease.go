@@ -111,10 +111,22 @@ func newLeases(l *Lake, log *slog.Logger) (*leases, error) {
 		acquired_at_ms BIGINT NOT NULL,
 		renewed_at_ms BIGINT NOT NULL,
 		expires_at_ms BIGINT NOT NULL,
-		PRIMARY KEY (catalog_name, namespace, table_name))`); err != nil {
+		PRIMARY KEY (catalog_name, namespace, table_name))`); err != nil && !leaseTableExists(l.db) {
+		// PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a
+		// concurrent one (a duplicate pg_type row): the loser's error is
+		// fine when the table is there now.
 		return nil, l.scrub(fmt.Errorf("lake: create the lease table %s in the %s catalog: %w", LeaseTable, l.sink.Catalog.Kind, err))
 	}
 	return ls, nil
+}
+
+func leaseTableExists(db *sql.DB) bool {
+	rows, err := db.Query(`SELECT 1 FROM ` + LeaseTable + ` WHERE 1 = 0`)
+	if err != nil {
+		return false
+	}
+	_ = rows.Close()
+	return true
 }
 
 // leaseRow is a lease as read back, with the database's clock.

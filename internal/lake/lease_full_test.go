@@ -430,3 +430,80 @@ func TestLeaseFleetRunsHandOver(t *testing.T) {
 	})
 	checkNoDuplicates(t, l)
 }
+
+// TestLeaseRaceForAFreeTable: eight committers start at once over an
+// empty lake; they all want _trellara_epochs, which nobody holds: exactly
+// one gets it, the seven others are refused (ErrLeaseHeld), on a
+// PostgreSQL catalog and on SQLite.
+//
+// Red when: Acquire ignores the statement's rows affected (an upsert its
+// WHERE refused counts as taken): several committers own the table.
+func TestLeaseRaceForAFreeTable(t *testing.T) {
+	pgtest.Require(t)
+	catalog := pgtest.Start(t, pgtest.Options{})
+	for _, kind := range []string{"sql-postgres", "sql-sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "db1.yml"), []byte("version: 2\nflow: db1\nsource:\n  id: db1\n  database_url: postgres://localhost/db1\n  tables: [public.items]\ntransport:\n  local: {dir: "+filepath.Join(dir, "db1")+"}\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cat := fmt.Sprintf("{kind: sql-postgres, uri: %q}", catalog.URL("postgres"))
+			if kind == "sql-sqlite" {
+				cat = "{kind: sql-sqlite, uri: cat.db}"
+			}
+			fleets := make([]*lake.Fleet, 8)
+			for i := range fleets {
+				p := filepath.Join(dir, fmt.Sprintf("fleet%d.yml", i))
+				body := fmt.Sprintf("version: 1\nfleet: race\nsources:\n  - config: db1.yml\nlake:\n  catalog: %s\n  warehouse: file://%s\n  namespace: race%d\n  committer: c%d\n",
+					cat, filepath.Join(dir, "wh"), len(kind), i)
+				if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				f, err := lake.LoadFleet(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fleets[i] = f
+			}
+			lakes := make([]*lake.Lake, len(fleets))
+			for i, f := range fleets {
+				l, err := lake.Open(context.Background(), f.Lake)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(l.Close)
+				lakes[i] = l
+			}
+			errs := make([]error, len(fleets))
+			start := make(chan struct{})
+			done := make(chan int)
+			for i := range fleets {
+				go func() {
+					<-start
+					c, err := lake.NewCommitter(context.Background(), lakes[i], fleets[i], slog.New(slog.NewTextHandler(io.Discard, nil)))
+					if err == nil {
+						t.Cleanup(c.Close)
+					}
+					errs[i] = err
+					done <- i
+				}()
+			}
+			close(start)
+			for range fleets {
+				<-done
+			}
+			won := 0
+			for i, err := range errs {
+				switch {
+				case err == nil:
+					won++
+				case !errors.Is(err, lake.ErrLeaseHeld):
+					t.Errorf("committer c%d: %v, want ErrLeaseHeld or success", i, err)
+				}
+			}
+			if won != 1 {
+				t.Fatalf("%d committers took the epochs table's lease, want 1 (errors %v)", won, errs)
+			}
+		})
+	}
+}
