@@ -423,6 +423,12 @@ func (c *Committer) takeGroup(ctx context.Context, r *sourceReader, b *batch) er
 // caller starts a new Committer (the in-memory marks may be ahead of the
 // tables).
 func (c *Committer) Step(ctx context.Context) error {
+	// Every step renews the leases, with or without rows to commit: a
+	// committer that is live keeps its tables, one resumed after a pause
+	// past the TTL learns here that it lost them.
+	if err := c.leases.Renew(ctx); err != nil {
+		return err
+	}
 	b := newBatch()
 	for _, id := range c.fleet.SourceIDs() {
 		if err := c.drain(ctx, c.sources[id], b); err != nil {
