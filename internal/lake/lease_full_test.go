@@ -221,10 +221,11 @@ func leaseOneOwner(t *testing.T, sqlite bool) {
 // by the fence (ErrLeaseLost, naming the new owner) and it commits
 // nothing: no row is in the changelog twice.
 //
-// Red when: the fence is removed (Confirm returns nil): the resumed
-// committer commits the rows the second one already committed
-// (duplicates), or the takeover is not allowed (expired leases kept):
-// the second committer is refused.
+// Red when: the fence is removed (leases.confirm, behind both the renewal
+// at each step's start and the check before each commit, returns nil):
+// the resumed committer commits the rows the second one already
+// committed (duplicates); or the takeover is not allowed (expired leases
+// kept): the second committer is refused.
 func TestLeaseExpiryTakeoverFencesThePausedCommitter(t *testing.T) {
 	defer lake.SetLeaseTTL(1500 * time.Millisecond)()
 	e := newLeaseEnv(t, false)
