@@ -19,9 +19,11 @@ import (
 	"github.com/trellara/trellara/segmentlog"
 )
 
-// Committer is the lake's only writer: it reads every source's stream
+// Committer is the only writer of the tables it leases (lease.go: every
+// table it owns, lake.tables or all, and _trellara_epochs when it owns
+// every table): it reads every source's stream
 // (a local log through the consumer package, one cursor per log,
-// Fleet.Run.Cursor; or a Kafka topic through consumer/kafkaconsumer, in
+// Fleet.CommitterCursor; or a Kafka topic through consumer/kafkaconsumer, in
 // the consumer group Fleet.KafkaGroup),
 // batches the changes per changelog table across sources, writes each
 // table's batch in one Iceberg commit together with the table's
