@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 	"github.com/trellara/trellara/segmentlog"
 )
 
-// Committer is the lake's only writer: it reads every source's stream
+// Committer is the only writer of the tables it leases (lease.go: every
+// table it owns, lake.tables or all, and _trellara_epochs when it owns
+// every table): it reads every source's stream
 // (a local log through the consumer package, one cursor per log,
-// Fleet.Run.Cursor; or a Kafka topic through consumer/kafkaconsumer, in
+// Fleet.CommitterCursor; or a Kafka topic through consumer/kafkaconsumer, in
 // the consumer group Fleet.KafkaGroup),
 // batches the changes per changelog table across sources, writes each
 // table's batch in one Iceberg commit together with the table's
@@ -42,7 +45,10 @@ type Committer struct {
 	// Probe asks a source where it is; ProbeSource is the default.
 	Probe func(ctx context.Context, s FleetSource, wait time.Duration) Probe
 
-	dedup   *Dedup
+	dedup *Dedup
+	// leases are this committer's table leases (lease.go): taken before
+	// its first commit on a table, confirmed before every commit.
+	leases  *leases
 	sources map[string]*sourceReader
 	tables  map[string]*table.Table
 	prev    map[string]SourceEpoch
@@ -88,10 +94,35 @@ func NewCommitter(ctx context.Context, l *Lake, f *Fleet, log *slog.Logger) (*Co
 		sources: map[string]*sourceReader{}, tables: map[string]*table.Table{},
 		prev: map[string]SourceEpoch{}, lastIn: map[string]time.Time{}}
 	c.stats.Rows = map[string]int64{}
+	ls, err := newLeases(l, log)
+	if err != nil {
+		return nil, err
+	}
+	c.leases = ls
 	names, err := l.ChangelogTables(ctx)
 	if err != nil {
 		return nil, err
 	}
+	// Lease what this committer will write before reading the marks: a
+	// mark read before the lease could be older than the last owner's
+	// last commit. A table another live committer holds refuses the start.
+	owned := names[:0:0]
+	for _, n := range names {
+		if c.ownsLake(n) {
+			owned = append(owned, n)
+		}
+	}
+	if l.sink.EpochWriter() {
+		owned = append(owned, EpochsTable)
+	}
+	for _, n := range owned {
+		if _, err := c.leases.Acquire(ctx, n); err != nil {
+			c.leases.Release(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	log.Info("lake: committer", "committer", l.sink.Committer, "tables", tablesText(l.sink.Tables),
+		"writes_epochs", l.sink.EpochWriter(), "cursor", f.CommitterCursor(), "leased", owned)
 	for _, n := range names {
 		t, err := l.load(ctx, n)
 		if err != nil {
@@ -122,8 +153,66 @@ func NewCommitter(ctx context.Context, l *Lake, f *Fleet, log *slog.Logger) (*Co
 	return c, nil
 }
 
-// Close releases the source logs.
+// tablesText is lake.tables for logs: "all" when unset.
+func tablesText(ts []TableRef) string {
+	if ts == nil {
+		return "all"
+	}
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.String()
+	}
+	return strings.Join(out, ",")
+}
+
+// ownsLake reports whether changelog table name (a LakeName) is this
+// committer's.
+func (c *Committer) ownsLake(name string) bool {
+	if c.lake.sink.Tables == nil {
+		return true
+	}
+	for _, t := range c.lake.sink.Tables {
+		if t.LakeName() == name {
+			return true
+		}
+	}
+	return false
+}
+
+// lease takes the lease on changelog table name before the committer's
+// first commit on it. A lease new to this committer re-reads the
+// table's marks: its previous owner may have committed since this
+// committer started, and dedup must skip what that one wrote.
+func (c *Committer) lease(ctx context.Context, name string) error {
+	fresh, err := c.leases.Acquire(ctx, name)
+	if err != nil || !fresh {
+		return err
+	}
+	t, err := c.lake.load(ctx, name)
+	if err != nil {
+		return err
+	}
+	if t != nil {
+		throughMarks(t, name, c.dedup)
+		c.tables[name] = t
+	}
+	return nil
+}
+
+// leaseError carries a lease refusal out of takeGroup: it stops the
+// step (and this life of the committer), it does not quarantine the
+// source.
+type leaseError struct{ err error }
+
+func (e *leaseError) Error() string { return e.err.Error() }
+func (e *leaseError) Unwrap() error { return e.err }
+
+// Close releases the source logs and the leases (a clean stop: another
+// committer may take the tables at once).
 func (c *Committer) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.leases.Release(ctx)
 	for _, r := range c.sources {
 		if r.stream != nil {
 			_ = r.stream.Close()
@@ -272,7 +361,11 @@ func (c *Committer) drain(ctx context.Context, r *sourceReader, b *batch) error 
 		if !EndsGroup(u.Envelope) {
 			continue
 		}
-		if err := c.takeGroup(r, b); err != nil {
+		if err := c.takeGroup(ctx, r, b); err != nil {
+			var le *leaseError
+			if errors.As(err, &le) {
+				return le.err
+			}
 			r.quarantined = err.Error()
 			c.log.Error("lake: source quarantined: a transaction cannot be written to the changelog", "source", r.src.ID, "err", err)
 			return nil
@@ -283,7 +376,7 @@ func (c *Committer) drain(ctx context.Context, r *sourceReader, b *batch) error 
 
 // takeGroup moves r's held group into b, table by table, skipping tables
 // that already have the group's commit LSN.
-func (c *Committer) takeGroup(r *sourceReader, b *batch) error {
+func (c *Committer) takeGroup(ctx context.Context, r *sourceReader, b *batch) error {
 	var lsn uint64
 	per := map[string]*TableChanges{}
 	var order []string
@@ -312,6 +405,12 @@ func (c *Committer) takeGroup(r *sourceReader, b *batch) error {
 		}
 	}
 	for _, n := range order {
+		if !c.lake.sink.Owns(per[n].Table) {
+			continue // another committer's table (lake.tables)
+		}
+		if err := c.lease(ctx, n); err != nil {
+			return &leaseError{err}
+		}
 		if c.dedup.Accept(n, r.src.ID, lsn) {
 			b.add(r.src.ID, lsn, *per[n])
 		}
@@ -326,6 +425,12 @@ func (c *Committer) takeGroup(r *sourceReader, b *batch) error {
 // caller starts a new Committer (the in-memory marks may be ahead of the
 // tables).
 func (c *Committer) Step(ctx context.Context) error {
+	// Every step renews the leases, with or without rows to commit: a
+	// committer that is live keeps its tables, one resumed after a pause
+	// past the TTL learns here that it lost them.
+	if err := c.leases.Renew(ctx); err != nil {
+		return err
+	}
 	b := newBatch()
 	for _, id := range c.fleet.SourceIDs() {
 		if err := c.drain(ctx, c.sources[id], b); err != nil {
@@ -343,6 +448,12 @@ func (c *Committer) flush(ctx context.Context, b *batch) error {
 	sort.Strings(names)
 	for _, n := range names {
 		tc := b.tables[n]
+		// The fence: a committer whose lease lapsed (paused past its TTL,
+		// taken over) stops here, before any commit on the table (a
+		// schema change is a commit too).
+		if err := c.leases.Confirm(ctx, n); err != nil {
+			return err
+		}
 		t, err := c.lake.changelogTable(ctx, *tc)
 		if err != nil {
 			return err
@@ -560,6 +671,10 @@ func (c *Committer) CloseEpoch(ctx context.Context) (Epoch, error) {
 // StartEpoch; it waits for pe.Done first.
 func (c *Committer) FinishEpoch(ctx context.Context, pe *PendingEpoch) (Epoch, error) {
 	<-pe.done
+	if !c.lake.sink.EpochWriter() {
+		return Epoch{}, fmt.Errorf("lake: committer %q owns lake.tables %s, not every table: only a committer that owns every table writes epoch records (docs/LAKE.md)",
+			c.lake.sink.Committer, tablesText(c.lake.sink.Tables))
+	}
 	ids, probes, wait := pe.ids, pe.probes, pe.wait
 	// Every confirmation is in: the logs now hold every transaction before
 	// each confirmed WALPos. Commit them before anything claims them.
@@ -593,6 +708,11 @@ func (c *Committer) FinishEpoch(ctx context.Context, pe *PendingEpoch) (Epoch, e
 		case p.Confirmed && r.behind != "" && lines[i].Lagging:
 			lines[i].Reason += "; " + r.behind
 		}
+	}
+	// Only the committer that owns every table writes epochs, and it
+	// fences on the epochs table's lease as on any other.
+	if err := c.leases.Confirm(ctx, EpochsTable); err != nil {
+		return Epoch{}, err
 	}
 	e, err := c.lake.WriteEpoch(ctx, now, lines)
 	if err != nil {

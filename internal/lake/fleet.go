@@ -109,7 +109,26 @@ type Sink struct {
 	// Production is set when any source flow is environment: production:
 	// a sql-postgres catalog then needs verified TLS (config.CheckPostgresTLS).
 	Production bool
+	// Committer (lake.committer) names this fleet process's lake
+	// committer: the owner recorded on its table leases (lease.go) and
+	// named in another committer's refusal. Default: the fleet name.
+	Committer string
+	// Tables (lake.tables) are the source tables this committer owns,
+	// nil for every table. A committer with Tables set is a shard: it
+	// commits only their changelog tables and writes no epoch records
+	// (docs/LAKE.md, "Committers, leases and sharding").
+	Tables []TableRef
 }
+
+// Owns reports whether this committer commits source table t's changelog.
+func (s Sink) Owns(t TableRef) bool {
+	return s.Tables == nil || slices.Contains(s.Tables, t)
+}
+
+// EpochWriter reports whether this committer writes epoch records: only a
+// committer that owns every table can claim a source caught up across
+// the lake, so a shard writes none.
+func (s Sink) EpochWriter() bool { return s.Tables == nil }
 
 // Catalog is lake.catalog.
 type Catalog struct {
@@ -203,7 +222,20 @@ type FleetRun struct {
 // topic: trellara.<fleet>.<run.cursor>. It is a hint for lag monitoring
 // and for where a restart starts reading; the position of record is the
 // per-source marks in the Iceberg tables (docs/LAKE.md).
-func (f *Fleet) KafkaGroup() string { return "trellara." + f.Name + "." + f.Run.Cursor }
+func (f *Fleet) KafkaGroup() string { return "trellara." + f.Name + "." + f.CommitterCursor() }
+
+// CommitterCursor is the committer's cursor name in every source's log:
+// run.cursor, or run.cursor.<lake.committer> when lake.committer is not
+// the fleet name. Shards of one fleet read the same logs and commit
+// different tables: a shared cursor would let one shard move it past
+// units another has not committed yet, and that one would skip them
+// after a restart.
+func (f *Fleet) CommitterCursor() string {
+	if f.Lake.Committer == "" || f.Lake.Committer == f.Name {
+		return f.Run.Cursor
+	}
+	return f.Run.Cursor + "." + f.Lake.Committer
+}
 
 // File is the path fleet.yml was loaded from.
 func (f *Fleet) File() string { return f.file }
@@ -386,6 +418,28 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 					}, "kind", "uri")
 				},
 				"warehouse": d.str(&f.Lake.Warehouse),
+				"committer": d.str(&f.Lake.Committer),
+				"tables": func(p string, n *yaml.Node) {
+					if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
+						d.fail(p, n, "list the source tables this committer owns, like [public.accounts], or remove lake.tables to own every table", "must be a non-empty list")
+						return
+					}
+					f.Lake.Tables = []TableRef{}
+					for i, e := range n.Content {
+						ep := fmt.Sprintf("%s[%d]", p, i)
+						tn, err := config.ParseTableName(e.Value)
+						if e.Kind != yaml.ScalarNode || err != nil {
+							d.fail(ep, e, "write schema.table, as in the flows' source.tables", "%q is not a table name", e.Value)
+							continue
+						}
+						ref := TableRef{Schema: tn.Schema, Name: tn.Name}
+						if slices.Contains(f.Lake.Tables, ref) {
+							d.fail(ep, e, "list each table once", "duplicate table %s", ref)
+							continue
+						}
+						f.Lake.Tables = append(f.Lake.Tables, ref)
+					}
+				},
 				"namespace": d.str(&f.Lake.Namespace),
 				"s3": func(p string, n *yaml.Node) {
 					f.Lake.S3 = &S3{}
@@ -485,6 +539,9 @@ func parseFleet(data []byte, file string) (*Fleet, error) {
 			}
 		}
 	}
+	if f.Lake.Committer == "" {
+		f.Lake.Committer = f.Name
+	}
 	for i := range f.Sources {
 		if f.Sources[i].Relay == "" {
 			f.Sources[i].Relay = f.Run.Relays
@@ -577,8 +634,32 @@ func (d *fleetDecoder) validate(f *Fleet) {
 	if f.Epochs.MaxLag < f.Run.CommitEvery {
 		d.fail("epochs.max_lag", nil, "raise max_lag to at least run.commit_every", "max_lag %s is shorter than run.commit_every %s: every source would count as lagging", f.Epochs.MaxLag, f.Run.CommitEvery)
 	}
+	if len(f.Lake.Tables) > 0 && f.Lake.Catalog.Kind == CatalogREST {
+		d.fail("lake.tables", nil, "use a sql-postgres or sql-sqlite catalog (their database holds the committers' leases), or remove lake.tables and run one committer",
+			"a rest catalog has no lease table: sharded committers could race on a table")
+	}
 	if f.Run.Cursor == "" {
 		d.fail("run.cursor", nil, "name the committer's cursor", "must not be empty")
+	}
+	// The committer name is part of its cursor's file name and of its
+	// lease rows: the cursor's character set.
+	if c := f.Lake.Committer; c != "" && (c[0] == '.' || len(c) > 100 || strings.IndexFunc(c, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}) >= 0) {
+		d.fail("lake.committer", nil, "use 1 to 100 of A-Z a-z 0-9 . _ -, not starting with '.'", "%q is not a committer name", c)
+	}
+	// A table no source publishes would never be committed: a typo that
+	// would leave the table's real owner unassigned.
+	for i, t := range f.Lake.Tables {
+		published := false
+		for _, s := range f.Sources {
+			for _, st := range s.Flow.Source.Tables {
+				published = published || (st.Schema == t.Schema && st.Name == t.Name)
+			}
+		}
+		if !published && len(f.Sources) > 0 {
+			d.fail(fmt.Sprintf("lake.tables[%d]", i), nil, "name a table one of the sources publishes (their source.tables)", "no source publishes %s", t)
+		}
 	}
 }
 

@@ -39,6 +39,10 @@ type Lake struct {
 	// s3secret is lake.s3.secret_access_key resolved, for scrubbing
 	// errors: no SDK message is expected to quote it, and none may.
 	s3secret string
+	// db is the SQL catalog's database (nil for rest): the committers'
+	// lease table lives next to the catalog tables (lease.go).
+	db      *sql.DB
+	dialect leaseDialect
 }
 
 // Open opens the catalog of sink, creating its tables (SQL catalogs) and
@@ -98,7 +102,10 @@ func Open(ctx context.Context, sink Sink) (*Lake, error) {
 			_ = db.Close()
 			return nil, l.scrub(fmt.Errorf("lake: %s catalog %s: %w", sink.Catalog.Kind, config.RedactConnString(uri), err))
 		}
-		l.cat = c
+		l.cat, l.db, l.dialect = c, db, leasePostgres
+		if sink.Catalog.Kind == CatalogSQLite {
+			l.dialect = leaseSQLite
+		}
 	case CatalogREST:
 		props["uri"], props["type"] = uri, "rest"
 		c, err := catalog.Load(ctx, sink.Catalog.Name, props)

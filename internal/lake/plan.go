@@ -38,7 +38,7 @@ func PlanNext(f *Fleet) ([]PlanSource, error) {
 			out = append(out, p)
 			continue
 		}
-		c, err := consumer.Open(s.Flow.Transport.Local.LogDir(), f.Run.Cursor, consumer.Options{NoCommit: true})
+		c, err := consumer.Open(s.Flow.Transport.Local.LogDir(), f.CommitterCursor(), consumer.Options{NoCommit: true})
 		if err != nil {
 			p.Note = "log not readable: " + err.Error()
 			out = append(out, p)

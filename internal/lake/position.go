@@ -13,7 +13,7 @@ import (
 
 // StreamPosition is where a source's stream stands against the lake
 // committer, read without the committer: from the local log and its
-// cursor, or from the Kafka topic's metadata and the committer's consumer
+// cursor (Fleet.CommitterCursor), or from the Kafka topic's metadata and the committer's consumer
 // group (Fleet.KafkaGroup). It is what fleet report and scorecard show;
 // the position of record stays the marks in the Iceberg commits.
 type StreamPosition struct {
@@ -77,7 +77,7 @@ func ReadPosition(ctx context.Context, f *Fleet, s FleetSource) StreamPosition {
 	}
 	defer l.Close()
 	p.DurableEnd, p.Cursor = l.NextOffset(), l.FirstOffset()
-	if off, ok, err := l.CursorOffset(f.Run.Cursor); err == nil && ok {
+	if off, ok, err := l.CursorOffset(f.CommitterCursor()); err == nil && ok {
 		p.Cursor, p.Registered = off, true
 	}
 	if p.DurableEnd > p.Cursor {

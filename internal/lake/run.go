@@ -142,7 +142,13 @@ func commitLoop(ctx context.Context, f *Fleet, log *slog.Logger, h *obs.Health, 
 	defer l.Close()
 	c, err := NewCommitter(ctx, l, f, log)
 	if err != nil {
-		h.Set("catalog unavailable", false, err)
+		what := "catalog unavailable"
+		if errors.Is(err, ErrLeaseHeld) {
+			// Another committer owns a table: this one waits on the
+			// restart backoff, committing nothing (a standby).
+			what = "a table is leased to another committer"
+		}
+		h.Set(what, false, err)
 		return err
 	}
 	defer c.Close()
@@ -164,6 +170,18 @@ func (c *Committer) loop(ctx context.Context, h *obs.Health, m *lakeMetrics) err
 	defer commit.Stop()
 	epoch := time.NewTicker(c.fleet.Epochs.CloseInterval)
 	defer epoch.Stop()
+	epochC := epoch.C
+	if !c.lake.sink.EpochWriter() {
+		// A shard writes no epochs: it cannot claim a source caught up
+		// in tables it does not commit.
+		epochC = nil
+		c.log.Info("lake: this committer owns lake.tables and writes no epoch records", "committer", c.lake.sink.Committer,
+			"tables", tablesText(c.lake.sink.Tables))
+	}
+	// The heartbeat renews the leases between commits: a commit_every
+	// or an epoch wait longer than the TTL must not let them lapse.
+	heartbeat := time.NewTicker(max(c.leases.TTL()/3, 10*time.Millisecond))
+	defer heartbeat.Stop()
 	var pending *PendingEpoch
 	var probed <-chan struct{} // pending's Done; nil (never ready) with none
 	for {
@@ -175,7 +193,13 @@ func (c *Committer) loop(ctx context.Context, h *obs.Health, m *lakeMetrics) err
 				h.Set("commit failed", false, err)
 				return err
 			}
-		case <-epoch.C:
+		case <-heartbeat.C:
+			if err := c.leases.Renew(ctx); err != nil {
+				h.Set("lease lost", false, err)
+				return err
+			}
+			continue
+		case <-epochC:
 			if pending != nil {
 				c.log.Debug("lake: epoch close skipped: the previous epoch's probes are still out")
 				continue

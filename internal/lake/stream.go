@@ -76,7 +76,7 @@ func openStream(ctx context.Context, s FleetSource, f *Fleet, log *slog.Logger) 
 	k := s.Kafka()
 	if k == nil {
 		dir := s.LogDir()
-		c, err := consumer.Open(dir, f.Run.Cursor, consumer.Options{Logger: log})
+		c, err := consumer.Open(dir, f.CommitterCursor(), consumer.Options{Logger: log})
 		if err != nil {
 			return nil, err
 		}
