@@ -160,7 +160,7 @@ func runFleetBench(b *testing.B, bin string, n, clusters, rateMilli int, steady 
 		// Per source: the relay's replication and query connections, the
 		// epoch probe, the load, and fanin verify's snapshot.
 		"max_connections": strconv.Itoa(4*per + 50),
-		"shared_buffers":  "128MB",
+		"shared_buffers":  "32MB",
 	}
 	var servers []*pgtest.Cluster
 	for range clusters {
@@ -294,7 +294,7 @@ run: {listen: "127.0.0.1:%d", commit_every: 2s}
 			l.Close()
 		}
 	}()
-	budget := 10*time.Minute + time.Duration(n)*time.Second
+	budget := 3*time.Minute + time.Duration(n)*time.Second/2
 	var first lake.Epoch
 	for first.ID == 0 {
 		if time.Since(start) > budget {
