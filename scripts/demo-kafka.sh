@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/pgcluster.sh
+. scripts/devkafka.sh
+demo=demo-kafka
 
 T=$root/bin/trellara-full
 [ -x "$T" ] || { echo "demo-kafka: $T is missing; run make build" >&2; exit 2; }
@@ -30,17 +32,7 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 "$T" --version
 
-step "trellara-full dev kafka-cluster --brokers 3   (in-process kfake, in the background)"
-"$T" dev kafka-cluster --brokers 3 >"$work/kafka.log" 2>&1 &
-kc=$!
-for _ in $(seq 1 100); do
-	grep -q '^ready:' "$work/kafka.log" && break
-	kill -0 "$kc" 2>/dev/null || { echo "demo-kafka: the dev cluster exited:"; cat "$work/kafka.log"; exit 1; }
-	sleep 0.1
-done
-grep -q '^ready:' "$work/kafka.log" || { echo "demo-kafka: the dev cluster did not become ready:"; cat "$work/kafka.log"; exit 1; }
-cat "$work/kafka.log"
-brokers=$(sed -n 's/^brokers //p' "$work/kafka.log")
+start_dev_kafka
 
 sport=$(free_port); tport=$(free_port)
 while [ "$tport" = "$sport" ]; do tport=$(free_port); done

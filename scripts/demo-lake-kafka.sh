@@ -16,6 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 . scripts/pgcluster.sh
+. scripts/lakedemo.sh
+. scripts/devkafka.sh
+demo=demo-lake-kafka
 
 bin=$(pg_bin)
 [ -x "$bin/postgres" ] || { echo "demo-lake-kafka: no PostgreSQL server binaries found (install postgresql-15 or set TRELLARA_PG_BIN)" >&2; exit 2; }
@@ -38,31 +41,10 @@ cleanup() {
 trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "trellara-full dev kafka-cluster --brokers 3   (in-process kfake, in the background)"
-"$T" dev kafka-cluster --brokers 3 >"$work/kafka.log" 2>&1 &
-kc=$!
-for _ in $(seq 1 100); do
-	grep -q '^ready:' "$work/kafka.log" && break
-	kill -0 "$kc" 2>/dev/null || { echo "demo-lake-kafka: the dev cluster exited:"; cat "$work/kafka.log"; exit 1; }
-	sleep 0.1
-done
-grep -q '^ready:' "$work/kafka.log" || { echo "demo-lake-kafka: the dev cluster did not become ready:"; cat "$work/kafka.log"; exit 1; }
-cat "$work/kafka.log"
-brokers=$(sed -n 's/^brokers //p' "$work/kafka.log")
+start_dev_kafka
 
-declare -A url port
-used=""
 for i in 1 2 3; do
-	p=$(free_port); while [[ " $used " == *" $p "* ]]; do p=$(free_port); done; used="$used $p"
-	step "source db$i on port $p"
-	start_cluster "$work/db$i" "$p"
-	url[$i]="postgres://postgres@127.0.0.1:$p/postgres?sslmode=disable"
-	port[$i]=$p
-	"$bin/psql" -X -q -v ON_ERROR_STOP=1 "${url[$i]}" <<'SQL'
-CREATE TABLE accounts (id bigint PRIMARY KEY, owner text NOT NULL, balance numeric(12,2) NOT NULL);
-CREATE TABLE transfers (id bigserial PRIMARY KEY, from_id bigint NOT NULL, to_id bigint NOT NULL, amount numeric(12,2) NOT NULL);
-INSERT INTO accounts SELECT g, 'owner ' || g, 1000 FROM generate_series(1, 200) g;
-SQL
+	lake_source "$i"
 	rp=$(free_port); ap=$(free_port)
 	mode=""
 	# db2's topic is partitioned (rows by key over 3 partitions, a manifest
@@ -87,25 +69,8 @@ run:
   listen: {relay: "127.0.0.1:$rp", applier: "127.0.0.1:$ap"}
 YML
 done
-cat > "$work/workload.sql" <<'SQL'
-\set a random(1, 200)
-\set b random(1, 200)
-\set amt random(1, 50)
-BEGIN;
-UPDATE accounts SET balance = balance - :amt WHERE id = :a;
-UPDATE accounts SET balance = balance + :amt WHERE id = :b;
-INSERT INTO transfers (from_id, to_id, amount) VALUES (:a, :b, :amt);
-END;
-SQL
 cd "$work"
-
-step "trellara-full fleet init --source db1.yml --source db2.yml --source db3.yml"
-"$T" fleet init --config fleet.yml --source db1.yml --source db2.yml --source db3.yml \
-	--catalog sql-sqlite --catalog-uri lake/catalog.db --warehouse file://lake/warehouse --name demo
-mkdir -p lake
-# A demo closes epochs every 2 seconds; max_lag bounds how long a lagging
-# source still counts as included.
-sed -i 's/close_interval: .*/close_interval: 2s/; s/max_lag: .*/max_lag: 10s/' fleet.yml
+lake_fleet_init
 # The relays run elsewhere (here: their own processes); fleet run is the
 # lake committer only.
 if grep -q '^run:' fleet.yml; then
@@ -124,10 +89,6 @@ for i in 1 2 3; do
 	start_relay "$i"
 done
 
-workload() { # workload I SECONDS
-	"$bin/pgbench" -n -c 1 -j 1 -T "$2" -R 20 -f workload.sql -h 127.0.0.1 -p "${port[$1]}" -U postgres postgres >>"pgbench-db$1.log" 2>&1 || true
-}
-
 start_fleet() {
 	"$T" fleet run --config fleet.yml --verbose 2>>fleet.log &
 	fleet_pid=$!
@@ -135,29 +96,13 @@ start_fleet() {
 step "trellara-full fleet run --config fleet.yml   (the lake committer alone: reads the three topics)"
 start_fleet
 
-wait_status() { # wait_status STATUS [--allow-gaps]: until lake epoch shows STATUS
-	for _ in $(seq 1 90); do
-		if out=$("$T" lake epoch --config fleet.yml --allow-gaps 2>/dev/null) && grep -q "^epoch [0-9]*: $1 " <<<"$out"; then
-			echo "$out"; return 0
-		fi
-		sleep 1
-	done
-	echo "demo-lake-kafka: no $1 epoch within 90s; fleet log tail:" >&2; tail -n 30 fleet.log >&2; return 1
-}
-
 for i in 1 2 3; do workload "$i" 6 & load_pids="$load_pids $!"; done
 step "an epoch with every source: complete"
 wait_status complete
 
 step "db2's relay is SIGKILLed and stays down past max_lag (10s)"
 kill -KILL "${relay_pid[2]}"; wait "${relay_pid[2]}" 2>/dev/null || true
-wait_status complete_with_gaps
-step "trellara-full lake epoch --config fleet.yml   (no --allow-gaps: a gapped epoch is refused, exit 1)"
-set +e
-"$T" lake epoch --config fleet.yml; rc=$?
-set -e
-echo "exit $rc"
-[ "$rc" = 1 ] || { echo "demo-lake-kafka: lake epoch accepted a gapped epoch" >&2; exit 1; }
+lake_gap_refused
 
 step "the lake committer is SIGKILLed mid-run and restarted (its position is in the Iceberg commits)"
 kill -KILL "$fleet_pid"; wait "$fleet_pid" 2>/dev/null || true
@@ -170,13 +115,4 @@ wait $load_pids 2>/dev/null || true; load_pids=
 sleep 3
 wait_status complete
 
-step "trellara-full lake plan --config fleet.yml"
-"$T" lake plan --config fleet.yml
-step "trellara-full fleet report --config fleet.yml"
-"$T" fleet report --config fleet.yml
-step "trellara-full fanin verify --config fleet.yml"
-"$T" fanin verify --config fleet.yml --wait 60s
-step "trellara-full dev lake-read --config fleet.yml   (a second reader, no iceberg-go code: exit 1 on a change there twice)"
-"$T" dev lake-read --config fleet.yml
-step "trellara-full fleet scorecard --config fleet.yml"
-"$T" fleet scorecard --config fleet.yml || true
+lake_checks
