@@ -113,21 +113,7 @@ func newFleetAt(t *testing.T, n int, catalog *pgtest.Cluster, warehouse string) 
 		c.Exec(t, schema)
 		id := fmt.Sprintf("db%d", i+1)
 		cfg := filepath.Join(e.dir, id+".yml")
-		body := fmt.Sprintf(`version: 2
-flow: %s
-source:
-  id: %s
-  database_url: %q
-  owns_slot: true
-  tables: [public.items, public.counters]
-transport:
-  local: {dir: %s, fsync: always}
-run:
-  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, id, id, c.URL("postgres"), filepath.Join(e.dir, id), freePort(t), freePort(t))
-		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeSourceFlow(t, cfg, "", id, c.URL("postgres"), localTransport(filepath.Join(e.dir, id)), freePort(t), freePort(t))
 		fmt.Fprintf(&srcs, "  - config: %s.yml\n", id)
 		e.sources, e.ids = append(e.sources, c), append(e.ids, id)
 	}
@@ -156,6 +142,34 @@ run: {listen: "127.0.0.1:%d", commit_every: 300ms}
 	e.f = f
 	return e
 }
+
+// writeSourceFlow writes the flow config of fan-in test source id at path: the
+// schema's two tables, a slot the relay owns, the transport's YAML lines
+// (localTransport, or transport.kafka's), the relay's and applier's ports;
+// env is its environment ("": the default).
+func writeSourceFlow(t testing.TB, path, env, id, url, transport string, relayPort, applierPort int) {
+	t.Helper()
+	if env != "" {
+		env = "environment: " + env + "\n"
+	}
+	body := fmt.Sprintf(`version: 2
+%sflow: %s
+source:
+  id: %s
+  database_url: %q
+  owns_slot: true
+  tables: [public.items, public.counters]
+transport:
+%srun:
+  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
+`, env, id, id, url, transport, relayPort, applierPort)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// localTransport is transport.local's YAML line for a log in dir.
+func localTransport(dir string) string { return "  local: {dir: " + dir + ", fsync: always}\n" }
 
 // start runs fleet run as a subprocess, with env added.
 func (e *fleetEnv) start(env ...string) *exec.Cmd {

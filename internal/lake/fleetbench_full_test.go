@@ -181,21 +181,7 @@ func runFleetBench(b *testing.B, bin string, n, clusters, rateMilli int, steady 
 		c.ExecDB(b, db, schema)
 		u := c.URL(db)
 		cfg := filepath.Join(dir, db+".yml")
-		body := fmt.Sprintf(`version: 2
-flow: %s
-source:
-  id: %s
-  database_url: %q
-  owns_slot: true
-  tables: [public.items, public.counters]
-transport:
-  local: {dir: %s, fsync: always}
-run:
-  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, db, db, u, filepath.Join(dir, db), ports[2*i], ports[2*i+1])
-		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-			b.Fatal(err)
-		}
+		writeSourceFlow(b, cfg, "", db, u, localTransport(filepath.Join(dir, db)), ports[2*i], ports[2*i+1])
 		fmt.Fprintf(&fleetSources, "  - config: %s.yml\n", db)
 		srcs = append(srcs, source{db, u})
 	}

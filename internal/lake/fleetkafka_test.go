@@ -32,6 +32,21 @@ run:
 	return p
 }
 
+// lakeYAML is a fleet.yml's lake section for the parse tests.
+const lakeYAML = "lake:\n  catalog: {kind: sql-sqlite, uri: cat.db}\n  warehouse: file:///tmp/w\n"
+
+// fleetWriter returns a function that writes fleet.yml in dir with the
+// body given and returns its path.
+func fleetWriter(t *testing.T, dir string) func(body string) string {
+	return func(body string) string {
+		p := filepath.Join(dir, "fleet.yml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
 // TestFleetKafkaSourcesAndExternalRelays: a fleet may name
 // transport.kafka flows; run.relays sets where relays run, a source's
 // relay overrides it; external relays may share ports (they are not in
@@ -40,14 +55,7 @@ func TestFleetKafkaSourcesAndExternalRelays(t *testing.T) {
 	dir := t.TempDir()
 	kafkaFlow(t, dir, "eu1", 19501)
 	kafkaFlow(t, dir, "us1", 19501) // the same relay port as eu1
-	write := func(body string) string {
-		p := filepath.Join(dir, "fleet.yml")
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	const lakeYAML = "lake:\n  catalog: {kind: sql-sqlite, uri: cat.db}\n  warehouse: file:///tmp/w\n"
+	write := fleetWriter(t, dir)
 
 	f, err := LoadFleet(write("version: 1\nfleet: pay\nsources:\n  - config: eu1.yml\n  - config: us1.yml\n" + lakeYAML + "run: {relays: external}\n"))
 	if err != nil {
@@ -94,14 +102,7 @@ func TestFleetKafkaSourcesAndExternalRelays(t *testing.T) {
 func TestFleetSourcesNamedByTopic(t *testing.T) {
 	dir := t.TempDir()
 	kafkaFlow(t, dir, "us1", 19501)
-	write := func(body string) string {
-		p := filepath.Join(dir, "fleet.yml")
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	const lakeYAML = "lake:\n  catalog: {kind: sql-sqlite, uri: cat.db}\n  warehouse: file:///tmp/w\n"
+	write := fleetWriter(t, dir)
 	const eu1 = `  - id: eu1
     environment: development
     topic: cdc.eu1

@@ -60,25 +60,8 @@ func newKafkaFleet(t *testing.T, n int, catalog *pgtest.Cluster, inFleet ...int)
 			mode = "    mode: partitioned\n    partitions: 3\n"
 		}
 		cfg := filepath.Join(e.dir, id+".yml")
-		body := fmt.Sprintf(`version: 2
-environment: development
-flow: %s
-source:
-  id: %s
-  database_url: %q
-  owns_slot: true
-  tables: [public.items, public.counters]
-transport:
-  kafka:
-    brokers: [%s]
-    profile: development
-    state_dir: %s
-%srun:
-  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, id, id, c.URL("postgres"), strings.Join(kc.ListenAddrs(), ", "), filepath.Join(e.dir, id+"-state"), mode, freePort(t), freePort(t))
-		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeSourceFlow(t, cfg, "development", id, c.URL("postgres"), fmt.Sprintf("  kafka:\n    brokers: [%s]\n    profile: development\n    state_dir: %s\n%s",
+			strings.Join(kc.ListenAddrs(), ", "), filepath.Join(e.dir, id+"-state"), mode), freePort(t), freePort(t))
 		switch {
 		case slices.Contains(inFleet, i):
 			fmt.Fprintf(&srcs, "  - {config: %s.yml, relay: fleet}\n", id)
