@@ -407,7 +407,7 @@ func lakePlan(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	plans, err := lake.PlanNext(f)
+	plans, err := lake.PlanNext(c.Context, f)
 	if err != nil {
 		return failure(err)
 	}

@@ -4,6 +4,7 @@ package lake_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -298,6 +299,54 @@ func TestFleetKafka(t *testing.T) {
 		t.Fatalf("fleet report: exit %d\n%s\n%s", code, out, errOut)
 	}
 	t.Logf("fleet report:\n%s", out)
+
+	// lake plan reads what the committer has not committed from the topics
+	// themselves, and moves nothing: the committer stopped, five more
+	// transactions on db1 (strict) and db2 (partitioned), published by
+	// their relays, are in the plan; the group offsets are unchanged.
+	//
+	// Mutation: planKafka not reading (the old "reads local logs only"
+	// note) turns this red.
+	_ = fleet.Process.Signal(syscall.SIGKILL)
+	_ = fleet.Wait()
+	for i := range 2 {
+		conn := e.sources[i].Connect(context.Background())
+		rng := rand.New(rand.NewPCG(uint64(i), 99))
+		for k := range 5 {
+			if err := txn(context.Background(), conn, 900000+k, rng); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.Close(context.Background())
+	}
+	stopped := e.groupCommitted()
+	var plan struct{ Sources []lake.PlanSource }
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		out, errOut, code := e.cli("lake", "plan", "--format", "json")
+		if code != 0 || json.Unmarshal([]byte(out), &plan) != nil {
+			t.Fatalf("lake plan: exit %d\n%s\n%s", code, out, errOut)
+		}
+		ok := len(plan.Sources) == 3
+		for _, p := range plan.Sources[:min(2, len(plan.Sources))] {
+			rows := 0
+			for _, tb := range p.Tables {
+				if tb.Table == "public.items" {
+					rows = tb.Rows
+				}
+			}
+			ok = ok && p.Note == "" && p.Transactions >= 5 && rows >= 5 && p.ToOffset > p.FromOffset
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lake plan does not show db1's and db2's five new transactions: %+v", plan.Sources)
+		}
+	}
+	if got := e.groupCommitted(); fmt.Sprint(got) != fmt.Sprint(stopped) {
+		t.Fatalf("lake plan moved the committer's group offsets: %v, then %v", stopped, got)
+	}
+	t.Logf("lake plan with the committer stopped: %+v", plan.Sources)
 }
 
 // TestFleetKafkaStreamErrors: the Kafka consumer's typed errors reach the
