@@ -173,17 +173,25 @@ func localTransport(dir string) string { return "  local: {dir: " + dir + ", fsy
 
 // start runs fleet run as a subprocess, with env added.
 func (e *fleetEnv) start(env ...string) *exec.Cmd {
-	cmd := exec.Command(e.bin, "fleet", "run", "--config", e.fleet, "--verbose")
+	return startLogged(e.t, filepath.Join(e.dir, "fleet.log"), env, e.bin, "fleet", "run", "--config", e.fleet, "--verbose")
+}
+
+// startLogged starts name with args (and env added to the test's), its
+// output appended to logPath; it is killed when the test ends.
+func startLogged(t testing.TB, logPath string, env []string, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), env...)
-	logf, err := os.OpenFile(filepath.Join(e.dir, "fleet.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
+		logf.Close()
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
 	return cmd
 }
 
@@ -252,6 +260,7 @@ func lastID(t *testing.T, l *lake.Lake) int64 {
 
 // workload writes transactions to every running source until stop.
 type workload struct {
+	once    sync.Once
 	mu      sync.Mutex
 	paused  map[int]bool
 	n       []int
@@ -262,6 +271,7 @@ type workload struct {
 
 func startWorkload(t *testing.T, sources []*pgtest.Cluster) *workload {
 	w := &workload{paused: map[int]bool{}, n: make([]int, len(sources)), stop: make(chan struct{}), sources: sources}
+	t.Cleanup(w.end)
 	for i, c := range sources {
 		w.wg.Add(1)
 		go func() {
@@ -317,9 +327,13 @@ func (w *workload) pause(i int, p bool) {
 	w.mu.Unlock()
 }
 
+// end stops the workload and waits for it; once is enough, and the test's
+// cleanup calls it too (before the sources stop).
 func (w *workload) end() {
-	close(w.stop)
-	w.wg.Wait()
+	w.once.Do(func() {
+		close(w.stop)
+		w.wg.Wait()
+	})
 }
 
 // TestFleetFanIn: three sources and a PostgreSQL-backed SQL catalog under
@@ -343,13 +357,6 @@ func TestFleetFanIn(t *testing.T) {
 	l := e.openLake()
 	fleet := e.start()
 	w := startWorkload(t, e.sources)
-	defer func() {
-		select {
-		case <-w.stop:
-		default:
-			w.end()
-		}
-	}()
 
 	first := e.waitEpoch(l, 0, "complete", func(ep lake.Epoch) bool { return ep.Status == lake.StatusComplete })
 	t.Logf("epoch %d complete", first.ID)

@@ -448,13 +448,6 @@ func TestFleetFanInS3(t *testing.T) {
 	l := e.openLake()
 	fleet := e.start()
 	w := startWorkload(t, e.sources)
-	defer func() {
-		select {
-		case <-w.stop:
-		default:
-			w.end()
-		}
-	}()
 	first := e.waitEpoch(l, 0, "complete", func(ep lake.Epoch) bool { return ep.Status == lake.StatusComplete })
 	t.Logf("epoch %d complete (%s)", first.ID, srv.opsString())
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,12 +102,7 @@ func benchMachine() string {
 		}
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	return fmt.Sprintf("%d CPUs (%s), load %s", numCPU(), cpu, strings.TrimSpace(string(load)))
-}
-
-func numCPU() int {
-	bs, _ := os.ReadFile("/proc/cpuinfo")
-	return strings.Count(string(bs), "\nprocessor") + 1
+	return fmt.Sprintf("%d CPUs (%s), load %s", runtime.NumCPU(), cpu, strings.TrimSpace(string(load)))
 }
 
 type fleetBench struct {

@@ -102,17 +102,7 @@ run: {listen: "127.0.0.1:%d", commit_every: 2s, relays: external}
 
 // startRelay runs source i's relay as its own process.
 func (e *kafkaFleet) startRelay(i int) {
-	cmd := exec.Command(e.bin, "run", "--config", e.cfgs[i], "--role", "relay")
-	logf, err := os.OpenFile(filepath.Join(e.dir, e.ids[i]+"-relay.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	e.relays[i] = cmd
-	e.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+	e.relays[i] = startLogged(e.t, filepath.Join(e.dir, e.ids[i]+"-relay.log"), nil, e.bin, "run", "--config", e.cfgs[i], "--role", "relay")
 }
 
 // killRelay SIGKILLs source i's relay.
@@ -194,13 +184,6 @@ func TestFleetKafka(t *testing.T) {
 	}
 	fleet := e.start()
 	w := startWorkload(t, e.sources)
-	defer func() {
-		select {
-		case <-w.stop:
-		default:
-			w.end()
-		}
-	}()
 	first := e.waitEpoch(l, 0, "complete", func(ep lake.Epoch) bool { return ep.Status == lake.StatusComplete })
 	t.Logf("epoch %d complete", first.ID)
 

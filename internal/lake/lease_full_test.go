@@ -45,16 +45,7 @@ func newLeaseEnv(t *testing.T, sqlite bool) *leaseEnv {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(e.bin, "run", "--config", filepath.Join(e.dir, e.ids[0]+".yml"), "--role", "relay")
-	logf, err := os.OpenFile(filepath.Join(e.dir, "relay.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
+	startLogged(t, filepath.Join(e.dir, "relay.log"), nil, e.bin, "run", "--config", filepath.Join(e.dir, e.ids[0]+".yml"), "--role", "relay")
 	return e
 }
 
@@ -383,17 +374,7 @@ func TestLeaseFleetRunsHandOver(t *testing.T) {
 	e.write(5)
 	run := func(f *lake.Fleet) (*exec.Cmd, string) {
 		logPath := filepath.Join(e.dir, "fleet-"+f.Lake.Committer+".log")
-		cmd := exec.Command(e.bin, "fleet", "run", "--config", f.File(), "--verbose")
-		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logf, logf
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() })
-		return cmd, logPath
+		return startLogged(t, logPath, nil, e.bin, "fleet", "run", "--config", f.File(), "--verbose"), logPath
 	}
 	fEU, fUS := e.fleet("eu"), e.fleet("us")
 	l := e.openLake()
