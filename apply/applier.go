@@ -15,6 +15,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/hoptrace"
 	"github.com/trellara/trellara/internal/mutation"
 	"github.com/trellara/trellara/internal/shell"
 	"github.com/trellara/trellara/transport"
@@ -543,6 +544,9 @@ func (a *Applier) startReader(ctx context.Context, src Source) *reader {
 				it.err = fmt.Errorf("apply: flow %q (source %q): read the transport: %w", a.cfg.Flow, a.cfg.SourceID, err)
 			} else {
 				it.u, it.err = a.decode(&dec, offset, payload)
+				if it.err == nil && hoptrace.On() {
+					hoptrace.Stamp(hoptrace.Read, it.u.env.CommitLsn)
+				}
 			}
 			var wait chan struct{}
 			if it.err == nil && it.u.kind() == pb.UnitKind_UNIT_KIND_CHUNK {
@@ -979,6 +983,11 @@ func (a *Applier) tryTxns(ctx context.Context, units []*unit, cur Cursor) (*fail
 		napply++
 	}
 	lsn := units[0].env.CommitLsn
+	if hoptrace.On() {
+		for _, u := range units {
+			hoptrace.Stamp(hoptrace.Applying, u.env.CommitLsn)
+		}
+	}
 	tx, err := a.t.Begin(ctx)
 	if err != nil {
 		return nil, a.targetErr(ctx, lsn, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/hoptrace"
 	"github.com/trellara/trellara/internal/mutation"
 )
 
@@ -98,6 +99,11 @@ func (a *Applier) commit(ctx context.Context, tx TargetTx, c txnCommit, cur Curs
 		return a.commitFailure(ctx, c.units, err)
 	}
 
+	if hoptrace.On() {
+		for _, u := range c.applied {
+			hoptrace.Stamp(hoptrace.Committed, u.env.CommitLsn)
+		}
+	}
 	up := c.checkpoint
 	a.mu.Lock()
 	a.cp.apply(up, at)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/internal/hoptrace"
 )
 
 // Batch bounds: enough to amortise an fsync over many small transactions,
@@ -31,6 +33,9 @@ type Batch struct {
 	Ack    uint64 // highest end of a complete transaction (or other acknowledgeable position) in it
 	Covers uint64 // highest end LSN of a complete transaction whose unit is in it
 	Fences []Fence
+	// hops are the commit LSNs of the final units, kept only while
+	// hoptrace records (the latency breakdown).
+	hops []uint64
 
 	// free is the unused end of the block the last unit was encoded into.
 	// Units are encoded straight into it, many to an allocation; it is
@@ -93,6 +98,11 @@ func (b *Batch) Add(res Resume, e *pb.Envelope, endLSN uint64, final bool) (skip
 	if final {
 		b.Ack = max(b.Ack, endLSN)
 		b.Covers = max(b.Covers, endLSN)
+		if hoptrace.On() {
+			hoptrace.At(hoptrace.Commit, e.CommitLsn, time.UnixMicro(e.CommitTimeUnixMicros))
+			hoptrace.Stamp(hoptrace.Received, e.CommitLsn)
+			b.hops = append(b.hops, e.CommitLsn)
+		}
 		for _, row := range e.Rows {
 			if row.Op == pb.Op_OP_MESSAGE && row.MessagePrefix == FencePrefix {
 				b.Fences = append(b.Fences, Fence{string(row.MessageContent), e.CommitLsn})
@@ -115,11 +125,12 @@ func (b *Batch) Merge(o *Batch) {
 	b.Ack = max(b.Ack, o.Ack)
 	b.Covers = max(b.Covers, o.Covers)
 	b.Fences = append(b.Fences, o.Fences...)
+	b.hops = append(b.hops, o.hops...)
 }
 
 // Reset empties b, keeping its unit slice's storage.
 func (b *Batch) Reset() {
-	b.Units, b.Bytes, b.Ack, b.Covers, b.Fences = b.Units[:0], 0, 0, 0, nil
+	b.Units, b.Bytes, b.Ack, b.Covers, b.Fences, b.hops = b.Units[:0], 0, 0, 0, nil, b.hops[:0]
 }
 
 // PublisherOptions configure a Publisher. Transport is required.
@@ -204,6 +215,9 @@ func (p *Publisher) Publish(ctx context.Context, b *Batch) error {
 	if len(b.Units) > 0 {
 		if err := p.o.Transport.PublishBatch(ctx, b.Units); err != nil {
 			return fmt.Errorf("%s: publish %d units (acknowledgeable through %s): %w", p.o.Name, len(b.Units), envelope.FormatLSN(b.Ack), err)
+		}
+		for _, l := range b.hops {
+			hoptrace.Stamp(hoptrace.Durable, l)
 		}
 		p.mu.Lock()
 		p.st.Units += uint64(len(b.Units))

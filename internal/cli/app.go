@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/trellara/trellara/internal/buildinfo"
+	"github.com/trellara/trellara/internal/hoptrace"
 	"github.com/trellara/trellara/internal/obs"
 )
 
@@ -64,6 +65,7 @@ func App() *cli.App {
 // --format json that fails before writing its output still writes the
 // envelope, with the error, on stdout; the message goes to stderr too.
 func Main(args []string, stdout, stderr io.Writer) int {
+	defer hoptrace.Close()
 	app := App()
 	out := &countingWriter{w: stdout}
 	app.Writer, app.ErrWriter = out, stderr

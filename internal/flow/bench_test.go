@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/trellara/trellara/capture"
+	"github.com/trellara/trellara/internal/hoptrace"
 	"github.com/trellara/trellara/internal/pgtest"
 	"github.com/trellara/trellara/lsn"
 	"github.com/trellara/trellara/relay"
@@ -635,10 +636,13 @@ func BenchmarkSteadyLatency(b *testing.B) {
 		src.Exec(b, fmt.Sprintf(`INSERT INTO bench_marker VALUES (%d)`, marker))
 		var target *pgtest.Cluster
 		var stop func()
+		var hops string
 		name := "native"
 		if isTrellara {
 			name, target = "trellara", tt.c
 			cmd := exec.Command(bin, "run", "--config", tt.cfg)
+			hops = filepath.Join(b.TempDir(), "hops")
+			cmd.Env = append(os.Environ(), "TRELLARA_HOPTRACE="+hops)
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Start(); err != nil {
@@ -669,6 +673,10 @@ func BenchmarkSteadyLatency(b *testing.B) {
 		b.Logf("run %d %-8s %d txns at %d txn/s: commit-to-apply p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 			i+1, name, len(lat), rate, p50*1e3, p99*1e3, lat[len(lat)-1]*1e3)
 		p50s[name], p99s[name] = append(p50s[name], p50*1e3), append(p99s[name], p99*1e3)
+		b.Logf("run %d %-8s histogram: %s", i+1, name, histogram(lat))
+		if hops != "" {
+			b.Logf("run %d %-8s hops: %s", i+1, name, hopBreakdown(b, hops))
+		}
 	}
 	b.StopTimer()
 	for _, name := range []string{"native", "trellara"} {
@@ -688,6 +696,78 @@ func BenchmarkSteadyLatency(b *testing.B) {
 	waitMarker(b, tconn, 1000, "trellara target")
 	sameBalances(b, src, nt.c, "native")
 	sameBalances(b, src, tt.c, "trellara")
+}
+
+// histogram renders sorted latencies (seconds) as counts per bucket.
+func histogram(lat []float64) string {
+	bounds := []float64{0.25e-3, 0.5e-3, 1e-3, 2e-3, 4e-3, 8e-3, 16e-3, 32e-3}
+	counts := make([]int, len(bounds)+1)
+	for _, v := range lat {
+		i := sort.SearchFloat64s(bounds, v)
+		counts[i]++
+	}
+	var sb strings.Builder
+	for i, n := range counts {
+		if i < len(bounds) {
+			fmt.Fprintf(&sb, "≤%gms %d · ", bounds[i]*1e3, n)
+		} else {
+			fmt.Fprintf(&sb, ">%gms %d", bounds[i-1]*1e3, n)
+		}
+	}
+	return sb.String()
+}
+
+// hopBreakdown reads a TRELLARA_HOPTRACE file (internal/hoptrace) and
+// returns the p50 and p99 of each hop's time since the one before, over
+// the transactions that passed every hop.
+func hopBreakdown(b *testing.B, path string) string {
+	b.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("unreadable: %v", err)
+	}
+	at := map[uint64]map[hoptrace.Hop]int64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		l, err1 := strconv.ParseUint(f[1], 10, 64)
+		t, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if at[l] == nil {
+			at[l] = map[hoptrace.Hop]int64{}
+		}
+		if _, dup := at[l][hoptrace.Hop(f[0])]; !dup {
+			at[l][hoptrace.Hop(f[0])] = t
+		}
+	}
+	d := make([][]float64, len(hoptrace.Hops))
+	for _, m := range at {
+		if len(m) != len(hoptrace.Hops) {
+			continue
+		}
+		for i := 1; i < len(hoptrace.Hops); i++ {
+			d[i] = append(d[i], float64(m[hoptrace.Hops[i]]-m[hoptrace.Hops[i-1]])/1e6)
+		}
+		d[0] = append(d[0], float64(m[hoptrace.Committed]-m[hoptrace.Commit])/1e6)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d txns", len(d[0]))
+	for i := range d {
+		if len(d[i]) == 0 {
+			continue
+		}
+		sort.Float64s(d[i])
+		name := "commit→committed"
+		if i > 0 {
+			name = "→" + string(hoptrace.Hops[i])
+		}
+		fmt.Fprintf(&sb, " · %s p50 %.3f p99 %.3f ms", name, d[i][len(d[i])/2], d[i][len(d[i])*99/100])
+	}
+	return sb.String()
 }
 
 // latencies returns the sorted apply − write seconds of one phase's rows.
