@@ -1,8 +1,10 @@
-# bench-table.awk: the performance table of issue 16, filled from the raw
-# output of `make bench` and `make bench-e2e` (go test -bench lines and the
-# benchmarks' "range" log lines). Both scripts print it last, so one run
-# shows each measurement as filed, as measured now, and its goal. A row the
-# run did not measure names the target that does.
+# bench-table.awk: the performance table of issue 33, filled from the raw
+# output of `make bench` (go test -bench lines, the benchmarks' "range"
+# log lines, and the "== " lines the script writes: machine, commit, load
+# before and after, the verify table size). Every row names Trellara's
+# figure, the baseline's, measured in the same run, the ratio, the goal
+# and the verdict; a row the run did not measure says so and names the
+# target that does.
 #
 #   awk -f scripts/bench-table.awk <raw output>...
 function metric(line, name,    i, n, f) {
@@ -20,77 +22,96 @@ function spanf(a, b, unit, f) {
 	if (sprintf(f, a) == sprintf(f, b)) return sprintf(f "%s", a, unit)
 	return sprintf(f "–" f "%s", a, b, unit)
 }
-function row(what, filed, now, goal, verdict) {
-	printf "| %s | %s | %s | %s | %s |\n", what, filed, now, goal, verdict
+function row(what, trel, base, ratio, goal, verdict) {
+	printf "| %s | %s | %s | %s | %s | %s |\n", what, trel, base, ratio, goal, verdict
 }
+function unmeasured(what, goal, target) { row(what, "not measured in this run", "", "", goal, "run " target) }
+/^== machine: / && machine == "" { machine = substr($0, 13) }
+/^== commit: / && commit == "" { commit = substr($0, 12) }
+/^== load before: / && loadb == "" { loadb = substr($0, 17) }
+/^== load after: / { loada = substr($0, 16) }
+/^== verify rows / { vrows = $4 }
+# Catch-up ratios are native seconds over Trellara seconds per ABBA pair
+# (above 1: Trellara faster); every run's rate is in the run lines.
 /^BenchmarkApplyVsNativeReplication/ {
 	e2elo = lo(e2elo, metric($0, "ratio_min")); e2ehi = hi(e2ehi, metric($0, "ratio_max"))
-	v = metric($0, "trellara_cpu_s_per_100k_max"); if (v != "") tcpu = hi(tcpu, v)
-	v = metric($0, "native_cpu_s_per_100k_max"); if (v != "") ncpu = hi(ncpu, v)
+	tcpu = hi(tcpu, metric($0, "trellara_cpu_s_per_100k_max")); ncpu = hi(ncpu, metric($0, "native_cpu_s_per_100k_max"))
+	e2et = lo(e2et, metric($0, "trellara_min_txn/s")); e2en = lo(e2en, metric($0, "native_min_txn/s"))
 }
 /^BenchmarkApplyVsNativeExtension/ {
 	xlo = lo(xlo, metric($0, "ratio_min")); xhi = hi(xhi, metric($0, "ratio_max"))
-	v = metric($0, "extension_cpu_s_per_100k_max"); if (v != "") xcpu = hi(xcpu, v)
-	v = metric($0, "native_cpu_s_per_100k_max"); if (v != "") xncpu = hi(xncpu, v)
+	xcpu = hi(xcpu, metric($0, "extension_cpu_s_per_100k_max")); xncpu = hi(xncpu, metric($0, "native_cpu_s_per_100k_max"))
+	xt = lo(xt, metric($0, "extension_min_txn/s")); xn = lo(xn, metric($0, "native_min_txn/s"))
 }
-/^BenchmarkRelayVsRecvlogical/ {
-	rlo = lo(rlo, metric($0, "ratio_min")); rhi = hi(rhi, metric($0, "ratio_max"))
+# Latency ratios are Trellara over native per pair (above 1: slower).
+/^BenchmarkSteadyLatency\/rate-[0-9]+/ {
+	split($1, f, /[-\/]/); r = f[3] + 0
+	if (!(r in seenrate)) { seenrate[r] = 1; rates[++nrates] = r }
+	lt50[r] = hi(lt50[r], metric($0, "trellara_p50_max_ms")); ln50[r] = hi(ln50[r], metric($0, "native_p50_max_ms"))
+	lt99[r] = hi(lt99[r], metric($0, "trellara_p99_max_ms")); ln99[r] = hi(ln99[r], metric($0, "native_p99_max_ms"))
+	lr50[r] = hi(lr50[r], metric($0, "p50_ratio_max")); lr99[r] = hi(lr99[r], metric($0, "p99_ratio_max"))
 }
-/^BenchmarkSidecarVsRelay/ {
-	v = metric($0, "sidecar/relay"); slo = lo(slo, v); shi = hi(shi, v)
+/^BenchmarkSnapshotVsTablesync/ {
+	slo = lo(slo, metric($0, "ratio_min")); shi = hi(shi, metric($0, "ratio_max"))
+	st = lo(st, metric($0, "trellara_min_rows/s")); sn = lo(sn, metric($0, "native_min_rows/s"))
 }
-/^BenchmarkRunLocalMemory/ {
-	n = split($0, f, /[ \t]+/)
-	for (i = 2; i <= n; i++) if (f[i] ~ /^peak_RSS_MiB\//) { mlo = lo(mlo, f[i-1]); mhi = hi(mhi, f[i-1]) }
+/^BenchmarkLargeTxnVsNativeStreaming/ {
+	glo = lo(glo, metric($0, "ratio_min")); ghi = hi(ghi, metric($0, "ratio_max"))
+	grss = hi(grss, metric($0, "peak_RSS_MiB_max"))
+	gt = lo(gt, metric($0, "trellara_min_rows/s")); gn = lo(gn, metric($0, "native_min_rows/s"))
 }
-/^BenchmarkVerify\/c-/ {
-	v = metric($0, "verify/count"); if (v != "") { clo = lo(clo, v); chi = hi(chi, v) }
-	if ($0 ~ /^BenchmarkVerify\/c-connections-2/ && v != "") cdef = hi(cdef, v)
-	v = metric($0, "src-cpu/count-cpu"); if (v != "") { cclo = lo(cclo, v); cchi = hi(cchi, v) }
+/^BenchmarkRelayVsRecvlogical/ { rlo = lo(rlo, metric($0, "ratio_min")); rhi = hi(rhi, metric($0, "ratio_max")) }
+/^BenchmarkSidecarVsRelay/ { v = metric($0, "sidecar/relay"); sclo = lo(sclo, v); schi = hi(schi, v) }
+# verify: the default configuration (verify opens min(4, CPUs)
+# connections per side: 2 on two cores) with the C row hash, its worst
+# run per table size; wall and source CPU against count(*)'s.
+/^BenchmarkVerify\/c-connections-2/ {
+	k = (vrows == "") ? "1000000" : vrows
+	if (!(k in seenv)) { seenv[k] = 1; vsizes[++nv] = k }
+	vw[k] = hi(vw[k], metric($0, "verify/count")); vc[k] = hi(vc[k], metric($0, "src-cpu/count-cpu"))
+	vs[k] = hi(vs[k], metric($0, "verify-s")); vcs[k] = hi(vcs[k], metric($0, "count-s"))
 }
-/^BenchmarkVerify\/(one-core|server-default|parallel|connections)/ {
-	v = metric($0, "verify/count"); if (v != "") { qlo = lo(qlo, v); qhi = hi(qhi, v) }
-}
-/range native +p50/ { sub(/^[ \t]*range native +/, ""); latn = $0 }
-/range trellara +p50/ { sub(/^[ \t]*range trellara +/, ""); latt = $0 }
+function verdict(ok) { return ok ? "met" : "not met" }
 END {
 	print ""
-	print "== issue 16 table (\"filed\": the figures the issue was filed with; \"this run\": measured above)"
-	print "| measurement | filed | this run | goal | verdict |"
-	print "|---|---|---|---|---|"
+	print "== issue 33 table"
+	print "machine: " machine
+	print "commit: " commit
+	print "load before: " loadb
+	print "load after: " loada
+	print ""
+	print "| measurement | trellara | baseline (same run) | ratio | goal | verdict |"
+	print "|---|---|---|---|---|---|"
+	w = "catch-up, 100k TPC-B, relay path (ABBA)"
 	if (e2elo != "") {
-		now = span(e2elo, e2ehi, "× native per pair")
-		if (tcpu != "") now = now sprintf(" (CPU s per 100k, highest run: trellara %s, native %s)", tcpu, ncpu)
-		v = (e2elo >= 1.5) ? "met" : (e2elo >= 1.2 ? "floor met, goal not" : "not met")
-		row("end-to-end catch-up, 100k TPC-B, ABBA", "1.08–1.19× native (quiet)", now, "≥ 1.5× (floor 1.2×)", v)
-	} else row("end-to-end catch-up, 100k TPC-B, ABBA", "1.08–1.19× native (quiet)", "not run here: make bench-e2e", "≥ 1.5× (floor 1.2×)", "")
+		row(w, "≥ " e2et " txn/s; CPU ≤ " tcpu " s/100k", "native ≥ " e2en " txn/s; CPU ≤ " ncpu " s/100k",
+			span(e2elo, e2ehi, "× per pair"), "≥ 1.5× every pair; CPU ≤ native", verdict(e2elo >= 1.5 && tcpu + 0 <= ncpu + 0))
+	} else unmeasured(w, "≥ 1.5× every pair; CPU ≤ native", "make bench")
+	w = "catch-up, 100k TPC-B, extension path (ABBA)"
 	if (xlo != "") {
-		now = span(xlo, xhi, "× native per pair")
-		if (xcpu != "") now = now sprintf(" (CPU s per 100k, highest run: trellara %s, native %s)", xcpu, xncpu)
-		v = (xlo >= 1.5) ? "met" : (xlo >= 1.2 ? "floor met, goal not" : "not met")
-		row("the same, source.capture: extension", "not measured", now, "≥ 1.5× (floor 1.2×)", v)
-	} else row("the same, source.capture: extension", "not measured", "not run here: make bench-e2e (needs pg_config)", "≥ 1.5× (floor 1.2×)", "")
-	if (latn != "")
-		row("steady 500 txn/s commit-to-apply", "not measured", "native " latn "; trellara " latt, "reported (p50/p99)", "reported")
-	else row("steady 500 txn/s commit-to-apply", "not measured", "not run here: make bench-e2e", "reported (p50/p99)", "")
-	if (rlo != "")
-		row("relay vs pg_recvlogical, ABBA, 100k", "1.76× (biased); 0.58–0.99×", span(rlo, rhi, "×"), "≥ 0.9× fair", (rlo >= 0.9) ? "met" : "not met")
-	else row("relay vs pg_recvlogical, ABBA, 100k", "1.76× (biased); 0.58–0.99×", "not run here: make bench", "≥ 0.9× fair", "")
+		row(w, "≥ " xt " txn/s; CPU ≤ " xcpu " s/100k", "native ≥ " xn " txn/s; CPU ≤ " xncpu " s/100k",
+			span(xlo, xhi, "× per pair"), "≥ 2× every pair", verdict(xlo >= 2))
+	} else unmeasured(w, "≥ 2× every pair", "make bench (needs pg_config)")
+	for (i = 1; i <= nrates; i++) {
+		r = rates[i]
+		row("commit-to-apply at " r " txn/s (ABBA)", "p50 ≤ " lt50[r] " ms, p99 ≤ " lt99[r] " ms", "native p50 ≤ " ln50[r] " ms, p99 ≤ " ln99[r] " ms",
+			sprintf("p50 ≤ %.2f×, p99 ≤ %.2f× (worst pair)", lr50[r], lr99[r]), "p50 and p99 ≤ 2× native", verdict(lr50[r] <= 2 && lr99[r] <= 2))
+	}
+	if (nrates == 0) unmeasured("commit-to-apply at 500 and 2000 txn/s", "p50 and p99 ≤ 2× native", "make bench")
+	w = "initial snapshot, pgbench scale 50 (ABBA)"
 	if (slo != "")
-		row("extension + sidecar vs relay, 100k", "0.32×", span(slo, shi, "×"), "≥ 1.5×", (slo >= 1.5) ? "met" : "not met")
-	else row("extension + sidecar vs relay, 100k", "0.32×", "not run here: make bench (needs pg_config)", "≥ 1.5×", "")
-	if (mlo != "")
-		row("peak RSS, run --local, one large transaction", "529–604 MiB", spanf(mlo, mhi, " MiB", "%.0f"), "≤ 256 MiB, flat", (mhi <= 256) ? "met" : "not met")
-	else row("peak RSS, run --local, one large transaction", "529–604 MiB", "not run here: make bench-mem", "≤ 256 MiB, flat", "")
-	if (clo != "") {
-		now = "C row hash " span(clo, chi, "×") " wall"
-		if (cclo != "") now = now ", " span(cclo, cchi, "×") " CPU"
-		if (qlo != "") now = now "; SQL " span(qlo, qhi, "×")
-		# The verdict is the default configuration's (verify opens
-		# min(4, CPUs) connections per side: 2 here), its worst run.
-		if (cdef == "") cdef = chi
-		row("verify vs count(*), 1M rows", "9–17×", now, "within 3×", (cdef <= 3) ? "met" : "not met")
-	} else if (qlo != "")
-		row("verify vs count(*), 1M rows", "9–17×", "SQL " span(qlo, qhi, "×"), "within 3×", (qlo <= 3) ? "met" : "not met")
-	else row("verify vs count(*), 1M rows", "9–17×", "not run here: make bench", "within 3×", "")
+		row(w, "≥ " st " rows/s", "native tablesync ≥ " sn " rows/s", span(slo, shi, "× per pair"), "≥ 1.0× every pair", verdict(slo >= 1))
+	else unmeasured(w, "≥ 1.0× every pair", "make bench")
+	w = "one 4.5M-row transaction (ABBA)"
+	if (glo != "")
+		row(w, "≥ " gt " rows/s; peak RSS " grss " MiB", "native streaming ≥ " gn " rows/s", span(glo, ghi, "× per pair"), "≥ 1.0× every pair; RSS ≤ 256 MiB", verdict(glo >= 1 && grss + 0 <= 256))
+	else unmeasured(w, "≥ 1.0× every pair; RSS ≤ 256 MiB", "make bench")
+	for (i = 1; i <= nv; i++) {
+		k = vsizes[i]
+		row(sprintf("verify vs count(*), %gM rows", k / 1e6), vs[k] " s", "count(*) " vcs[k] " s",
+			sprintf("%.2f× wall, %.2f× CPU", vw[k], vc[k]), "≤ 3×", verdict(vw[k] + 0 <= 3))
+	}
+	if (nv == 0) unmeasured("verify vs count(*), 1M and 10M rows", "≤ 3×", "make bench")
+	if (rlo != "") row("relay vs pg_recvlogical, 100k (ABBA)", "", "", span(rlo, rhi, "× per pair"), "≥ 0.9×", verdict(rlo >= 0.9))
+	if (sclo != "") row("extension + sidecar vs relay, 100k", "", "", span(sclo, schi, "×"), "≥ 1.5×", verdict(sclo >= 1.5))
 }

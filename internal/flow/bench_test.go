@@ -618,7 +618,10 @@ func BenchmarkSteadyLatency(b *testing.B) {
 	pgtest.Require(b)
 	bin := trellaraBin(b)
 	scale := benchEnv("TRELLARA_BENCH_SCALE", 10)
-	rate := benchEnv("TRELLARA_BENCH_RATE", 500)
+	rates, err := benchRates(os.Getenv("TRELLARA_BENCH_RATE"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	seconds := benchEnv("TRELLARA_BENCH_SECONDS", 30)
 	rounds := benchEnv("TRELLARA_BENCH_ROUNDS", 1)
 	ctx := context.Background()
@@ -628,62 +631,90 @@ func BenchmarkSteadyLatency(b *testing.B) {
 	tt := newTrellaraTarget(b, bin, src, "latency")
 	nconn, tconn := nt.c.Connect(ctx), tt.c.Connect(ctx)
 
-	p50s, p99s := map[string][]float64{}, map[string][]float64{}
-	b.ResetTimer()
-	for i, isTrellara := range abbaOrder(rounds) {
-		phase := i + 1
-		marker := phase
-		src.Exec(b, fmt.Sprintf(`INSERT INTO bench_marker VALUES (%d)`, marker))
-		var target *pgtest.Cluster
-		var stop func()
-		var hops string
-		name := "native"
-		if isTrellara {
-			name, target = "trellara", tt.c
-			cmd := exec.Command(bin, "run", "--config", tt.cfg)
-			hops = filepath.Join(b.TempDir(), "hops")
-			cmd.Env = append(os.Environ(), "TRELLARA_HOPTRACE="+hops)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			stop = func() {
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-				if err := cmd.Wait(); err != nil {
-					b.Fatalf("trellara run (service) did not stop cleanly: %v\n%s", err, out.String())
+	phase := 0
+	for _, rate := range rates {
+		b.Run(fmt.Sprintf("rate-%d", rate), func(b *testing.B) {
+			var p50s, p99s abbaResult
+			b.ResetTimer()
+			for i, isTrellara := range abbaOrder(rounds) {
+				phase++
+				marker := phase
+				src.Exec(b, fmt.Sprintf(`INSERT INTO bench_marker VALUES (%d)`, marker))
+				var target *pgtest.Cluster
+				var stop func()
+				var hops string
+				name := "native"
+				if isTrellara {
+					name, target = "trellara", tt.c
+					cmd := exec.Command(bin, "run", "--config", tt.cfg)
+					hops = filepath.Join(b.TempDir(), "hops")
+					cmd.Env = append(os.Environ(), "TRELLARA_HOPTRACE="+hops)
+					var out bytes.Buffer
+					cmd.Stdout, cmd.Stderr = &out, &out
+					if err := cmd.Start(); err != nil {
+						b.Fatal(err)
+					}
+					stop = func() {
+						_ = cmd.Process.Signal(syscall.SIGTERM)
+						if err := cmd.Wait(); err != nil {
+							b.Fatalf("trellara run (service) did not stop cleanly: %v\n%s", err, out.String())
+						}
+					}
+					waitMarker(b, tconn, marker, "trellara target")
+				} else {
+					target = nt.c
+					nt.c.Exec(b, `ALTER SUBSCRIPTION native ENABLE`)
+					stop = func() { nt.c.Exec(b, `ALTER SUBSCRIPTION native DISABLE`) }
+					waitMarker(b, nconn, marker, "native target")
+				}
+				// Caught up: the phase's own transactions start now (the
+				// hop breakdown leaves out the catch-up before it).
+				t0 := time.Now()
+				pgbenchE2E(b, src, scale, phase, "-R", strconv.Itoa(rate), "-T", strconv.Itoa(seconds))
+				src.Exec(b, fmt.Sprintf(`INSERT INTO bench_marker VALUES (%d)`, 100+marker))
+				waitMarker(b, target.Connect(ctx), 100+marker, name+" target")
+				stop()
+				lat := latencies(b, target, fmt.Sprintf("phase %d", phase))
+				if len(lat) == 0 {
+					b.Fatalf("%s: no rows of phase %d on the target", name, phase)
+				}
+				p50, p99 := lat[len(lat)*50/100], lat[len(lat)*99/100]
+				b.Logf("run %d %-8s %d txns at %d txn/s: commit-to-apply p50 %.2f ms, p99 %.2f ms, max %.1f ms",
+					i+1, name, len(lat), rate, p50*1e3, p99*1e3, lat[len(lat)-1]*1e3)
+				p50s.add(isTrellara, p50*1e3)
+				p99s.add(isTrellara, p99*1e3)
+				b.Logf("run %d %-8s histogram: %s", i+1, name, histogram(lat))
+				if hops != "" {
+					b.Logf("run %d %-8s hops: %s", i+1, name, hopBreakdown(b, hops, t0))
 				}
 			}
-			waitMarker(b, tconn, marker, "trellara target")
-		} else {
-			target = nt.c
-			nt.c.Exec(b, `ALTER SUBSCRIPTION native ENABLE`)
-			stop = func() { nt.c.Exec(b, `ALTER SUBSCRIPTION native DISABLE`) }
-			waitMarker(b, nconn, marker, "native target")
-		}
-		pgbenchE2E(b, src, scale, phase, "-R", strconv.Itoa(rate), "-T", strconv.Itoa(seconds))
-		src.Exec(b, fmt.Sprintf(`INSERT INTO bench_marker VALUES (%d)`, 100+marker))
-		waitMarker(b, target.Connect(ctx), 100+marker, name+" target")
-		stop()
-		lat := latencies(b, target, fmt.Sprintf("phase %d", phase))
-		if len(lat) == 0 {
-			b.Fatalf("%s: no rows of phase %d on the target", name, phase)
-		}
-		p50, p99 := lat[len(lat)*50/100], lat[len(lat)*99/100]
-		b.Logf("run %d %-8s %d txns at %d txn/s: commit-to-apply p50 %.1f ms, p99 %.1f ms, max %.1f ms",
-			i+1, name, len(lat), rate, p50*1e3, p99*1e3, lat[len(lat)-1]*1e3)
-		p50s[name], p99s[name] = append(p50s[name], p50*1e3), append(p99s[name], p99*1e3)
-		b.Logf("run %d %-8s histogram: %s", i+1, name, histogram(lat))
-		if hops != "" {
-			b.Logf("run %d %-8s hops: %s", i+1, name, hopBreakdown(b, hops))
-		}
-	}
-	b.StopTimer()
-	for _, name := range []string{"native", "trellara"} {
-		l50, h50 := minMax(p50s[name])
-		l99, h99 := minMax(p99s[name])
-		b.Logf("range %-8s p50 %.1f–%.1f ms, p99 %.1f–%.1f ms", name, l50, h50, l99, h99)
-		b.ReportMetric(h99, name+"_p99_max_ms")
+			b.StopTimer()
+			for _, side := range []struct {
+				name string
+				ms   []float64
+				p99  []float64
+			}{{"native", p50s.baseline, p99s.baseline}, {"trellara", p50s.trellara, p99s.trellara}} {
+				l50, h50 := minMax(side.ms)
+				l99, h99 := minMax(side.p99)
+				b.Logf("range %-8s p50 %.2f–%.2f ms, p99 %.2f–%.2f ms", side.name, l50, h50, l99, h99)
+				b.ReportMetric(h50, side.name+"_p50_max_ms")
+				b.ReportMetric(h99, side.name+"_p99_max_ms")
+			}
+			// Latency: the ratio is Trellara over native per ABBA pair
+			// (above 1: Trellara slower); the worst pair is the claim.
+			inv := func(r []float64) []float64 {
+				out := make([]float64, len(r))
+				for i, v := range r {
+					out[i] = 1 / v
+				}
+				return out
+			}
+			r50l, r50h := minMax(inv(p50s.ratios()))
+			r99l, r99h := minMax(inv(p99s.ratios()))
+			b.Logf("range trellara/native per pair: p50 %.2f–%.2f×, p99 %.2f–%.2f×", r50l, r50h, r99l, r99h)
+			b.ReportMetric(r50h, "p50_ratio_max")
+			b.ReportMetric(r99h, "p99_ratio_max")
+		})
 	}
 	// Each consumer sat out the other's phases: let both catch up, then
 	// check that both applied the whole history.
@@ -696,6 +727,23 @@ func BenchmarkSteadyLatency(b *testing.B) {
 	waitMarker(b, tconn, 1000, "trellara target")
 	sameBalances(b, src, nt.c, "native")
 	sameBalances(b, src, tt.c, "trellara")
+}
+
+// benchRates parses TRELLARA_BENCH_RATE: txn/s, or a comma list of them
+// (each rate its own ABBA series on the same clusters); 500 when unset.
+func benchRates(v string) ([]int, error) {
+	if v == "" {
+		return []int{500}, nil
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("TRELLARA_BENCH_RATE=%q: want txn/s or a comma list of them, such as 500,2000", v)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // histogram renders sorted latencies (seconds) as counts per bucket.
@@ -719,8 +767,8 @@ func histogram(lat []float64) string {
 
 // hopBreakdown reads a TRELLARA_HOPTRACE file (internal/hoptrace) and
 // returns the p50 and p99 of each hop's time since the one before, over
-// the transactions that passed every hop.
-func hopBreakdown(b *testing.B, path string) string {
+// the transactions committed at or after since that passed every hop.
+func hopBreakdown(b *testing.B, path string, since time.Time) string {
 	b.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -746,7 +794,7 @@ func hopBreakdown(b *testing.B, path string) string {
 	}
 	d := make([][]float64, len(hoptrace.Hops))
 	for _, m := range at {
-		if len(m) != len(hoptrace.Hops) {
+		if len(m) != len(hoptrace.Hops) || m[hoptrace.Commit] < since.UnixNano() {
 			continue
 		}
 		for i := 1; i < len(hoptrace.Hops); i++ {
