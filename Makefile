@@ -89,6 +89,9 @@ demo: deps build
 demo-kafka: build
 	./scripts/demo-kafka.sh
 
+# bench: every performance claim beside its baseline in the same run, one
+# table at the end (parts, sizes and BENCH_PARTS in scripts/bench.sh; about
+# 75 minutes on 2 cores at the published sizes).
 bench: build
 	./scripts/bench.sh
 
@@ -105,8 +108,9 @@ demo-lake: build
 demo-lake-kafka: build
 	./scripts/demo-lake-kafka.sh
 
-# bench-e2e: native logical replication vs trellara end to end (backlog
-# catch-up and steady-rate latency), ABBA; sizes in scripts/bench-e2e.sh.
+# bench-e2e: the end-to-end part of make bench (backlog catch-up on both
+# capture paths and steady-rate latency against native logical
+# replication, ABBA) and its table; sizes in scripts/bench.sh.
 bench-e2e: build
 	./scripts/bench-e2e.sh
 
