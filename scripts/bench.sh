@@ -14,9 +14,10 @@
 #   e2e       catch-up of a TPC-B backlog vs native logical replication
 #   ext       the same with source.capture: extension (needs pg_config)
 #   latency   commit-to-apply at steady rates vs native (BenchmarkSteadyLatency)
-#   mem       peak RSS of run --local for one 4.5M-row transaction (bench-mem.sh)
-# Not built yet (the table says so): initial snapshot vs native tablesync,
-# one large transaction vs a native streaming subscription.
+#   snapshot  initial snapshot vs native tablesync (BenchmarkSnapshotVsTablesync)
+#   large     one large transaction vs a native streaming subscription
+#             (BenchmarkLargeTxnVsNativeStreaming), with Trellara's peak RSS
+#   mem       peak RSS of run --local --verify for one 4.5M-row transaction (bench-mem.sh)
 # Sizes (environment; the defaults are the published configuration):
 #   TRELLARA_BENCH_TXNS=100000           backlog transactions (e2e, ext, relay, sidecar)
 #   TRELLARA_BENCH_SCALE=10              pgbench scale of the backlog and the steady load
@@ -24,6 +25,8 @@
 #   TRELLARA_BENCH_RATE=500,2000         steady rates, txn/s (latency)
 #   TRELLARA_BENCH_SECONDS=30            steady-rate duration per run
 #   TRELLARA_BENCH_LATENCY_ROUNDS=1      ABBA rounds of latency
+#   TRELLARA_BENCH_SNAPSHOT_SCALE=50     pgbench scale of the snapshot (5M accounts)
+#   TRELLARA_BENCH_LARGE_ROWS=4500000    rows of the one large transaction
 #   TRELLARA_BENCH_VERIFY_ROWS="1000000 10000000"  verify table sizes
 #   TRELLARA_BENCH_OUT=<file>            also keep the raw output (appended), so
 #                                        parts run apart can be tabled together:
@@ -34,7 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-parts=" ${BENCH_PARTS:-micro relay sidecar verify e2e ext latency mem} "
+parts=" ${BENCH_PARTS:-micro relay sidecar verify e2e ext latency snapshot large mem} "
 want() { [[ "$parts" == *" $1 "* ]]; }
 export TRELLARA_BENCH_TXNS="${TRELLARA_BENCH_TXNS:-100000}"
 export TRELLARA_BENCH_SCALE="${TRELLARA_BENCH_SCALE:-10}"
@@ -82,6 +85,10 @@ want e2e && e2e -bench 'ApplyVsNativeReplication$'
 want ext && e2e -bench 'ApplyVsNativeExtension$'
 want latency && TRELLARA_BENCH_RATE="${TRELLARA_BENCH_RATE:-500,2000}" TRELLARA_BENCH_ROUNDS="${TRELLARA_BENCH_LATENCY_ROUNDS:-1}" \
 	run -bench 'SteadyLatency$' -benchtime 1x -v -timeout 60m ./internal/flow
+want snapshot && TRELLARA_BENCH_ROUNDS="${TRELLARA_BENCH_SNAPSHOT_ROUNDS:-1}" \
+	run -bench 'SnapshotVsTablesync$' -benchtime 1x -v -timeout 120m ./internal/flow
+want large && TRELLARA_BENCH_ROUNDS="${TRELLARA_BENCH_LARGE_ROUNDS:-1}" \
+	run -bench 'LargeTxnVsNativeStreaming$' -benchtime 1x -v -timeout 120m ./internal/flow
 want mem && TRELLARA_MEM_ROWS="${TRELLARA_MEM_ROWS:-4500000}" ./scripts/bench-mem.sh 2>&1 | tee -a "$out"
 say "== load after: $(uptime)"
 [ -n "${TRELLARA_BENCH_OUT:-}" ] && cat "$out" >>"$TRELLARA_BENCH_OUT"

@@ -1,5 +1,5 @@
 # Helpers to start throwaway PostgreSQL clusters from installed server
-# binaries; sourced by demo.sh and bench.sh. PostgreSQL refuses to run as
+# binaries; sourced by the demo scripts. PostgreSQL refuses to run as
 # root, so as root the server runs as the postgres user.
 
 pg_bin() {

@@ -31,25 +31,33 @@ func memInsertSQL(rows int) string {
 // memFlowConfig is a run --local flow of table big from src to target with
 // the default bounds (memory_bytes_max, chunk size, batch sizes).
 func memFlowConfig(b testing.TB, dir, srcURL, targetURL string) string {
+	return localFlowConfig(b, dir, "mem", "mem", srcURL, targetURL, "public.big")
+}
+
+// localFlowConfig writes dir/trellara.yml: flow (source id) of tables from
+// src to target over a local log in dir/data (fsync always) with the
+// default bounds; TRELLARA_MEM_SOURCE_MEMORY sets source.memory_bytes_max.
+func localFlowConfig(b testing.TB, dir, flow, id, srcURL, targetURL string, tables ...string) string {
+	b.Helper()
 	cfg := filepath.Join(dir, "trellara.yml")
 	extra := ""
 	if v := os.Getenv("TRELLARA_MEM_SOURCE_MEMORY"); v != "" {
 		extra = "\n  memory_bytes_max: " + v
 	}
 	body := fmt.Sprintf(`version: 2
-flow: mem
+flow: %s
 source:
-  id: mem
+  id: %s
   database_url: %q
   owns_slot: true
-  tables: [public.big]%s
+  tables: [%s]%s
 transport:
   local: {dir: %s, fsync: always}
 target:
   database_url: %q
 run:
   listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, srcURL, extra, filepath.Join(dir, "data"), targetURL, freePort(b), freePort(b))
+`, flow, id, srcURL, strings.Join(tables, ", "), extra, filepath.Join(dir, "data"), targetURL, freePort(b), freePort(b))
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		b.Fatal(err)
 	}
