@@ -142,40 +142,10 @@ func BenchmarkLargeTxnVsNativeStreaming(b *testing.B) {
 	}
 	b.StopTimer()
 
-	rate := func(secs []float64) []float64 {
-		var out []float64
-		for _, s := range secs {
-			out = append(out, float64(rows)/s)
-		}
-		return out
-	}
-	nl, nh := minMax(rate(res.baseline))
-	tl, th := minMax(rate(res.trellara))
-	rl, rh := minMax(res.ratios())
+	res.report(b, "native", "trellara", rows, "rows")
+	cpus.reportTotal(b, "native", "trellara")
 	_, peakMax := minMax(peaks)
-	b.Logf("range over %d runs each: native %.0f–%.0f rows/s, trellara %.0f–%.0f rows/s, trellara/native per pair %.2f–%.2f; trellara peak RSS max %.0f MiB",
-		len(res.trellara), nl, nh, tl, th, rl, rh, peakMax)
-	var cpuRatios []float64
-	for i := range cpus.trellara {
-		if i < len(cpus.baseline) {
-			cpuRatios = append(cpuRatios, cpus.baseline[i].total()/cpus.trellara[i].total())
-		}
-	}
-	total := func(rs []cpuRun) []float64 {
-		var out []float64
-		for _, c := range rs {
-			out = append(out, c.total())
-		}
-		return out
-	}
-	ncl, nch := minMax(total(cpus.baseline))
-	tcl, tch := minMax(total(cpus.trellara))
-	crl, crh := minMax(cpuRatios)
-	b.Logf("cpu range: native %.2f–%.2f s, trellara %.2f–%.2f s, cpu native/trellara per pair %.2f–%.2f", ncl, nch, tcl, tch, crl, crh)
-	b.ReportMetric(nl, "native_min_rows/s")
-	b.ReportMetric(tl, "trellara_min_rows/s")
-	b.ReportMetric(rl, "ratio_min")
-	b.ReportMetric(rh, "ratio_max")
+	b.Logf("trellara peak RSS max %.0f MiB", peakMax)
 	b.ReportMetric(peakMax, "peak_RSS_MiB_max")
 }
 

@@ -141,43 +141,8 @@ func BenchmarkSnapshotVsTablesync(b *testing.B) {
 	}
 	b.StopTimer()
 
-	rate := func(secs []float64) []float64 {
-		var out []float64
-		for _, s := range secs {
-			out = append(out, float64(rows)/s)
-		}
-		return out
-	}
-	bl, bh := minMax(rate(res.baseline))
-	tl, th := minMax(rate(res.trellara))
-	rl, rh := minMax(res.ratios())
-	b.Logf("range over %d runs each: native %.0f–%.0f rows/s, trellara %.0f–%.0f rows/s, trellara/native per pair %.2f–%.2f",
-		len(res.trellara), bl, bh, tl, th, rl, rh)
-	b.ReportMetric(bl, "native_min_rows/s")
-	b.ReportMetric(tl, "trellara_min_rows/s")
-	b.ReportMetric(rl, "ratio_min")
-	b.ReportMetric(rh, "ratio_max")
-
-	tot := func(rs []cpuRun) []float64 {
-		var out []float64
-		for _, c := range rs {
-			out = append(out, c.total())
-		}
-		return out
-	}
-	var cratios []float64
-	for i := range cpus.trellara {
-		if i < len(cpus.baseline) {
-			cratios = append(cratios, cpus.baseline[i].total()/cpus.trellara[i].total())
-		}
-	}
-	cbl, cbh := minMax(tot(cpus.baseline))
-	ctl, cth := minMax(tot(cpus.trellara))
-	crl, crh := minMax(cratios)
-	b.Logf("cpu range per run: native %.2f–%.2f s, trellara %.2f–%.2f s, cpu native/trellara per pair %.2f–%.2f",
-		cbl, cbh, ctl, cth, crl, crh)
-	b.ReportMetric(cbh, "native_cpu_s_max")
-	b.ReportMetric(cth, "trellara_cpu_s_max")
+	res.report(b, "native", "trellara", int(rows), "rows")
+	cpus.reportTotal(b, "native", "trellara")
 }
 
 // snapshotTargetDB creates database db on c with pgbench's tables and

@@ -93,25 +93,25 @@ func minMax(xs []float64) (float64, float64) {
 	return lo, hi
 }
 
-// report logs the range of both rates and of the per-pair ratio and
-// reports the worst ratio as the benchmark's metric (the claim a range
-// supports is its low end).
-func (r *abbaResult) report(b *testing.B, baseName, name string, txns int) {
+// report logs the range of both rates (n units per run: "txn", "rows")
+// and of the per-pair ratio and reports the worst ratio as the
+// benchmark's metric (the claim a range supports is its low end).
+func (r *abbaResult) report(b *testing.B, baseName, name string, n int, unit string) {
 	b.Helper()
 	rate := func(secs []float64) []float64 {
 		var out []float64
 		for _, s := range secs {
-			out = append(out, float64(txns)/s)
+			out = append(out, float64(n)/s)
 		}
 		return out
 	}
 	bl, bh := minMax(rate(r.baseline))
 	tl, th := minMax(rate(r.trellara))
 	rl, rh := minMax(r.ratios())
-	b.Logf("range over %d runs each: %s %.0f–%.0f txn/s, %s %.0f–%.0f txn/s, %s/%s per pair %.2f–%.2f",
-		len(r.trellara), baseName, bl, bh, name, tl, th, name, baseName, rl, rh)
-	b.ReportMetric(bl, baseName+"_min_txn/s")
-	b.ReportMetric(tl, name+"_min_txn/s")
+	b.Logf("range over %d runs each: %s %.0f–%.0f %s/s, %s %.0f–%.0f %s/s, %s/%s per pair %.2f–%.2f",
+		len(r.trellara), baseName, bl, bh, unit, name, tl, th, unit, name, baseName, rl, rh)
+	b.ReportMetric(bl, baseName+"_min_"+unit+"/s")
+	b.ReportMetric(tl, name+"_min_"+unit+"/s")
 	b.ReportMetric(rl, "ratio_min")
 	b.ReportMetric(rh, "ratio_max")
 }
@@ -216,7 +216,7 @@ func BenchmarkRelayVsRecvlogical(b *testing.B) {
 		b.Logf("run %d %-14s %6.2fs %8.0f txn/s (%s)", i+1, name, secs, float64(txns)/secs, detail)
 	}
 	b.StopTimer()
-	res.report(b, "recvlogical", "relay", txns)
+	res.report(b, "recvlogical", "relay", txns, "txn")
 }
 
 // runRelayOnce streams slot into a fresh local log in dir until the
@@ -521,7 +521,7 @@ func runE2E(b *testing.B, order []bool, name string, txns int, trellara, native 
 		logE2ERun(b, i+1, side, secs, txns, detail, cpu)
 	}
 	b.StopTimer()
-	res.report(b, "native", name, txns)
+	res.report(b, "native", name, txns, "txn")
 	cpus.report(b, "native", name, txns)
 }
 

@@ -105,10 +105,28 @@ func per100k(secs float64, txns int) float64 { return secs * 100000 / float64(tx
 // the per-pair ratio baseline/Trellara (above 1: Trellara used less CPU).
 func (r *cpuResult) report(b *testing.B, baseName, name string, txns int) {
 	b.Helper()
+	bh, th := r.reportScaled(b, baseName, name, "per 100k txns", func(c cpuRun) float64 { return per100k(c.total(), txns) })
+	b.ReportMetric(th, name+"_cpu_s_per_100k_max")
+	b.ReportMetric(bh, baseName+"_cpu_s_per_100k_max")
+}
+
+// reportTotal is report for runs of different sizes' own totals: each
+// side's CPU seconds per run, unscaled.
+func (r *cpuResult) reportTotal(b *testing.B, baseName, name string) {
+	b.Helper()
+	bh, th := r.reportScaled(b, baseName, name, "per run", cpuRun.total)
+	b.ReportMetric(bh, baseName+"_cpu_s_max")
+	b.ReportMetric(th, name+"_cpu_s_max")
+}
+
+// reportScaled logs each side's range of scale(run) and the per-pair
+// ratio of total CPU baseline/Trellara; it returns each side's maximum.
+func (r *cpuResult) reportScaled(b *testing.B, baseName, name, what string, scale func(cpuRun) float64) (baseMax, trellaraMax float64) {
+	b.Helper()
 	tot := func(rs []cpuRun) []float64 {
 		var out []float64
 		for _, c := range rs {
-			out = append(out, per100k(c.total(), txns))
+			out = append(out, scale(c))
 		}
 		return out
 	}
@@ -121,10 +139,9 @@ func (r *cpuResult) report(b *testing.B, baseName, name string, txns int) {
 	bl, bh := minMax(tot(r.baseline))
 	tl, th := minMax(tot(r.trellara))
 	rl, rh := minMax(ratios)
-	b.Logf("cpu range per 100k txns: %s %.2f–%.2f s, %s %.2f–%.2f s, cpu %s/%s per pair %.2f–%.2f",
-		baseName, bl, bh, name, tl, th, baseName, name, rl, rh)
-	b.ReportMetric(th, name+"_cpu_s_per_100k_max")
-	b.ReportMetric(bh, baseName+"_cpu_s_per_100k_max")
+	b.Logf("cpu range %s: %s %.2f–%.2f s, %s %.2f–%.2f s, cpu %s/%s per pair %.2f–%.2f",
+		what, baseName, bl, bh, name, tl, th, baseName, name, rl, rh)
+	return bh, th
 }
 
 // format is the run line's CPU detail, per 100k transactions.
