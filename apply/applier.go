@@ -806,10 +806,37 @@ func nextBatch(ctx context.Context, f feed, cfg Config) ([]*unit, error) {
 	if first.err != nil {
 		return nil, first.err
 	}
-	if first.u.kind() != pb.UnitKind_UNIT_KIND_TRANSACTION {
-		return []*unit{first.u}, nil
+	switch first.u.kind() {
+	case pb.UnitKind_UNIT_KIND_TRANSACTION:
+		return fillBatch(f, cfg, first.u), nil
+	case pb.UnitKind_UNIT_KIND_SNAPSHOT:
+		return fillSnapshots(f, cfg, first.u), nil
 	}
-	return fillBatch(f, cfg, first.u), nil
+	return []*unit{first.u}, nil
+}
+
+// fillSnapshots is a run of snapshot batches from first: the batches of
+// the same relation that follow it in number, ready after it, within the
+// limits. processSnapshot applies them as one target transaction.
+func fillSnapshots(f feed, cfg Config, first *unit) []*unit {
+	run := []*unit{first}
+	rows, size := len(first.env.Rows), len(first.payload)
+	for {
+		it, ok := f.ready()
+		if !ok {
+			return run
+		}
+		prev := run[len(run)-1].env.Boundary
+		if it.err != nil || it.u.kind() != pb.UnitKind_UNIT_KIND_SNAPSHOT ||
+			it.u.env.Boundary.SnapshotRelation != prev.SnapshotRelation || it.u.env.Boundary.ChunkIndex != prev.ChunkIndex+1 ||
+			rows+len(it.u.env.Rows) > cfg.MaxBatchRows || size+len(it.u.payload) > cfg.MaxBatchBytes {
+			f.unread(it)
+			return run
+		}
+		run = append(run, it.u)
+		rows += len(it.u.env.Rows)
+		size += len(it.u.payload)
+	}
 }
 
 // readyBatch is nextBatch without waiting, for transactions only: nil
@@ -890,7 +917,7 @@ func (a *Applier) process(ctx context.Context, f feed, batch []*unit, cur Cursor
 	case pb.UnitKind_UNIT_KIND_CHUNK:
 		return a.processChunks(ctx, f, batch[0], cur)
 	case pb.UnitKind_UNIT_KIND_SNAPSHOT:
-		return a.processSnapshot(ctx, batch[0], cur)
+		return a.processSnapshot(ctx, batch, cur)
 	case pb.UnitKind_UNIT_KIND_SNAPSHOT_END:
 		return a.processSnapshotEnd(ctx, batch[0], cur)
 	default:

@@ -46,7 +46,9 @@
 //
 //	TRANSACTION   one source transaction; batched with its neighbours
 //	SNAPSHOT      batch N (Boundary.chunk_index) of a relation's initial copy,
-//	              taken at the slot's consistent point (commit_lsn); COPY
+//	              taken at the slot's consistent point (commit_lsn); COPY.
+//	              Consecutive batches already read share one target
+//	              transaction, within MaxBatchRows and MaxBatchBytes
 //	SNAPSHOT_END  the relation's copy is complete after N batches; its
 //	              visibility boundary is commit_lsn
 //	CHUNK         part k of n of one large source transaction (strict mode:

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trellara/trellara/envelope"
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 	"github.com/trellara/trellara/internal/pgtest"
 )
@@ -221,9 +222,28 @@ func TestSnapshotSequence(t *testing.T) {
 	if len(st.Snapshots) != 1 || st.Snapshots[0].NextBatch != 2 || st.Snapshots[0].Done || st.Checkpoint.TxnsSkipped != 1 {
 		t.Fatalf("status = %+v", st)
 	}
+	// A batch holds only inserts of the relation it names: a row of
+	// another relation stops the flow and nothing of the batch is copied.
+	other := relation("public", "t", 'd', "id*", "v")
+	e := &pb.Envelope{ProtocolVersion: envelope.ProtocolVersion, SourceId: testSource, CommitLsn: 100, EndLsn: 100,
+		Relations: []*pb.Relation{s, other},
+		Rows: []*pb.Row{{Seq: 0, Op: pb.Op_OP_INSERT, NewTuple: vals("3", "c")},
+			{Seq: 1, Op: pb.Op_OP_INSERT, RelationIndex: 1, NewTuple: vals("5", "e")}},
+		Boundary: &pb.Boundary{Kind: pb.UnitKind_UNIT_KIND_SNAPSHOT, ChunkIndex: 2, SnapshotRelation: "public.s"}}
+	envelope.Seal(e)
+	mixed, err := envelope.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drain(t, newApplier(t, conn, nil), nil, 4, [][]byte{mixed}); !errors.Is(err, ErrSequence) || !strings.Contains(err.Error(), "holds row 1 for public.t") {
+		t.Fatalf("batch with a row of another relation: Run = %v, want ErrSequence naming row 1 of public.t", err)
+	}
+	if got := queryString(t, conn, "SELECT count(*)::text FROM s"); got != "2" {
+		t.Fatalf("s holds %s rows after the refused batch, want 2", got)
+	}
 	// A duplicate snapshot row is refused data: quarantined as a snapshot unit.
 	exec(t, conn, "INSERT INTO s VALUES (3, 'planted')")
-	err := drain(t, newApplier(t, conn, nil), nil, 5, [][]byte{snapshotBatch(t, s, 100, 2, vals("3", "c"))})
+	err = drain(t, newApplier(t, conn, nil), nil, 5, [][]byte{snapshotBatch(t, s, 100, 2, vals("3", "c"))})
 	var qe *QuarantinedError
 	if !errors.As(err, &qe) || qe.Unit != "snapshot" || qe.SQLState != "23505" {
 		t.Fatalf("duplicate snapshot row: %v", err)

@@ -127,7 +127,7 @@ func BenchmarkLargeTxnVsNativeStreaming(b *testing.B) {
 		if isTrellara {
 			side = "trellara"
 			var peakMiB float64
-			secs, peakMiB, detail, cpu = timeLargeTxnTrellara(b, bin, src, tt)
+			secs, peakMiB, detail, cpu = timeLargeTxnTrellara(b, bin, src, tt, i+1)
 			peaks = append(peaks, peakMiB)
 		} else {
 			secs, detail, cpu = timeLargeTxnNative(b, src, tt)
@@ -231,12 +231,13 @@ func timeLargeTxnNative(b *testing.B, src *pgtest.Cluster, tt largeTxnTarget) (f
 // timeLargeTxnTrellara runs `bin run --config F --local` and times it from
 // the start to the marker being visible on its target; it then waits for
 // the process to exit. The process's VmHWM is polled every 20 ms while it
-// runs (runLocalPeak): the last reading is its peak.
-func timeLargeTxnTrellara(b *testing.B, bin string, src *pgtest.Cluster, tt largeTxnTarget) (float64, float64, string, cpuRun) {
+// runs (runLocalPeak): the last reading is its peak (perf's own, not the
+// process's, under TRELLARA_BENCH_PERF).
+func timeLargeTxnTrellara(b *testing.B, bin string, src *pgtest.Cluster, tt largeTxnTarget, run int) (float64, float64, string, cpuRun) {
 	b.Helper()
 	conn := tt.c.Connect(context.Background())
 	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, tt.c)
-	cmd := exec.Command(bin, "run", "--config", tt.cfg, "--local")
+	cmd := trellaraCmd(bin, run, "run", "--config", tt.cfg, "--local")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	t0 := time.Now()

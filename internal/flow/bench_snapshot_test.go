@@ -339,7 +339,7 @@ func snapshotTrellaraRun(b *testing.B, bin string, src, target *pgtest.Cluster, 
 	defer os.RemoveAll(dir)
 	flow := fmt.Sprintf("snap%d", run)
 	cfg := snapshotFlowConfig(b, dir, flow, src, target, db)
-	cmd := exec.Command(bin, "run", "--config", cfg, "--local", "--format", "json")
+	cmd := trellaraCmd(bin, run, "run", "--config", cfg, "--local", "--format", "json", "--verbose")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, target)
@@ -348,6 +348,10 @@ func snapshotTrellaraRun(b *testing.B, bin string, src, target *pgtest.Cluster, 
 		b.Fatalf("trellara run %d: run --local: %v\n%s\n%s", run, err, stdout.String(), stderr.String())
 	}
 	secs := time.Since(t0).Seconds()
+	if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
+		times := fmt.Sprintf("started %s, exited %s\n", t0.UTC().Format(time.RFC3339Nano), t0.Add(time.Duration(secs*1e9)).UTC().Format(time.RFC3339Nano))
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("trellara-run%d.log", run)), append([]byte(times), append(stdout.Bytes(), stderr.Bytes()...)...), 0o644)
+	}
 	ps := cmd.ProcessState
 	cpu := cpuRun{source: settledClusterCPU(b, src) - src0, target: settledClusterCPU(b, target) - tgt0,
 		trellara: (ps.UserTime() + ps.SystemTime()).Seconds()}

@@ -489,14 +489,7 @@ func BenchmarkApplyVsNativeReplication(b *testing.B) {
 
 	runE2E(b, order, "trellara", txns, func(i int) (float64, string, cpuRun) {
 		tt := trels[i]
-		cmd := exec.Command(bin, "run", "--config", tt.cfg, "--local")
-		if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
-			// A CPU profile of the trellara process (perf record with
-			// call graphs; its CPU then includes perf's own).
-			cmd = exec.Command("perf", "record", "-g", "-q", "-o", filepath.Join(dir, fmt.Sprintf("trellara-run%d.data", i+1)),
-				"--", bin, "run", "--config", tt.cfg, "--local")
-		}
-		return timeTrellaraRun(b, src, tt.c, cmd, i+1)
+		return timeTrellaraRun(b, src, tt.c, trellaraCmd(bin, i+1, "run", "--config", tt.cfg, "--local"), i+1)
 	}, func(i int) (float64, string, cpuRun) {
 		return timeNativeRun(b, src, natives[i], i+1)
 	})
@@ -836,6 +829,18 @@ func latencies(b *testing.B, c *pgtest.Cluster, phase string) []float64 {
 
 // trellaraBin is the CLI the end-to-end benchmarks run: TRELLARA_BIN (make
 // bench-e2e passes the built bin/trellara) or a fresh build.
+// trellaraCmd is the command of the trellara process of a benchmark's
+// run (1-based): bin with args, or, with TRELLARA_BENCH_PERF=<dir>, the
+// same under `perf record -g` writing <dir>/trellara-run<run>.data (a CPU
+// profile with call graphs; the process's CPU then includes perf's own).
+func trellaraCmd(bin string, run int, args ...string) *exec.Cmd {
+	if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
+		pre := []string{"record", "-g", "-q", "-o", filepath.Join(dir, fmt.Sprintf("trellara-run%d.data", run)), "--", bin}
+		return exec.Command("perf", append(pre, args...)...)
+	}
+	return exec.Command(bin, args...)
+}
+
 func trellaraBin(b testing.TB) string {
 	if v := os.Getenv("TRELLARA_BIN"); v != "" {
 		if _, err := os.Stat(v); err != nil {
