@@ -113,7 +113,7 @@ func encodeExact(e *pb.Envelope) ([]byte, error) {
 // where set, is e.Relations[i] as Seal derived it (sealedRelationsOf).
 func appendEnvelopeProto(dst []byte, e *pb.Envelope, sealed []*sealedRelation) ([]byte, error) {
 	if envelopeEncodable(e, sealed) {
-		return appendEnvelopeBody(dst, e, sealed), nil
+		return appendEnvelopeBody(dst, e, sealed, nil), nil
 	}
 	return marshalOpts.MarshalAppend(dst, e)
 }
@@ -182,7 +182,9 @@ func rowEncodable(r *pb.Row) bool {
 // values or columns), into two bytes reserved before the body and fixed up
 // after it (fixLen2; measured faster than a size pass).
 
-func appendEnvelopeBody(b []byte, e *pb.Envelope, sealed []*sealedRelation) []byte {
+// rows, when set, are encoded rows (field 8 entries, InsertRows) written
+// after e.Rows.
+func appendEnvelopeBody(b []byte, e *pb.Envelope, sealed []*sealedRelation, rows []byte) []byte {
 	b = appendUint(b, 1, uint64(e.ProtocolVersion))
 	b = appendStringField(b, 2, e.SourceId)
 	b = appendUint(b, 3, uint64(e.Xid))
@@ -196,6 +198,7 @@ func appendEnvelopeBody(b []byte, e *pb.Envelope, sealed []*sealedRelation) []by
 		b = appendRowBody(b, r)
 		b = fixLen2(b, start)
 	}
+	b = append(b, rows...)
 	for _, d := range e.DdlEvents {
 		b = appendLen(append(b, key(9, wtBytes)), sizeDDL(d))
 		b = appendDDLBody(b, d)
@@ -251,7 +254,12 @@ func appendValue(b []byte, num int, v *pb.Value) []byte {
 	if v == nil {
 		return append(b, key(num, wtBytes), 0)
 	}
-	kind, n := uint64(v.Kind), len(v.Data)
+	return appendKindData(b, num, v.Kind, v.Data)
+}
+
+// appendKindData is appendValue of the value kind, data.
+func appendKindData(b []byte, num int, k pb.ValueKind, data []byte) []byte {
+	kind, n := uint64(k), len(data)
 	if kind < 0x80 && n < 0x7c {
 		// The common case, every length one byte: written directly.
 		size := 0
@@ -266,13 +274,13 @@ func appendValue(b []byte, num int, v *pb.Value) []byte {
 			b = append(b, key(1, wtVarint), byte(kind))
 		}
 		if n != 0 {
-			b = append(append(b, key(2, wtBytes), byte(n)), v.Data...)
+			b = append(append(b, key(2, wtBytes), byte(n)), data...)
 		}
 		return b
 	}
-	b = appendLen(append(b, key(num, wtBytes)), sizeValue(v))
+	b = appendLen(append(b, key(num, wtBytes)), sizeUint(kind)+sizeBytes(n))
 	b = appendUint(b, 1, kind)
-	return appendBytesField(b, 2, v.Data)
+	return appendBytesField(b, 2, data)
 }
 
 func sizeDDL(d *pb.DDLEvent) int {

@@ -11,7 +11,7 @@ import (
 // Each uses the relations' sealed encodings where Seal left them, as
 // Encode does; AppendEnvelopeHandUnsealed encodes every relation afresh.
 func AppendEnvelopeHand(b []byte, e *pb.Envelope) []byte {
-	return appendEnvelopeBody(b, e, sealedRelationsOf(nil, e.GetRelations()))
+	return appendEnvelopeBody(b, e, sealedRelationsOf(nil, e.GetRelations()), nil)
 }
 
 func AppendEnvelopeWire(b []byte, e *pb.Envelope) ([]byte, error) {
@@ -23,7 +23,7 @@ func EnvelopeEncodable(e *pb.Envelope) bool {
 }
 
 func AppendEnvelopeHandUnsealed(b []byte, e *pb.Envelope) []byte {
-	return appendEnvelopeBody(b, e, nil)
+	return appendEnvelopeBody(b, e, nil, nil)
 }
 
 // SealedRelations reports how many of rels Encode would take from their

@@ -4,43 +4,31 @@ import (
 	"bytes"
 	"fmt"
 
-	pb "github.com/trellara/trellara/envelope/envelopepb"
+	"github.com/trellara/trellara/envelope"
 )
 
-// copyRows parses PostgreSQL's COPY TO text format into snapshot rows: one
-// row per line, columns separated by tab, \N for NULL, backslash escapes
-// for the rest. Each value is its text output form, byte for byte what
-// pgoutput sends for the same value.
+// copyRows parses PostgreSQL's COPY TO text format into a snapshot batch's
+// rows: one row per line, columns separated by tab, \N for NULL, backslash
+// escapes for the rest. Each value is its text output form, byte for byte
+// what pgoutput sends for the same value.
 //
 // It is CopyTo's writer: Write takes the stream in pieces of any size (the
 // server sends one row per CopyData message, but a line split across
-// writes is joined) and hands each complete row to add, with the row's size
-// in the stream. There is no copy of the stream and no goroutine between
-// the connection and the parser.
-//
-// The rows it builds live in slabs: their Row, Value and tuple structs are
-// carved from arrays allocated copyRowsChunk rows at a time, and their
-// bytes from an arena, so a row costs no allocation of its own. A row
-// handed to add stays valid: slabs are only ever replaced, never reused.
+// writes is joined) and writes each complete row into rows, in the
+// envelope's wire form (envelope.InsertRows), then calls added with the
+// row's size in the stream. There is no copy of the stream, no goroutine
+// between the connection and the parser, and no allocation per row.
 type copyRows struct {
 	ncols   int
 	line    int    // rows parsed
 	pending []byte // a line not yet ended by '\n'
-	add     func(row *pb.Row, size int) error
-
-	rows   []pb.Row
-	vals   []pb.Value
-	tuples []*pb.Value
-	arena  []byte
+	scratch []byte // a field's decoded form, when it has escapes
+	rows    *envelope.InsertRows
+	added   func(size int) error
 }
 
-const (
-	copyRowsChunk = 1024      // rows per slab allocation
-	copyArenaSize = 256 << 10 // bytes per arena allocation
-)
-
-func newCopyRows(ncols int, add func(row *pb.Row, size int) error) *copyRows {
-	return &copyRows{ncols: ncols, add: add}
+func newCopyRows(ncols int, added func(size int) error) *copyRows {
+	return &copyRows{ncols: ncols, rows: envelope.NewInsertRows(ncols), added: added}
 }
 
 // Write implements io.Writer.
@@ -76,58 +64,35 @@ func (c *copyRows) Close() error {
 	return c.row(line, len(line))
 }
 
-// row parses one line (without its '\n') into a row and hands it on.
+// row parses one line (without its '\n') into the next row.
 func (c *copyRows) row(line []byte, size int) error {
 	c.line++
-	if len(c.rows) == 0 {
-		c.rows = make([]pb.Row, copyRowsChunk)
-		c.vals = make([]pb.Value, copyRowsChunk*c.ncols)
-		c.tuples = make([]*pb.Value, copyRowsChunk*c.ncols)
-	}
-	r := &c.rows[0]
-	vals, tuple := c.vals[:c.ncols:c.ncols], c.tuples[:c.ncols:c.ncols]
-	col := 0
+	c.rows.Begin()
+	cols := 0
 	for {
 		f, rest, more := line, []byte(nil), false
 		if i := bytes.IndexByte(line, '\t'); i >= 0 {
 			f, rest, more = line[:i], line[i+1:], true
 		}
-		if col < c.ncols {
-			v := &vals[col]
-			if len(f) == 2 && f[0] == '\\' && f[1] == 'N' {
-				v.Kind = pb.ValueKind_VALUE_KIND_NULL
-			} else {
-				v.Kind, v.Data = pb.ValueKind_VALUE_KIND_TEXT, c.field(f)
-			}
-			tuple[col] = v
+		switch {
+		case len(f) == 2 && f[0] == '\\' && f[1] == 'N':
+			c.rows.Null()
+		case bytes.IndexByte(f, '\\') < 0:
+			c.rows.Text(f)
+		default:
+			c.scratch = appendUnescapedCopy(c.scratch[:0], f)
+			c.rows.Text(c.scratch)
 		}
-		col++
+		cols++
 		if !more {
 			break
 		}
 		line = rest
 	}
-	if col != c.ncols {
-		return fmt.Errorf("COPY row %d has %d columns, want %d", c.line, col, c.ncols)
+	if err := c.rows.End(); err != nil {
+		return fmt.Errorf("COPY row %d has %d columns, want %d", c.line, cols, c.ncols)
 	}
-	c.rows, c.vals, c.tuples = c.rows[1:], c.vals[c.ncols:], c.tuples[c.ncols:]
-	r.Op, r.NewTuple = pb.Op_OP_INSERT, tuple
-	return c.add(r, size)
-}
-
-// field decodes one COPY text field into the arena. The decoded form is
-// never longer than the field.
-func (c *copyRows) field(f []byte) []byte {
-	if cap(c.arena)-len(c.arena) < len(f) {
-		c.arena = make([]byte, 0, max(copyArenaSize, len(f)))
-	}
-	start := len(c.arena)
-	if bytes.IndexByte(f, '\\') < 0 {
-		c.arena = append(c.arena, f...)
-	} else {
-		c.arena = appendUnescapedCopy(c.arena, f)
-	}
-	return c.arena[start:len(c.arena):len(c.arena)]
+	return c.added(size)
 }
 
 // appendUnescapedCopy appends the decoded form of COPY text field f (not

@@ -18,10 +18,11 @@ import (
 // DefaultSnapshotBatchRows bounds the rows of one snapshot batch, and
 // DefaultSnapshotBatchBytes their COPY text; a batch ends at whichever
 // comes first. Each batch is one envelope in the log. Larger batches
-// cost more than they save: 50,000-row batches of pgbench_accounts held
-// about four times the live heap, and the collector's marking took a
-// fifth of the process's CPU, which doubled it; the applier instead
-// commits consecutive batches together (apply, processSnapshot).
+// cost more than they save: with 50,000-row batches of pgbench_accounts
+// the decoded batches in flight held about four times the live heap, the
+// collector's marking took a fifth of the process's CPU and the process's
+// CPU doubled (2026-12-04). The applier instead commits consecutive
+// batches together (apply, processSnapshot).
 const (
 	DefaultSnapshotBatchRows  = 5000
 	DefaultSnapshotBatchBytes = 4 << 20
@@ -186,20 +187,26 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table pgname.Na
 	prog := SnapshotProgress{Table: name, EstimatedRows: uint64(estimate)}
 	var (
 		batch      uint32
-		rows       []*pb.Row
 		batchBytes int
 		publishErr error
+		cr         *copyRows
 	)
 	publish := func(kind pb.UnitKind) error {
 		e := &pb.Envelope{
 			ProtocolVersion: envelope.ProtocolVersion, SourceId: opts.SourceID,
 			CommitLsn: opts.ConsistentPoint, EndLsn: opts.ConsistentPoint,
 			CommitTimeUnixMicros: time.Now().UnixMicro(),
-			Relations:            []*pb.Relation{rel}, Rows: rows,
-			Boundary: &pb.Boundary{Kind: kind, ChunkIndex: batch, SnapshotRelation: name},
+			Relations:            []*pb.Relation{rel},
+			Boundary:             &pb.Boundary{Kind: kind, ChunkIndex: batch, SnapshotRelation: name},
 		}
-		envelope.Seal(e)
-		b, err := envelope.Encode(e)
+		var b []byte
+		var err error
+		if kind == pb.UnitKind_UNIT_KIND_SNAPSHOT {
+			b, err = envelope.EncodeInserts(e, cr.rows)
+		} else {
+			envelope.Seal(e)
+			b, err = envelope.Encode(e)
+		}
 		if err != nil {
 			return fmt.Errorf("relay: snapshot %s batch %d: %w", name, batch, err)
 		}
@@ -209,7 +216,8 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table pgname.Na
 		if kind == pb.UnitKind_UNIT_KIND_SNAPSHOT {
 			batch++
 		}
-		rows, batchBytes = make([]*pb.Row, 0, len(rows)), 0
+		cr.rows.Reset()
+		batchBytes = 0
 		if opts.Progress != nil {
 			el := time.Since(started).Seconds()
 			if el > 0 {
@@ -226,14 +234,13 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table pgname.Na
 		return nil
 	}
 	// Rows are parsed as the COPY stream arrives (copyRows is CopyTo's
-	// writer) and published as each batch fills.
-	cr := newCopyRows(len(rel.Columns), func(row *pb.Row, size int) error {
-		row.Seq = uint64(len(rows))
-		rows = append(rows, row)
+	// writer), straight into the batch's wire form, and published as each
+	// batch fills.
+	cr = newCopyRows(len(rel.Columns), func(size int) error {
 		batchBytes += size
 		prog.Rows++
 		prog.Bytes += uint64(size)
-		if len(rows) >= opts.BatchRows || batchBytes >= opts.BatchBytes {
+		if cr.rows.Rows() >= opts.BatchRows || batchBytes >= opts.BatchBytes {
 			if err := publish(pb.UnitKind_UNIT_KIND_SNAPSHOT); err != nil {
 				publishErr = err
 				return err
@@ -251,7 +258,7 @@ func snapshotTable(ctx context.Context, tx pgx.Tx, tr Transport, table pgname.Na
 	case err != nil:
 		return fmt.Errorf("relay: snapshot %s: COPY: %w", name, err)
 	}
-	if len(rows) > 0 {
+	if cr.rows.Rows() > 0 {
 		if err := publish(pb.UnitKind_UNIT_KIND_SNAPSHOT); err != nil {
 			return err
 		}

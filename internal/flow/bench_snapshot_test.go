@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/trellara/trellara/apply"
 	"github.com/trellara/trellara/internal/pgtest"
 )
 
@@ -49,9 +50,13 @@ var snapshotTables = []string{"pgbench_accounts", "pgbench_branches", "pgbench_t
 // A native run is timed from CREATE SUBSCRIPTION (connecting to the
 // source and creating the slot included) until every table of the
 // subscription is in state 'r' in pg_subscription_rel (a 10 ms poll); a
-// Trellara run from starting the process until it exits successfully
-// (slot and publication creation, the snapshot, the catch-up to its
-// fence and shutdown included). After the clock stops, each run's target
+// Trellara run from starting the process (slot and publication creation
+// included) until every table is ready in the same sense: its snapshot
+// applied and the stream applied past its boundary (status's "ready",
+// apply.ReadStatus, a 10 ms poll). The process then goes on to its fence
+// and exits once that is applied and the target has flushed what it
+// committed asynchronously; the exit time is in the run's line, and the
+// process must exit successfully. After the clock stops, each run's target
 // must hold the source's row count and row checksum (sum of
 // hashtext(row::text)) per table and pgbench_accounts' sum(abalance); then
 // the native subscription is dropped (with its slot) and the Trellara flow
@@ -342,20 +347,57 @@ func snapshotTrellaraRun(b *testing.B, bin string, src, target *pgtest.Cluster, 
 	cmd := trellaraCmd(bin, run, "run", "--config", cfg, "--local", "--format", "json", "--verbose")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, target.URL(db))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
 	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, target)
 	t0 := time.Now()
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("trellara run %d: run --local: %v\n%s\n%s", run, err, stdout.String(), stderr.String())
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Ready as native's tables are in state 'r': every table's snapshot
+	// applied and the stream applied past its boundary (apply.ReadStatus,
+	// what status reports), polled every 10 ms.
+	var exitErr error
+	done := false
+	for !done {
+		select {
+		case exitErr = <-exited:
+			done = true
+		case <-time.After(10 * time.Millisecond):
+		}
+		if st, err := apply.ReadStatus(ctx, conn, "", flow, "bench"); err == nil && len(st.Snapshots) == len(snapshotTables) {
+			ready := true
+			for _, p := range st.Snapshots {
+				ready = ready && p.Ready
+			}
+			if ready {
+				break
+			}
+		}
 	}
 	secs := time.Since(t0).Seconds()
+	if !done {
+		exitErr = <-exited
+	}
+	exitSecs := time.Since(t0).Seconds()
+	if exitErr != nil {
+		b.Fatalf("trellara run %d: run --local: %v\n%s\n%s", run, exitErr, stdout.String(), stderr.String())
+	}
 	if dir := os.Getenv("TRELLARA_BENCH_PERF"); dir != "" {
-		times := fmt.Sprintf("started %s, exited %s\n", t0.UTC().Format(time.RFC3339Nano), t0.Add(time.Duration(secs*1e9)).UTC().Format(time.RFC3339Nano))
+		times := fmt.Sprintf("started %s, ready %s, exited %s\n", t0.UTC().Format(time.RFC3339Nano),
+			t0.Add(time.Duration(secs*1e9)).UTC().Format(time.RFC3339Nano), t0.Add(time.Duration(exitSecs*1e9)).UTC().Format(time.RFC3339Nano))
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("trellara-run%d.log", run)), append([]byte(times), append(stdout.Bytes(), stderr.Bytes()...)...), 0o644)
 	}
 	ps := cmd.ProcessState
 	cpu := cpuRun{source: settledClusterCPU(b, src) - src0, target: settledClusterCPU(b, target) - tgt0,
 		trellara: (ps.UserTime() + ps.SystemTime()).Seconds()}
-	detail := "snapshot and catch-up to exit"
+	detail := fmt.Sprintf("every table ready, process exited after %.2fs", exitSecs)
 	var out struct {
 		DurationSecs float64 `json:"duration_seconds"`
 		ThisRun      struct {
