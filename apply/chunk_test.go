@@ -478,3 +478,76 @@ func TestChunkMemory(t *testing.T) {
 		t.Errorf("big has %d rows, want 60", got)
 	}
 }
+
+// TestInsertRunsCopy: runs of inserts of one table inside a chunk are
+// written with COPY: rows in source order around the statements between
+// them (a DELETE and re-INSERT of one key, an UPDATE of a row the run
+// just inserted), a row trigger firing once per row, NULLs and values
+// that need COPY escaping intact; a duplicate key in the middle of a run
+// refuses the whole transaction, and nothing of it is applied.
+func TestInsertRunsCopy(t *testing.T) {
+	_, conn := target(t, pgtest.Options{NoFsync: true})
+	exec(t, conn, "CREATE TABLE cp (id int PRIMARY KEY, v text)",
+		"CREATE TABLE fired (n int)",
+		`CREATE FUNCTION count_row() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO fired VALUES (1); RETURN NEW; END $$`,
+		"CREATE TRIGGER count_row AFTER INSERT ON cp FOR EACH ROW EXECUTE FUNCTION count_row()")
+	cp := relation("public", "cp", 'd', "id*", "v")
+	odd := []string{"tab\there", "nl\nx", `back\slash`, `\.`, "", `\N`}
+	txn := newTxn(500)
+	for i := range 100 {
+		v := []*pb.Value{tv(strconv.Itoa(i)), tv("v" + strconv.Itoa(i))}
+		if i < len(odd) {
+			v[1] = tv(odd[i])
+		}
+		if i == 50 {
+			v[1] = null()
+		}
+		txn.insert(cp, v...)
+		if i == 60 {
+			// The re-insert of 7 opens the run of the next 40 inserts:
+			// applied before the DELETE it would be a duplicate key.
+			txn.update(cp, pb.OldTuple_OLD_TUPLE_NONE, nil, vals("60", "updated"))
+			txn.delete(cp, pb.OldTuple_OLD_TUPLE_KEY, vals("7", ""))
+			txn.insert(cp, vals("7", "again")...)
+		}
+	}
+	mustDrain(t, newApplier(t, conn, nil), nil, 0, chunks(t, txn, 60)) // rows 0-59; 60, the statements, then a run of 40
+	want := []string{}
+	for i := range 100 {
+		switch {
+		case i == 7:
+			want = append(want, "7=again")
+		case i == 50:
+			want = append(want, "50=<null>")
+		case i == 60:
+			want = append(want, "60=updated")
+		case i < len(odd):
+			want = append(want, strconv.Itoa(i)+"="+odd[i])
+		default:
+			want = append(want, fmt.Sprintf("%d=v%d", i, i))
+		}
+	}
+	if got := queryString(t, conn, "SELECT string_agg(id || '=' || coalesce(v, '<null>'), '|' ORDER BY id) FROM cp"); got != strings.Join(want, "|") {
+		t.Fatalf("cp:\n got  %q\n want %q", got, strings.Join(want, "|"))
+	}
+	if got := queryInt(t, conn, "SELECT count(*) FROM fired"); got != 101 {
+		t.Fatalf("the row trigger fired %d times, want 101 (100 inserts and the re-insert)", got)
+	}
+
+	dup := newTxn(600)
+	for i := range 80 {
+		id := 1000 + i
+		if i == 40 {
+			id = 3 // already there
+		}
+		dup.insert(cp, vals(strconv.Itoa(id), "d")...)
+	}
+	err := drain(t, newApplier(t, conn, nil), nil, 3, chunks(t, dup, 100))
+	var qe *QuarantinedError
+	if !errors.As(err, &qe) || qe.SQLState != "23505" {
+		t.Fatalf("duplicate in a run: %v, want quarantined (23505)", err)
+	}
+	if got := queryInt(t, conn, "SELECT count(*) FROM cp WHERE id >= 1000"); got != 0 {
+		t.Fatalf("%d rows of the refused transaction were applied", got)
+	}
+}

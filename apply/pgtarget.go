@@ -613,6 +613,18 @@ func (x *pgTx) applyRows(ctx context.Context, ui int, env *pb.Envelope) (int, in
 		var args []any
 		switch r.Op {
 		case pb.Op_OP_INSERT:
+			// A run of inserts of one table is one COPY: the same rows,
+			// input functions and row triggers (as native logical
+			// replication's apply, COPY fires no rules and no
+			// statement-level triggers per row).
+			if n := insertRun(env, i); n > 0 {
+				if err := x.copyIn(ctx, ui, p, env.Rows[i:i+n], p.source); err != nil {
+					return 0, 0, err
+				}
+				rows += n
+				i += n - 1
+				continue
+			}
 			sql = p.insertSQL
 			args = make([]any, len(r.NewTuple))
 			for j, v := range r.NewTuple {
@@ -654,13 +666,18 @@ func (x *pgTx) Copy(ctx context.Context, ui int, env *pb.Envelope) error {
 	if len(env.Rows) == 0 {
 		return nil
 	}
+	return x.copyIn(ctx, ui, x.t.plan(env.Relations[env.Rows[0].RelationIndex]), env.Rows, env.Boundary.GetSnapshotRelation())
+}
+
+// copyIn inserts rows (inserts of p's relation, of unit ui) with one
+// COPY, after the statements queued before them.
+func (x *pgTx) copyIn(ctx context.Context, ui int, p *relPlan, rows []*pb.Row, relation string) error {
 	t := x.t
 	if err := x.Flush(ctx); err != nil {
 		return err
 	}
-	p := t.plan(env.Relations[env.Rows[0].RelationIndex])
 	buf := t.copyBuf[:0]
-	for _, r := range env.Rows {
+	for _, r := range rows {
 		buf = appendCopyRow(buf, r.NewTuple)
 	}
 	if cap(buf) <= copyBufKeepMax {
@@ -670,9 +687,28 @@ func (x *pgTx) Copy(ctx context.Context, ui int, env *pb.Envelope) error {
 		return err
 	}
 	if _, err := t.conn.PgConn().CopyFrom(ctx, bytes.NewReader(buf), p.copySQL); err != nil {
-		return t.refusal(ctx, ui, env.Boundary.GetSnapshotRelation(), err)
+		return t.refusal(ctx, ui, relation, err)
 	}
 	return nil
+}
+
+// copyRunMin is the shortest run of inserts applyRows writes with COPY
+// rather than one INSERT each: below it the COPY's own round trip costs
+// more than the statements it replaces.
+const copyRunMin = 32
+
+// insertRun is the length of the run of inserts of one relation starting
+// at row i of env, or 0 when it is shorter than copyRunMin.
+func insertRun(env *pb.Envelope, i int) int {
+	r := env.Rows[i]
+	j := i + 1
+	for j < len(env.Rows) && env.Rows[j].Op == pb.Op_OP_INSERT && env.Rows[j].RelationIndex == r.RelationIndex {
+		j++
+	}
+	if j-i < copyRunMin {
+		return 0
+	}
+	return j - i
 }
 
 // copyBufKeepMax bounds the COPY buffer kept between batches; a larger one
