@@ -67,6 +67,11 @@ func BenchmarkApplyVsNativeExtension(b *testing.B) {
 		"trellara.include_messages": "on",
 		// The tables of the native side's publication.
 		"trellara.tables": tables,
+		// Every run keeps its slots until the end: a native run one, an
+		// extension run two (the decoder's and its flow's own, created by
+		// the first run); three rounds need 18, above pgtest's 16.
+		"max_replication_slots": "32",
+		"max_wal_senders":       "32",
 	}
 	var n int
 	ctx := context.Background()
