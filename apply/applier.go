@@ -819,16 +819,25 @@ func nextBatch(ctx context.Context, f feed, cfg Config) ([]*unit, error) {
 // the same relation that follow it in number, ready after it, within the
 // limits. processSnapshot applies them as one target transaction.
 func fillSnapshots(f feed, cfg Config, first *unit) []*unit {
+	return fillRun(f, cfg, first, func([]*unit) bool { return true }, func(last, next *unit) bool {
+		lb, nb := last.env.Boundary, next.env.Boundary
+		return next.kind() == pb.UnitKind_UNIT_KIND_SNAPSHOT && nb.SnapshotRelation == lb.SnapshotRelation && nb.ChunkIndex == lb.ChunkIndex+1
+	})
+}
+
+// fillRun is first and the units ready after it that join it: while
+// open(run) holds, the next unit is taken if follows(last, next) and the
+// run stays within the limits (MaxBatchRows, MaxBatchBytes); the first
+// that does not join is left for the next batch.
+func fillRun(f feed, cfg Config, first *unit, open func(run []*unit) bool, follows func(last, next *unit) bool) []*unit {
 	run := []*unit{first}
 	rows, size := len(first.env.Rows), len(first.payload)
-	for {
+	for open(run) {
 		it, ok := f.ready()
 		if !ok {
 			return run
 		}
-		prev := run[len(run)-1].env.Boundary
-		if it.err != nil || it.u.kind() != pb.UnitKind_UNIT_KIND_SNAPSHOT ||
-			it.u.env.Boundary.SnapshotRelation != prev.SnapshotRelation || it.u.env.Boundary.ChunkIndex != prev.ChunkIndex+1 ||
+		if it.err != nil || !follows(run[len(run)-1], it.u) ||
 			rows+len(it.u.env.Rows) > cfg.MaxBatchRows || size+len(it.u.payload) > cfg.MaxBatchBytes {
 			f.unread(it)
 			return run
@@ -837,6 +846,7 @@ func fillSnapshots(f feed, cfg Config, first *unit) []*unit {
 		rows += len(it.u.env.Rows)
 		size += len(it.u.payload)
 	}
+	return run
 }
 
 // readyBatch is nextBatch without waiting, for transactions only: nil
@@ -854,27 +864,12 @@ func readyBatch(f feed, cfg Config) []*unit {
 }
 
 // fillBatch is a batch of transactions from first: the transactions
-// ready after it, within the limits.
+// ready after it, within the limits. A verify hold's fence ends its batch:
+// the applier commits up to it and holds there (hold.go).
 func fillBatch(f feed, cfg Config, first *unit) []*unit {
-	batch := []*unit{first}
-	rows, size := len(first.env.Rows), len(first.payload)
-	// A verify hold's fence ends its batch: the applier commits up to it
-	// and holds there (hold.go).
-	for len(batch) < cfg.MaxBatchTxns && holdID(batch[len(batch)-1].env) == "" {
-		it, ok := f.ready()
-		if !ok {
-			return batch
-		}
-		if it.err != nil || it.u.kind() != pb.UnitKind_UNIT_KIND_TRANSACTION ||
-			rows+len(it.u.env.Rows) > cfg.MaxBatchRows || size+len(it.u.payload) > cfg.MaxBatchBytes {
-			f.unread(it)
-			return batch
-		}
-		batch = append(batch, it.u)
-		rows += len(it.u.env.Rows)
-		size += len(it.u.payload)
-	}
-	return batch
+	return fillRun(f, cfg, first, func(run []*unit) bool {
+		return len(run) < cfg.MaxBatchTxns && holdID(run[len(run)-1].env) == ""
+	}, func(_, next *unit) bool { return next.kind() == pb.UnitKind_UNIT_KIND_TRANSACTION })
 }
 
 // prefold runs while the target executes a pipeline of the batch being
