@@ -74,8 +74,9 @@ function unmeasured(what, goal, target) { row(what, "not measured in this run", 
 /^BenchmarkVerify\/c-connections-2/ {
 	k = (vrows == "") ? "1000000" : vrows
 	if (!(k in seenv)) { seenv[k] = 1; vsizes[++nv] = k }
-	vw[k] = hi(vw[k], metric($0, "verify/count"))
+	vw[k] = hi(vw[k], metric($0, "verify/count")); vb[k] = hi(vb[k], metric($0, "verify/count-both"))
 	vs[k] = hi(vs[k], metric($0, "verify-s")); vcs[k] = hi(vcs[k], metric($0, "count-s"))
+	vbs[k] = hi(vbs[k], metric($0, "count-both-s"))
 }
 /^BenchmarkVerify\/c-one-core/ {
 	k = (vrows == "") ? "1000000" : vrows
@@ -120,8 +121,14 @@ END {
 	else unmeasured(w, "≥ 1.0× every pair; RSS ≤ 256 MiB", "BENCH_PARTS=large make bench")
 	for (i = 1; i <= nv; i++) {
 		k = vsizes[i]
-		row(sprintf("verify vs count(*), %gM rows", k / 1e6), vs[k] " s", "count(*) " vcs[k] " s",
-			sprintf("%.2f× wall", vw[k]) (vc[k] != "" ? sprintf(", %.2f× CPU (one connection)", vc[k]) : ""), "≤ 3×", verdict(vw[k] + 0 <= 3))
+		# The goal is count(*)'s wall on both sides (both at once, on the
+		# same cores as verify); runs from before that metric existed are
+		# judged against the source's count(*) alone.
+		both = (vb[k] != "")
+		row(sprintf("verify vs count(*), %gM rows", k / 1e6), vs[k] " s",
+			(both ? "count(*) on both sides " vbs[k] " s; source alone " : "count(*) ") vcs[k] " s",
+			(both ? sprintf("%.2f× both sides, ", vb[k]) : "") sprintf("%.2f× source alone", vw[k]) (vc[k] != "" ? sprintf(", %.2f× CPU (one connection)", vc[k]) : ""),
+			"≤ 3× count(*) wall on both sides", verdict((both ? vb[k] : vw[k]) + 0 <= 3))
 	}
 	if (nv == 0) unmeasured("verify vs count(*), 1M and 10M rows", "≤ 3×", "make bench")
 	if (rlo != "") row("relay vs pg_recvlogical, 100k (ABBA)", "", "", span(rlo, rhi, "× per pair"), "≥ 0.9×", verdict(rlo >= 0.9))

@@ -39,8 +39,15 @@ var benchSettings = map[string]string{"shared_buffers": "1GB", "max_worker_proce
 //	                                (one-core only; Linux /proc): the speed one
 //	                                core gives, however busy the machine is
 //	verify-s                        wall time of Verify
-//	count-s                         wall time of SELECT count(*) (server defaults)
-//	verify/count                    the ratio the issue bounds at 3
+//	count-s                         wall time of SELECT count(*) on the source
+//	                                (server defaults)
+//	verify/count                    verify-s over count-s
+//	count-both-s                    wall time of SELECT count(*) on both sides at
+//	                                once (server defaults): the cheapest full read
+//	                                of the two tables verify reads, on the same
+//	                                cores
+//	verify/count-both               verify-s over count-both-s: the ratio issue
+//	                                33 bounds at 3 ("count(*) wall on both sides")
 //	src-cpu/count-cpu               (one-core only) CPU of the source's
 //	                                verify backend over the CPU of a one-core
 //	                                SELECT count(*) on the same table: the
@@ -81,7 +88,7 @@ func BenchmarkVerify(b *testing.B) {
 	}{{"one-core", -1, 1, false}, {"server-default", 0, 1, false}, {"parallel-2", 2, 1, false}, {"connections-2", -1, 2, false},
 		{"connections-4", -1, 4, false}, {"c-one-core", -1, 1, true}, {"c-connections-2", -1, 2, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			var srcRate, dstRate, verifyS, countS, srcCPU, dstCPU, countCPU float64
+			var srcRate, dstRate, verifyS, countS, bothS, srcCPU, dstCPU, countCPU float64
 			for i := 0; i < b.N; i++ {
 				s0, d0 := backendCPU(src), backendCPU(dst)
 				t0 := time.Now()
@@ -101,6 +108,7 @@ func BenchmarkVerify(b *testing.B) {
 				srcRate += r.SourceRowsPerSecond
 				dstRate += r.TargetRowsPerSecond
 				countS += timeCount(b, src)
+				bothS += timeCountBoth(b, src, dst)
 				countCPU += oneCoreCountCPU(b, src)
 			}
 			n := float64(b.N)
@@ -116,6 +124,8 @@ func BenchmarkVerify(b *testing.B) {
 			b.ReportMetric(verifyS/n, "verify-s")
 			b.ReportMetric(countS/n, "count-s")
 			b.ReportMetric(verifyS/countS, "verify/count")
+			b.ReportMetric(bothS/n, "count-both-s")
+			b.ReportMetric(verifyS/bothS, "verify/count-both")
 		})
 	}
 }
@@ -126,6 +136,26 @@ func timeCount(b *testing.B, conn *pgx.Conn) float64 {
 	var n int64
 	t0 := time.Now()
 	if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM public.ledger").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0).Seconds()
+}
+
+// timeCountBoth times SELECT count(*) on the benchmark table on both
+// sides at once, to the later of the two answers.
+func timeCountBoth(b *testing.B, src, dst *pgx.Conn) float64 {
+	t0 := time.Now()
+	errs := make(chan error, 1)
+	go func() {
+		var n int64
+		errs <- dst.QueryRow(context.Background(), "SELECT count(*) FROM public.ledger").Scan(&n)
+	}()
+	var n int64
+	err := src.QueryRow(context.Background(), "SELECT count(*) FROM public.ledger").Scan(&n)
+	if derr := <-errs; err == nil {
+		err = derr
+	}
+	if err != nil {
 		b.Fatal(err)
 	}
 	return time.Since(t0).Seconds()
