@@ -94,8 +94,14 @@ const scratchBytesMax = 1 << 20
 // encodeExact is Encode: AppendEncode into a pooled buffer, then one copy
 // of exactly the encoded length.
 func encodeExact(e *pb.Envelope) ([]byte, error) {
+	return pooledExact(func(dst []byte) ([]byte, error) { return AppendEncode(dst, e) })
+}
+
+// pooledExact runs appendTo on a pooled buffer and returns one copy of
+// exactly what it appended.
+func pooledExact(appendTo func(dst []byte) ([]byte, error)) ([]byte, error) {
 	sp := scratch.Get().(*[]byte)
-	out, err := AppendEncode((*sp)[:0], e)
+	out, err := appendTo((*sp)[:0])
 	if err != nil {
 		scratch.Put(sp)
 		return nil, err

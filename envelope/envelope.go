@@ -69,11 +69,16 @@ func AppendEncode(dst []byte, e *pb.Envelope) ([]byte, error) {
 		return nil, fmt.Errorf("envelope: encode (source %q, commit LSN %s): %w",
 			e.GetSourceId(), FormatLSN(e.GetCommitLsn()), err)
 	}
+	out, e.Checksum = appendChecksum(out, start)
+	return out, nil
+}
+
+// appendChecksum appends the trailer, checksumTag and the xxh3 of
+// out[start:], and returns the result with the sum.
+func appendChecksum(out []byte, start int) ([]byte, uint64) {
 	sum := xxh3.Hash(out[start:])
 	out = append(out, checksumTag)
-	out = binary.LittleEndian.AppendUint64(out, sum)
-	e.Checksum = sum
-	return out, nil
+	return binary.LittleEndian.AppendUint64(out, sum), sum
 }
 
 // Decode verifies the checksum of b, parses it and validates the result.

@@ -1,11 +1,8 @@
 package envelope
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-
-	"github.com/zeebo/xxh3"
 
 	pb "github.com/trellara/trellara/envelope/envelopepb"
 )
@@ -105,16 +102,10 @@ func EncodeInserts(e *pb.Envelope, rows *InsertRows) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("envelope: encode (source %q, commit LSN %s): the envelope carries fields this encoder does not write", e.SourceId, FormatLSN(e.CommitLsn))
 	}
-	sp := scratch.Get().(*[]byte)
-	out := appendEnvelopeBody((*sp)[:0], e, sealed, rows.b)
-	sum := xxh3.Hash(out)
-	out = append(out, checksumTag)
-	out = binary.LittleEndian.AppendUint64(out, sum)
-	e.Checksum = sum
-	u := append([]byte(nil), out...)
-	if cap(out) <= scratchBytesMax {
-		*sp = out
-	}
-	scratch.Put(sp)
-	return u, nil
+	return pooledExact(func(dst []byte) ([]byte, error) {
+		start := len(dst)
+		out := appendEnvelopeBody(dst, e, sealed, rows.b)
+		out, e.Checksum = appendChecksum(out, start)
+		return out, nil
+	})
 }
