@@ -114,8 +114,7 @@ func BenchmarkLargeTxnVsNativeStreaming(b *testing.B) {
 	b.Logf("baseline: PostgreSQL %s, source logical_decoding_work_mem %s, max_wal_size 32GB; subscriptions WITH (copy_data = false, streaming = on), other options default; "+
 		"trellara: run --local, local transport fsync always, no --verify; every target a fresh cluster with defaults and wal_retrieve_retry_interval 100ms", version, workMem)
 
-	var res abbaResult
-	var cpus cpuResult
+	runs := rowRuns{rows: rows}
 	var peaks []float64
 	b.ResetTimer()
 	for i, isTrellara := range order {
@@ -135,15 +134,11 @@ func BenchmarkLargeTxnVsNativeStreaming(b *testing.B) {
 		tt.check(b, want, fmt.Sprintf("%s run %d", side, i+1))
 		detail += "; " + slotStats(sconn, tt.slot)
 		tt.drop(b)
-		res.add(isTrellara, secs)
-		cpus.add(isTrellara, cpu)
-		b.Logf("run %d %-8s %6.2fs %8.0f rows/s (%s; cpu: total %.2f s = source %.2f + target %.2f + trellara %.2f)",
-			i+1, side, secs, float64(rows)/secs, detail, cpu.total(), cpu.source, cpu.target, cpu.trellara)
+		runs.add(b, i+1, isTrellara, secs, detail, cpu)
 	}
 	b.StopTimer()
 
-	res.report(b, "native", "trellara", rows, "rows")
-	cpus.reportTotal(b, "native", "trellara")
+	runs.report(b)
 	_, peakMax := minMax(peaks)
 	b.Logf("trellara peak RSS max %.0f MiB", peakMax)
 	b.ReportMetric(peakMax, "peak_RSS_MiB_max")
@@ -241,35 +236,13 @@ func timeLargeTxnTrellara(b *testing.B, bin string, src *pgtest.Cluster, tt larg
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := make(chan struct{})
-	peakc := make(chan int64, 1)
-	go func() {
-		var peak int64
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if kb := procStatusKiB(cmd.Process.Pid, "VmHWM:"); kb > peak {
-				peak = kb
-			}
-			select {
-			case <-stop:
-				peakc <- peak
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	exited := startProcess(b, cmd)
+	peak := samplePeak(cmd.Process.Pid)
 	waitMarker(b, conn, 1, "trellara target")
 	secs := time.Since(t0).Seconds()
 	err := <-exited
 	exitSecs := time.Since(t0).Seconds()
-	close(stop)
-	peakKiB := <-peakc
+	peakKiB := peak()
 	if err != nil {
 		b.Fatalf("trellara run --local: %v\n%s", err, out.String())
 	}

@@ -120,8 +120,7 @@ func BenchmarkSnapshotVsTablesync(b *testing.B) {
 	b.Logf("source settings: %s", showSettings(b, src, "max_wal_senders", "max_replication_slots", "shared_buffers", "fsync"))
 	b.Logf("trellara target settings: %s", showSettings(b, trelC, "shared_buffers", "synchronous_commit", "fsync"))
 
-	var res abbaResult
-	var cpus cpuResult
+	runs := rowRuns{rows: int(rows)}
 	b.ResetTimer()
 	for i, isTrellara := range abbaOrder(rounds) {
 		run := i + 1
@@ -139,15 +138,38 @@ func BenchmarkSnapshotVsTablesync(b *testing.B) {
 			secs, detail, cpu = snapshotNativeRun(b, src, natC, db, run, want)
 		}
 		noSlotsLeft(b, sconn, side, run)
-		res.add(isTrellara, secs)
-		cpus.add(isTrellara, cpu)
-		b.Logf("run %d %-8s %6.2fs %8.0f rows/s (%s; cpu: total %.2f s = source %.2f + target %.2f + trellara %.2f)",
-			run, side, secs, float64(rows)/secs, detail, cpu.total(), cpu.source, cpu.target, cpu.trellara)
+		runs.add(b, run, isTrellara, secs, detail, cpu)
 	}
 	b.StopTimer()
 
-	res.report(b, "native", "trellara", int(rows), "rows")
-	cpus.reportTotal(b, "native", "trellara")
+	runs.report(b)
+}
+
+// rowRuns records the runs of a benchmark counted in rows (the snapshot,
+// the large transaction): each run's line as it ends, both sides' ranges
+// and CPU at the end.
+type rowRuns struct {
+	rows int
+	res  abbaResult
+	cpus cpuResult
+}
+
+func (r *rowRuns) add(b *testing.B, run int, isTrellara bool, secs float64, detail string, cpu cpuRun) {
+	b.Helper()
+	side := "native"
+	if isTrellara {
+		side = "trellara"
+	}
+	r.res.add(isTrellara, secs)
+	r.cpus.add(isTrellara, cpu)
+	b.Logf("run %d %-8s %6.2fs %8.0f rows/s (%s; cpu: total %.2f s = source %.2f + target %.2f + trellara %.2f)",
+		run, side, secs, float64(r.rows)/secs, detail, cpu.total(), cpu.source, cpu.target, cpu.trellara)
+}
+
+func (r *rowRuns) report(b *testing.B) {
+	b.Helper()
+	r.res.report(b, "native", "trellara", r.rows, "rows")
+	r.cpus.reportTotal(b, "native", "trellara")
 }
 
 // snapshotTargetDB creates database db on c with pgbench's tables and
@@ -302,33 +324,15 @@ JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1`, sub)
 }
 
 // snapshotFlowConfig writes a run --local flow of snapshotTables from src
-// to database db of target into dir (its log in dir/data), like
-// writeTrellaraConfig's with owns_slot.
+// to database db of target into dir (its log in dir/data): the local flow
+// config of the memory and large-transaction benchmarks.
 func snapshotFlowConfig(b *testing.B, dir, flow string, src, target *pgtest.Cluster, db string) string {
 	b.Helper()
 	var tables []string
 	for _, t := range snapshotTables {
 		tables = append(tables, "public."+t)
 	}
-	cfg := filepath.Join(dir, "trellara.yml")
-	body := fmt.Sprintf(`version: 2
-flow: %s
-source:
-  id: bench
-  database_url: %q
-  owns_slot: true
-  tables: [%s]
-transport:
-  local: {dir: %s, fsync: always}
-target:
-  database_url: %q
-run:
-  listen: {relay: "127.0.0.1:%d", applier: "127.0.0.1:%d"}
-`, flow, src.URL("postgres"), strings.Join(tables, ", "), filepath.Join(dir, "data"), target.URL(db), freePort(b), freePort(b))
-	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	return cfg
+	return localFlowConfig(b, dir, flow, "bench", src.URL("postgres"), target.URL(db), tables...)
 }
 
 // snapshotTrellaraRun runs a new flow into database db on target with
@@ -355,11 +359,7 @@ func snapshotTrellaraRun(b *testing.B, bin string, src, target *pgtest.Cluster, 
 	defer conn.Close(ctx)
 	src0, tgt0 := clusterCPU(b, src), clusterCPU(b, target)
 	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := startProcess(b, cmd)
 	// Ready as native's tables are in state 'r': every table's snapshot
 	// applied and the stream applied past its boundary (apply.ReadStatus,
 	// what status reports), polled every 10 ms.

@@ -81,27 +81,50 @@ func runLocalPeak(b testing.TB, bin, cfg string) memRun {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	t0 := time.Now()
+	exited := startProcess(b, cmd)
+	peak := samplePeak(cmd.Process.Pid)
+	err := <-exited
+	peakKiB := peak()
+	if err != nil {
+		b.Fatalf("trellara run --local --verify: %v\n%s", err, out.String())
+	}
+	return memRun{peakKiB: peakKiB, secs: time.Since(t0).Seconds(), out: out.String()}
+}
+
+// startProcess starts cmd and returns the channel its Wait's result
+// arrives on.
+func startProcess(b testing.TB, cmd *exec.Cmd) <-chan error {
+	b.Helper()
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	var peak int64
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-exited:
-			if err != nil {
-				b.Fatalf("trellara run --local --verify: %v\n%s", err, out.String())
-			}
-			return memRun{peakKiB: peak, secs: time.Since(t0).Seconds(), out: out.String()}
-		case <-tick.C:
-			if kb := procStatusKiB(cmd.Process.Pid, "VmHWM:"); kb > peak {
+	return exited
+}
+
+// samplePeak reads process pid's VmHWM every 20 ms until the function it
+// returns is called, which returns the highest reading in KiB: the peak,
+// since VmHWM only grows (a process already gone reads 0).
+func samplePeak(pid int) func() int64 {
+	stop, peakc := make(chan struct{}), make(chan int64, 1)
+	go func() {
+		var peak int64
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if kb := procStatusKiB(pid, "VmHWM:"); kb > peak {
 				peak = kb
 			}
+			select {
+			case <-stop:
+				peakc <- peak
+				return
+			case <-tick.C:
+			}
 		}
-	}
+	}()
+	return func() int64 { close(stop); return <-peakc }
 }
 
 // procStatusKiB reads one "Name: N kB" field of /proc/PID/status; 0 when
